@@ -1,0 +1,216 @@
+"""The cloud database: Cloudflare D1 through the Proxy Worker (``worker/``).
+
+One keep-alive ``httpx.AsyncClient`` talks to ``POST /query``, ``/batch`` and ``/exec`` with a
+Bearer token; each call is exactly one round trip. Every failure (refused connection, timeout,
+401, 4xx/5xx, a body that is not the Worker's JSON) becomes a :class:`DatabaseError` that names
+the request and the response, because the pipeline logs it and aborts the feed (seed section 8).
+
+Values cross JSON, so D1's own rules apply: ``bytes`` travel as ``{"base64": ...}`` (the Worker
+binds them as BLOBs and returns BLOB columns the same way); D1 binds every number as REAL
+(INTEGER columns convert it back by affinity) and results come back as JSON numbers, so an
+integral REAL reads as ``int``; integers beyond 2**53 cannot cross JSON exactly and are refused
+here rather than silently rounded.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+
+from ..database import Row, SqlValue, Statement
+from ..errors import DatabaseError
+
+MAX_PARAMS_PER_STATEMENT = 100
+"""D1 refuses statements with more bound parameters ("too many SQL variables")."""
+
+MAX_SAFE_INTEGER = 2**53 - 1
+"""The largest integer a JSON number carries exactly to and from JavaScript."""
+
+_SHOWN_SQL = 300
+_SHOWN_PARAM = 80
+_SHOWN_PARAMS = 20
+_SHOWN_BODY = 500
+
+
+class D1Database:
+    """D1 through the Proxy Worker at ``url`` (e.g. ``https://proxy.example.workers.dev``)."""
+
+    def __init__(self, url: str, token: str, *, timeout_s: float = 30.0) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise DatabaseError(f"database: D1 proxy url must be http(s)://..., got {url!r}")
+        if not token:
+            raise DatabaseError(
+                "database: no D1 proxy token; set FEEDCOLLECTOR_D1_TOKEN to the Worker's "
+                "D1_PROXY_TOKEN secret"
+            )
+        self.url = url.rstrip("/")
+        self.timeout_s = timeout_s
+        self._client = httpx.AsyncClient(
+            base_url=self.url,
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+            timeout=httpx.Timeout(timeout_s),
+            follow_redirects=False,
+        )
+
+    async def query(self, sql: str, params: Sequence[SqlValue] = ()) -> list[Row]:
+        statement = Statement(sql, tuple(params))
+        payload = {"sql": sql, "params": _encode_params(statement, self.url)}
+        answer = await self._post("/query", payload, statement)
+        return _rows(answer.get("results"), "/query", self.url, statement)
+
+    async def batch(self, statements: Sequence[Statement]) -> list[list[Row]]:
+        if not statements:
+            return []
+        payload = {
+            "statements": [
+                {"sql": s.sql, "params": _encode_params(s, self.url)} for s in statements
+            ]
+        }
+        first = statements[0]
+        described = Statement(f"[{len(statements)} statements] {first.sql}", first.params)
+        answer = await self._post("/batch", payload, described)
+        results = answer.get("results")
+        if not isinstance(results, list) or len(results) != len(statements):
+            raise DatabaseError(
+                f"database: D1 proxy {self.url}/batch answered {len(statements)} statements "
+                f"with a malformed result list ({_shorten(repr(results), _SHOWN_BODY)})"
+            )
+        return [_rows(r, "/batch", self.url, s) for r, s in zip(results, statements, strict=True)]
+
+    async def exec(self, sql: str) -> None:
+        await self._post("/exec", {"sql": sql}, Statement(sql))
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+    async def _post(
+        self, endpoint: str, payload: dict[str, Any], shown: Statement
+    ) -> dict[str, Any]:
+        where = f"{self.url}{endpoint}"
+        request = describe_statement(shown)
+        try:
+            body = json.dumps(payload, ensure_ascii=False, allow_nan=False).encode()
+        except ValueError as exc:
+            raise DatabaseError(
+                f"database: D1 proxy {where}: cannot encode {request}: {exc}"
+            ) from exc
+        try:
+            response = await self._client.post(endpoint, content=body)
+        except httpx.TimeoutException as exc:
+            raise DatabaseError(
+                f"database: D1 proxy {where} timed out after {self.timeout_s:g}s "
+                f"({type(exc).__name__}); {request}"
+            ) from exc
+        except httpx.HTTPError as exc:
+            raise DatabaseError(
+                f"database: D1 proxy {where} unreachable: {type(exc).__name__}: {exc}; {request}"
+            ) from exc
+        if response.status_code == 401:
+            raise DatabaseError(
+                f"database: D1 proxy {where} refused the token (401); check that "
+                "FEEDCOLLECTOR_D1_TOKEN equals the Worker secret D1_PROXY_TOKEN"
+            )
+        answer = _json_object(response)
+        if response.status_code != 200:
+            raise DatabaseError(
+                f"database: D1 proxy {where} answered {response.status_code}: "
+                f"{_error_message(answer, response)}; {request}"
+            )
+        if answer is None:
+            raise DatabaseError(
+                f"database: D1 proxy {where} answered 200 without a JSON object "
+                f"({_shorten(response.text, _SHOWN_BODY)!r}); {request}"
+            )
+        return answer
+
+
+def describe_statement(statement: Statement) -> str:
+    """A one-line, bounded description of a request for error messages and logs."""
+    sql = _shorten(" ".join(statement.sql.split()), _SHOWN_SQL)
+    shown = [_shorten_value(p) for p in statement.params[:_SHOWN_PARAMS]]
+    more = len(statement.params) - _SHOWN_PARAMS
+    suffix = f" +{more} more" if more > 0 else ""
+    return f"sql: {sql}; params: {shown}{suffix}"
+
+
+def _encode_params(statement: Statement, url: str) -> list[Any]:
+    """Turn Python values into the Worker's JSON, refusing what D1 would mangle or reject."""
+    if len(statement.params) > MAX_PARAMS_PER_STATEMENT:
+        raise DatabaseError(
+            f"database: D1 proxy {url}: {len(statement.params)} bound parameters, D1 allows at "
+            f"most {MAX_PARAMS_PER_STATEMENT} per statement; {describe_statement(statement)}"
+        )
+    encoded: list[Any] = []
+    for value in statement.params:
+        if isinstance(value, bytes | bytearray | memoryview):
+            encoded.append({"base64": base64.b64encode(bytes(value)).decode("ascii")})
+        elif isinstance(value, bool) or value is None or isinstance(value, str):
+            encoded.append(value)
+        elif isinstance(value, int):
+            if abs(value) > MAX_SAFE_INTEGER:
+                raise DatabaseError(
+                    f"database: D1 proxy {url}: integer {value} exceeds 2**53-1 and would be "
+                    f"rounded in JSON; {describe_statement(statement)}"
+                )
+            encoded.append(value)
+        elif isinstance(value, float):
+            if not math.isfinite(value):
+                raise DatabaseError(
+                    f"database: D1 proxy {url}: {value} is not a finite number; "
+                    f"{describe_statement(statement)}"
+                )
+            encoded.append(value)
+        else:
+            raise DatabaseError(
+                f"database: D1 proxy {url}: cannot bind {type(value).__name__}; "
+                f"{describe_statement(statement)}"
+            )
+    return encoded
+
+
+def _rows(raw: object, endpoint: str, url: str, statement: Statement) -> list[Row]:
+    if not isinstance(raw, list) or not all(isinstance(row, dict) for row in raw):
+        raise DatabaseError(
+            f"database: D1 proxy {url}{endpoint} answered rows that are not a list of objects "
+            f"({_shorten(repr(raw), _SHOWN_BODY)}); {describe_statement(statement)}"
+        )
+    return [{name: _decode_value(value) for name, value in row.items()} for row in raw]
+
+
+def _decode_value(value: object) -> object:
+    if isinstance(value, dict) and set(value) == {"base64"} and isinstance(value["base64"], str):
+        return base64.b64decode(value["base64"])
+    return value
+
+
+def _json_object(response: httpx.Response) -> dict[str, Any] | None:
+    try:
+        decoded = response.json()
+    except ValueError:
+        return None
+    return decoded if isinstance(decoded, dict) else None
+
+
+def _error_message(answer: dict[str, Any] | None, response: httpx.Response) -> str:
+    error = answer.get("error") if answer else None
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        kind = error.get("kind")
+        return f"{error['message']}" + (f" [{kind}]" if isinstance(kind, str) else "")
+    return f"(not the Worker's JSON) {_shorten(response.text, _SHOWN_BODY)!r}"
+
+
+def _shorten(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _shorten_value(value: SqlValue) -> SqlValue:
+    if isinstance(value, str):
+        return _shorten(value, _SHOWN_PARAM)
+    if isinstance(value, bytes):
+        return value[:_SHOWN_PARAM] + (b"..." if len(value) > _SHOWN_PARAM else b"")
+    return value

@@ -1,0 +1,141 @@
+"""The cloud object store: R2 (or any S3-compatible store) through obstore.
+
+Path-style requests (R2 and local S3 servers need no virtual hosts), plain HTTP only when the
+endpoint says ``http://`` (a local server), and few client-side retries: an infrastructure
+failure should surface quickly as :class:`ObjectStoreError` so the pipeline aborts the feed and
+the next cycle tries again (seed section 8). Puts are atomic by S3 semantics: an object appears
+whole or not at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING
+from urllib.parse import quote
+
+import obstore
+from obstore.exceptions import BaseError
+from obstore.store import S3Store
+
+from ..errors import ObjectNotFoundError, ObjectStoreError
+from ..objectstore import MAX_KEYS_PER_DELETE
+
+if TYPE_CHECKING:
+    from obstore.store import ClientConfig, RetryConfig
+
+_OBSTORE_ERRORS = (BaseError, FileNotFoundError, ValueError)
+"""obstore raises its own classes plus builtin FileNotFoundError (404) and ValueError (bad path)."""
+
+
+class S3ObjectStore:
+    """Objects in ``bucket`` at ``endpoint`` (R2: ``https://<account>.r2.cloudflarestorage.com``,
+    region ``auto``)."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        bucket: str,
+        region: str,
+        access_key_id: str,
+        secret_access_key: str,
+        *,
+        public_base_url: str | None = None,
+        timeout_s: float = 60.0,
+        max_retries: int = 1,
+    ) -> None:
+        if not endpoint.startswith(("http://", "https://")):
+            raise ObjectStoreError(f"storage: S3 endpoint must be http(s)://..., got {endpoint!r}")
+        if not bucket:
+            raise ObjectStoreError("storage: S3 bucket name is empty")
+        if not access_key_id or not secret_access_key:
+            raise ObjectStoreError(
+                "storage: S3 credentials missing; set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+            )
+        self.endpoint = endpoint.rstrip("/")
+        self.bucket = bucket
+        self.public_base_url = public_base_url
+        client_options: ClientConfig = {
+            "allow_http": self.endpoint.startswith("http://"),
+            "timeout": timedelta(seconds=timeout_s),
+            "connect_timeout": timedelta(seconds=min(timeout_s, 10.0)),
+        }
+        retry_config: RetryConfig = {
+            "max_retries": max_retries,
+            "retry_timeout": timedelta(seconds=timeout_s),
+            "backoff": {"init_backoff": timedelta(milliseconds=200)},
+        }
+        try:
+            self._store = S3Store(
+                bucket,
+                endpoint=self.endpoint,
+                region=region,
+                access_key_id=access_key_id,
+                secret_access_key=secret_access_key,
+                virtual_hosted_style_request=False,
+                client_options=client_options,
+                retry_config=retry_config,
+            )
+        except _OBSTORE_ERRORS as exc:
+            raise ObjectStoreError(f"storage: invalid S3 configuration: {exc}") from exc
+
+    async def put(self, key: str, data: bytes, content_type: str | None = None) -> None:
+        attributes = {"Content-Type": content_type} if content_type else None
+        try:
+            await obstore.put_async(self._store, key, data, attributes=attributes)
+        except _OBSTORE_ERRORS as exc:
+            raise self._error("put", key, exc) from exc
+
+    async def get(self, key: str) -> bytes:
+        try:
+            result = await obstore.get_async(self._store, key)
+            return bytes(await result.bytes_async())
+        except FileNotFoundError as exc:
+            if "NoSuchBucket" in str(exc):
+                raise self._error("get", key, exc) from exc
+            raise ObjectNotFoundError(
+                f"storage: no object {key!r} in S3 bucket {self.bucket} at {self.endpoint}"
+            ) from exc
+        except _OBSTORE_ERRORS as exc:
+            raise self._error("get", key, exc) from exc
+
+    async def list(self, prefix: str) -> AsyncIterator[str]:
+        # obstore matches prefixes per path segment; the protocol means a plain string prefix,
+        # so list the enclosing folder, filter, and stop once past the prefix (S3 and R2 list
+        # in UTF-8 byte order, which is Python's string order).
+        folder = prefix.rpartition("/")[0] or None
+        try:
+            async for batch in obstore.list(self._store, folder, chunk_size=1000):
+                for meta in batch:
+                    key = meta["path"]
+                    if key.startswith(prefix):
+                        yield key
+                    elif key > prefix:
+                        return
+        except _OBSTORE_ERRORS as exc:
+            raise self._error("list", prefix, exc) from exc
+
+    async def delete_many(self, keys: Sequence[str]) -> None:
+        """One ``DeleteObjects`` request per 1000 keys, the most S3 and R2 accept."""
+        for start in range(0, len(keys), MAX_KEYS_PER_DELETE):
+            chunk = list(keys[start : start + MAX_KEYS_PER_DELETE])
+            try:
+                await obstore.delete_async(self._store, chunk)
+            except _OBSTORE_ERRORS as exc:
+                raise self._error("delete", f"{len(chunk)} keys from {chunk[0]!r}", exc) from exc
+
+    def public_url(self, key: str) -> str | None:
+        if not self.public_base_url:
+            return None
+        return f"{self.public_base_url.rstrip('/')}/{quote(key, safe='/')}"
+
+    async def close(self) -> None:
+        return None
+
+    def _error(self, action: str, what: str, exc: BaseException) -> ObjectStoreError:
+        detail = " ".join(str(exc).split("Debug source:")[0].split())
+        hint = " (the bucket does not exist)" if "NoSuchBucket" in detail else ""
+        return ObjectStoreError(
+            f"storage: S3 {action} {what!r} in bucket {self.bucket} at {self.endpoint} "
+            f"failed{hint}: {type(exc).__name__}: {detail[:800]}"
+        )

@@ -1,0 +1,72 @@
+"""The embedded database: a local SQLite file behind the Database protocol.
+
+Calls run on the event loop's thread: SQLite answers in microseconds, and a single
+connection keeps batches strictly ordered. WAL mode and a busy timeout let several
+collector processes share one file.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..database import Row, SqlValue, Statement
+from ..errors import DatabaseError
+
+
+class SQLiteDatabase:
+    """A SQLite file (or ``:memory:``) speaking query/batch/exec."""
+
+    def __init__(self, path: Path | str, *, busy_timeout_s: float = 30.0) -> None:
+        self.path = str(path)
+        try:
+            if self.path != ":memory:":
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            self._conn = sqlite3.connect(
+                self.path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
+            )
+            self._conn.row_factory = sqlite3.Row
+            self._conn.execute("PRAGMA foreign_keys = ON")
+            if self.path != ":memory:":
+                self._conn.execute("PRAGMA journal_mode = WAL")
+                self._conn.execute("PRAGMA synchronous = NORMAL")
+        except (sqlite3.Error, OSError) as exc:
+            raise DatabaseError(f"database: cannot open SQLite file {self.path}: {exc}") from exc
+
+    async def query(self, sql: str, params: Sequence[SqlValue] = ()) -> list[Row]:
+        try:
+            cursor = self._conn.execute(sql, tuple(params))
+            return [dict(row) for row in cursor.fetchall()]
+        except sqlite3.Error as exc:
+            raise DatabaseError(_describe(exc, sql, params, self.path)) from exc
+
+    async def batch(self, statements: Sequence[Statement]) -> list[list[Row]]:
+        results: list[list[Row]] = []
+        statement = Statement("BEGIN IMMEDIATE")
+        try:
+            self._conn.execute(statement.sql)
+            for statement in statements:
+                cursor = self._conn.execute(statement.sql, statement.params)
+                results.append([dict(row) for row in cursor.fetchall()])
+            statement = Statement("COMMIT")
+            self._conn.execute(statement.sql)
+        except sqlite3.Error as exc:
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            raise DatabaseError(_describe(exc, statement.sql, statement.params, self.path)) from exc
+        return results
+
+    async def exec(self, sql: str) -> None:
+        try:
+            self._conn.executescript(sql)
+        except sqlite3.Error as exc:
+            raise DatabaseError(_describe(exc, sql, (), self.path)) from exc
+
+    async def close(self) -> None:
+        self._conn.close()
+
+
+def _describe(exc: sqlite3.Error, sql: str, params: Sequence[SqlValue], path: str) -> str:
+    shown = [p if not isinstance(p, str) or len(p) <= 80 else p[:77] + "..." for p in params]
+    return f"database: SQLite {path}: {exc} (sql: {' '.join(sql.split())[:300]}; params: {shown})"

@@ -1,0 +1,90 @@
+"""The resources one collector process works with, opened once and passed down."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import httpx
+
+from .backends import open_database, open_object_store
+from .config import Settings
+from .database import Database
+from .fetch import FetchLimits, make_http_client
+from .images import ImageLimits, make_image_client
+from .objectstore import ObjectStore
+from .schema import migrate
+from .timestamps import utc_now
+
+
+def _owner_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+@dataclass
+class Collector:
+    """Settings, backends and HTTP clients of one collector process."""
+
+    settings: Settings
+    db: Database
+    objects: ObjectStore
+    feed_http: httpx.AsyncClient
+    image_http: httpx.AsyncClient
+    clock: Callable[[], datetime] = utc_now
+    owner: str = field(default_factory=_owner_id)
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def page_size(self) -> int:
+        """Feeds claimed per round trip: enough to keep every worker busy."""
+        return max(20, self.settings.fetch.concurrency * 4)
+
+    @property
+    def fetch_limits(self) -> FetchLimits:
+        fetch = self.settings.fetch
+        return FetchLimits(
+            timeout_s=fetch.timeout.total_seconds(),
+            deadline_s=fetch.deadline.total_seconds(),
+            max_body_bytes=fetch.max_body_bytes,
+            user_agent=fetch.user_agent,
+        )
+
+    @property
+    def image_limits(self) -> ImageLimits:
+        images = self.settings.images
+        return ImageLimits(
+            timeout_s=images.timeout.total_seconds(),
+            max_bytes=images.max_bytes,
+            allow_private_addresses=images.allow_private_addresses,
+        )
+
+
+@asynccontextmanager
+async def open_collector(
+    settings: Settings, *, clock: Callable[[], datetime] = utc_now
+) -> AsyncIterator[Collector]:
+    """Open the backends (applying migrations) and HTTP clients; close them all on exit."""
+    db = open_database(settings)
+    try:
+        await migrate(db)
+        objects = open_object_store(settings)
+        feed_http = make_http_client(settings.fetch.user_agent)
+        image_http = make_image_client(
+            settings.fetch.user_agent,
+            allow_private_addresses=settings.images.allow_private_addresses,
+            max_connections=settings.images.concurrency * 2,
+        )
+        try:
+            yield Collector(settings, db, objects, feed_http, image_http, clock=clock)
+        finally:
+            await feed_http.aclose()
+            await image_http.aclose()
+            await objects.close()
+    finally:
+        await db.close()

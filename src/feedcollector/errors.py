@@ -1,0 +1,55 @@
+"""One error hierarchy for the whole collector.
+
+Every stage raises a subclass of :class:`FeedCollectorError`; driver and library errors are
+translated at the boundary (``raise ... from exc``) so callers never see sqlite3, httpx or
+obstore exceptions. The pipeline reacts to the class:
+
+- :class:`FetchError` and :class:`ParseError` count as a failure of the feed (backoff).
+- :class:`StorageError` aborts the feed's work for this cycle without touching
+  ``last_fetched_at`` (seed section 8); the next cycle tries again.
+- :class:`ConfigError` stops the command with exit code 2.
+- :class:`ImageError` is recorded in ``image_tasks.last_error``.
+"""
+
+from __future__ import annotations
+
+
+class FeedCollectorError(Exception):
+    """Base class of every error feedcollector raises on purpose."""
+
+
+class ConfigError(FeedCollectorError):
+    """A config or feeds file is missing or invalid; the message names the file, line and fix."""
+
+
+class FetchError(FeedCollectorError):
+    """The feed could not be downloaded (timeout, DNS, refused, 4xx/5xx, too large...)."""
+
+    def __init__(self, message: str, *, kind: str = "error", status: int | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.status = status
+
+
+class ParseError(FeedCollectorError):
+    """The body could not be decoded or is not a feed we can read."""
+
+
+class StorageError(FeedCollectorError):
+    """The database or the object store failed; the feed's work is aborted for this cycle."""
+
+
+class DatabaseError(StorageError):
+    """A database request failed (SQLite error, Proxy Worker 4xx/5xx, timeout)."""
+
+
+class ObjectStoreError(StorageError):
+    """An object-store request failed (local disk, S3/R2)."""
+
+
+class ObjectNotFoundError(ObjectStoreError):
+    """The requested key does not exist."""
+
+
+class ImageError(FeedCollectorError):
+    """An image could not be downloaded or is not acceptable; recorded on its task."""

@@ -1,0 +1,516 @@
+"""The feeds file (YAML or JSON), and the value grammar both configuration files share.
+
+The feeds file is the single source of truth for subscriptions: ``feeds:`` then a list of
+``{url, interval, title}`` mappings or bare URLs. It is read whole and checked whole, so a typo
+never drops or half-applies a subscription; every problem names its line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from bisect import bisect_right
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
+
+from .errors import ConfigError
+from .models import FeedSpec
+
+YAML_EXAMPLE = "feeds:\n  - url: https://example.com/feed.xml\n    interval: 30m"
+JSON_EXAMPLE = '{"feeds": [\n  {"url": "https://example.com/feed.xml", "interval": "30m"}\n]}'
+ENTRY_KEYS = ("url", "interval", "title")
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One thing wrong in a file: what (no final period), how to fix it, and where."""
+
+    what: str
+    fix: str
+    line: int | None = None
+    column: int | None = None
+
+
+class SettingProblem(ValueError):
+    """Raised in settings validators: ``what`` is a predicate ("must be ...") for the key at hand,
+    or, when ``key`` names the key to point at, a whole sentence."""
+
+    def __init__(self, what: str, *, fix: str | None = None, key: str | None = None) -> None:
+        super().__init__(what)
+        self.what = what
+        self.fix = fix
+        self.key = key
+
+
+def _where(problem: Problem) -> str:
+    if problem.line is None:
+        return ""
+    column = f", column {problem.column}" if problem.column is not None else ""
+    return f"line {problem.line}{column}"
+
+
+def config_error(file: str, problems: Sequence[Problem]) -> ConfigError:
+    """One paragraph: the first problem in file order in full, then where the others are."""
+    ordered = sorted(problems, key=lambda p: (p.line is None, p.line or 0, p.column or 0))
+    first, others = ordered[0], ordered[1:]
+    where = _where(first)
+    message = f"config: {file}{' ' + where if where else ''}: {first.what.rstrip('.')}. {first.fix}"
+    if others:
+        listed = "; ".join(f"{_where(p) or 'elsewhere'}: {p.what.rstrip('.')}" for p in others)
+        message += f" Also fix: {listed}."
+    return ConfigError(message)
+
+
+def describe_value(value: object) -> str:
+    """How a wrong value is quoted back to the user."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if value is None:
+        return "nothing"
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list | tuple):
+        return "a list"
+    return f"a {type(value).__name__}"
+
+
+DURATION_HINT = 'a duration like "30m", "2h" or "1h30m"'
+_DURATION_UNITS: Mapping[str, float] = {
+    "ms": 0.001,
+    "s": 1,
+    "m": 60,
+    "h": 3600,
+    "d": 86400,
+    "w": 604800,
+}
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
+_DURATION_TEXT = re.compile(rf"(?:{_DURATION_PART.pattern})+")
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+_MAX_SECONDS = 3650 * 86400
+
+
+def parse_duration(value: object) -> timedelta:
+    """Read "90s", "30m", "1h30m", "2d", "500ms" or a bare number of seconds (must be > 0)."""
+    text = re.sub(r"\s+", "", value.lower()) if isinstance(value, str) else ""
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    elif _NUMBER.fullmatch(text):
+        seconds = float(text)
+    elif _DURATION_TEXT.fullmatch(text):
+        seconds = sum(float(n) * _DURATION_UNITS[unit] for n, unit in _DURATION_PART.findall(text))
+    else:
+        raise ValueError(f"must be {DURATION_HINT}, got {describe_value(value)}")
+    if math.isnan(seconds) or not 0 < seconds <= _MAX_SECONDS:
+        raise ValueError(f"must be {DURATION_HINT} from 1ms to 3650d, got {describe_value(value)}")
+    return timedelta(seconds=seconds)
+
+
+def format_duration(duration: timedelta) -> str:
+    """The inverse of :func:`parse_duration`, shortest form ("1h30m", "500ms")."""
+    milliseconds = round(duration.total_seconds() * 1000)
+    if milliseconds % 1000:
+        return f"{milliseconds}ms"
+    rest, parts = milliseconds // 1000, []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        count, rest = divmod(rest, size)
+        if count:
+            parts.append(f"{count}{unit}")
+    return "".join(parts) or "0s"
+
+
+BYTE_SIZE_HINT = 'a size like "20MiB" or "20MB", or a number of bytes'
+_BYTE_UNITS: Mapping[str, int] = {
+    "": 1,
+    "b": 1,
+    **{
+        prefix + suffix: 1000**power
+        for power, prefix in enumerate("kmgt", 1)
+        for suffix in ("", "b")
+    },
+    **{
+        prefix + suffix: 1024**power
+        for power, prefix in enumerate("kmgt", 1)
+        for suffix in ("i", "ib")
+    },
+}
+_BYTE_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([a-z]*)")
+
+
+def parse_byte_size(value: object) -> int:
+    """Read 20971520, "20MiB" (binary) or "20MB" (decimal); at least one byte."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        size = value
+    elif isinstance(value, str) and (found := _BYTE_SIZE.fullmatch(value.strip().lower())):
+        factor = _BYTE_UNITS.get(found[2])
+        if factor is None:
+            raise ValueError(f"must be {BYTE_SIZE_HINT}, got {describe_value(value)}")
+        size = int(float(found[1]) * factor)
+    else:
+        raise ValueError(f"must be {BYTE_SIZE_HINT}, got {describe_value(value)}")
+    if size < 1:
+        raise ValueError(f"must be at least 1 byte, got {describe_value(value)}")
+    return size
+
+
+def check_http_url(value: str) -> str:
+    """Return the URL without surrounding whitespace, or raise ValueError with a predicate.
+
+    Feeds and services are only reachable over http(s), and a URL without a host is a typo.
+    """
+    text = value.strip()
+    shown = describe_value(text)
+    if not text:
+        raise ValueError("must not be empty")
+    if re.search(r"\s", text):
+        raise ValueError(f"must not contain spaces, got {shown}")
+    parts = urlsplit(text)
+    if parts.scheme.lower() not in ("http", "https"):
+        if "://" in text:
+            raise ValueError(f"must be an http:// or https:// address, got {shown}")
+        example = f"https://{text}" if "." in text.split("/")[0] else "https://example.com/feed.xml"
+        raise ValueError(
+            "must be a full address starting with http:// or https:// "
+            f'(e.g. "{example}"), got {shown}'
+        )
+    if not parts.hostname:
+        raise ValueError(f"must name a host after {parts.scheme}://, got {shown}")
+    try:
+        parts.port  # noqa: B018 (urlsplit checks the port only when asked)
+    except ValueError as exc:
+        raise ValueError(f"must have a port between 0 and 65535, got {shown}") from exc
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class _Node:
+    """A parsed value with its position; mappings map keys to nodes placed at the key."""
+
+    value: object
+    line: int
+    column: int
+
+
+def load_feeds(path: Path, *, default_interval: timedelta | None = None) -> list[FeedSpec]:
+    """Read and check the whole feeds file; ``default_interval`` only improves error messages."""
+    display = str(path)
+    suffix = path.suffix.lower()
+    if suffix not in (".yaml", ".yml", ".json"):
+        raise ConfigError(
+            f"config: feeds file {display} must end in .yaml, .yml or .json so its format is "
+            "known. Rename it (the content stays the same)."
+        )
+    kind = "json" if suffix == ".json" else "yaml"
+    text = _read_feeds_text(path, display, kind)
+    root = _parse_json(text, display) if kind == "json" else _parse_yaml(text, display)
+    return _feed_specs(root, display, kind, default_interval)
+
+
+def _example(kind: str) -> str:
+    example = JSON_EXAMPLE if kind == "json" else YAML_EXAMPLE
+    return "\n" + "\n".join(f"    {line}" for line in example.splitlines())
+
+
+def _read_feeds_text(path: Path, display: str, kind: str) -> str:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError as exc:
+        raise ConfigError(
+            f"config: feeds file {display} does not exist. Create it with one entry per feed, "
+            f"or point feeds_file in the config at the right file. For example:{_example(kind)}"
+        ) from exc
+    except OSError as exc:
+        raise ConfigError(
+            f"config: feeds file {display} cannot be read ({exc.strerror}). Check the path and "
+            "its permissions."
+        ) from exc
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise config_error(
+            display, [Problem("the file is not UTF-8 text", "Save it as UTF-8.", line=line)]
+        ) from exc
+    if not text.strip():
+        raise ConfigError(
+            f"config: feeds file {display} is empty. Write the feeds into it, for example:"
+            f"{_example(kind)}"
+        )
+    return text
+
+
+def _parse_yaml(text: str, display: str) -> _Node:
+    try:
+        document = YAML(typ="rt").load(text)
+    except MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line, column = (mark.line + 1, mark.column + 1) if mark is not None else (None, None)
+        what = f"YAML syntax error: {exc.problem or exc.context}"
+        fix = (
+            'Fix the syntax there: list entries start with "- " under "feeds:", with a space '
+            "after every colon and consistent indentation."
+        )
+        raise config_error(display, [Problem(what, fix, line=line, column=column)]) from exc
+    except YAMLError as exc:
+        raise config_error(display, [Problem(f"YAML error: {exc}", "Fix the file.")]) from exc
+    return _yaml_node(document, 1, 1)
+
+
+def _yaml_node(value: object, line: int, column: int) -> _Node:
+    """Turn ruamel's round-trip data into plain nodes; its ``lc`` positions are 0-based."""
+    if isinstance(value, CommentedMap):
+        members: dict[str, _Node] = {}
+        for key, item in value.items():
+            try:
+                key_line, key_column = value.lc.key(key)
+            except KeyError:  # merged in from an anchor: no position of its own
+                key_line, key_column = line - 1, column - 1
+            members[str(key)] = _yaml_node(item, key_line + 1, key_column + 1)
+        return _Node(members, line, column)
+    if isinstance(value, CommentedSeq):
+        items = []
+        for index, item in enumerate(value):
+            item_line, item_column = value.lc.item(index)
+            items.append(_yaml_node(item, item_line + 1, item_column + 1))
+        return _Node(items, line, column)
+    if isinstance(value, str):
+        return _Node(str(value), line, column)
+    if isinstance(value, float):
+        return _Node(float(value), line, column)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return _Node(int(value), line, column)
+    return _Node(value, line, column)
+
+
+def _parse_json(text: str, display: str) -> _Node:
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as exc:
+        fix = (
+            'Fix the syntax there: keys and text in "double quotes", commas between entries '
+            "but not after the last one."
+        )
+        problem = Problem(f"JSON syntax error: {exc.msg}", fix, line=exc.lineno, column=exc.colno)
+        raise config_error(display, [problem]) from exc
+    walker = _JsonWalker(text)
+    root, _ = walker.node(0)
+    if walker.problems:
+        raise config_error(display, walker.problems)
+    return root
+
+
+class _JsonWalker:
+    """Re-reads JSON that is known to be valid, recording where each value starts.
+
+    The json module gives positions only for syntax errors; semantic errors need them too.
+    """
+
+    _WHITESPACE = re.compile(r"[ \t\n\r]*")
+    _DECODER = json.JSONDecoder()
+
+    def __init__(self, text: str) -> None:
+        self._text = text
+        self._line_starts = [0, *(match.end() for match in re.finditer("\n", text))]
+        self.problems: list[Problem] = []
+
+    def _skip(self, index: int) -> int:
+        match = self._WHITESPACE.match(self._text, index)
+        return match.end() if match else index
+
+    def _position(self, index: int) -> tuple[int, int]:
+        line = bisect_right(self._line_starts, index)
+        return line, index - self._line_starts[line - 1] + 1
+
+    def node(self, index: int) -> tuple[_Node, int]:
+        index = self._skip(index)
+        line, column = self._position(index)
+        opener = self._text[index]
+        if opener == "{":
+            members: dict[str, _Node] = {}
+            index = self._skip(index + 1)
+            while self._text[index] != "}":
+                key_line, key_column = self._position(index)
+                key, index = self._DECODER.raw_decode(self._text, index)
+                child, index = self.node(self._skip(index) + 1)
+                if key in members:
+                    first = members[key].line
+                    earlier = f" (first on line {first})" if first != key_line else ""
+                    what = f'key "{key}" is given twice in one mapping{earlier}'
+                    self.problems.append(Problem(what, "Keep one of the two.", line=key_line))
+                members[key] = _Node(child.value, key_line, key_column)
+                index = self._skip(index)
+                index = self._skip(index + 1) if self._text[index] == "," else index
+            return _Node(members, line, column), index + 1
+        if opener == "[":
+            items: list[_Node] = []
+            index = self._skip(index + 1)
+            while self._text[index] != "]":
+                child, index = self.node(index)
+                items.append(child)
+                index = self._skip(index)
+                index = self._skip(index + 1) if self._text[index] == "," else index
+            return _Node(items, line, column), index + 1
+        value, end = self._DECODER.raw_decode(self._text, index)
+        return _Node(value, line, column), end
+
+
+def _feed_specs(
+    root: _Node, display: str, kind: str, default_interval: timedelta | None
+) -> list[FeedSpec]:
+    """Check a parsed feeds document whole and return its entries in file order."""
+    example = _example(kind)
+    if not isinstance(root.value, dict):
+        got = describe_value(root.value)
+        what = f'the file must be a mapping with a top-level "feeds" key, got {got}'
+        raise config_error(
+            display, [Problem(what, f"Write it like this:{example}", line=root.line)]
+        )
+    problems = [
+        Problem(
+            f'unknown top-level key "{key}"',
+            'The only top-level key is "feeds"; remove this one.',
+            line=node.line,
+        )
+        for key, node in root.value.items()
+        if key != "feeds"
+    ]
+    feeds = root.value.get("feeds")
+    entries: list[_Node] = []
+    if feeds is None:
+        problems.append(
+            Problem(
+                'the top-level "feeds" key is missing',
+                f"Write it like this:{example}",
+                line=root.line,
+            )
+        )
+    elif isinstance(feeds.value, list):
+        entries = feeds.value
+    elif feeds.value is not None:
+        what = f'"feeds" must be a list of feeds, got {describe_value(feeds.value)}'
+        problems.append(Problem(what, f"Write it like this:{example}", line=feeds.line))
+    specs: list[FeedSpec] = []
+    first_line: dict[str, int] = {}
+    for entry in entries:
+        spec = _entry_spec(entry, problems, default_interval)
+        if spec is None:
+            continue
+        key = _duplicate_key(spec.url)
+        if key in first_line:
+            what = (
+                f'the feed "{spec.url}" on line {entry.line} is already listed on line '
+                f"{first_line[key]}"
+            )
+            problems.append(Problem(what, "Remove one of the two entries.", line=entry.line))
+            continue
+        first_line[key] = entry.line
+        specs.append(spec)
+    if problems:
+        raise config_error(display, problems)
+    return specs
+
+
+def _duplicate_key(url: str) -> str:
+    """Scheme and host ignore case: "HTTPS://Example.com/x" repeats "https://example.com/x"."""
+    parts = urlsplit(url)
+    return parts._replace(scheme=parts.scheme.lower(), netloc=parts.netloc.lower()).geturl()
+
+
+_URL_FIX = "Write the feed's full address, e.g. https://example.com/feed.xml."
+
+
+def _entry_spec(
+    entry: _Node, problems: list[Problem], default_interval: timedelta | None
+) -> FeedSpec | None:
+    """One list entry, a bare URL or a {url, interval, title} mapping; problems are appended."""
+    if isinstance(entry.value, str):
+        url = _checked_url("the feed address", entry.value, entry.line, problems)
+        return None if url is None else FeedSpec(url=url)
+    if not isinstance(entry.value, dict):
+        what = (
+            "each entry must be a feed address or a mapping with url, interval and title, "
+            f"got {describe_value(entry.value)}"
+        )
+        problems.append(
+            Problem(what, 'Write it as "- url: https://example.com/feed.xml".', line=entry.line)
+        )
+        return None
+    members: dict[str, _Node] = entry.value
+    found = [
+        Problem(
+            f'unknown key "{key}" in this entry',
+            f"Known keys: {', '.join(ENTRY_KEYS)}. Fix the spelling or remove it.",
+            line=node.line,
+        )
+        for key, node in members.items()
+        if key not in ENTRY_KEYS
+    ]
+    url = _entry_url(members.get("url"), entry.line, found)
+    interval = _entry_interval(members.get("interval"), found, default_interval)
+    title = _entry_title(members.get("title"), found)
+    problems.extend(found)
+    if found or url is None:
+        return None
+    return FeedSpec(url=url, interval=interval, title=title)
+
+
+def _checked_url(subject: str, value: str, line: int, problems: list[Problem]) -> str | None:
+    try:
+        return check_http_url(value)
+    except ValueError as exc:
+        problems.append(Problem(f"{subject} {exc}", _URL_FIX, line=line))
+        return None
+
+
+def _entry_url(node: _Node | None, entry_line: int, problems: list[Problem]) -> str | None:
+    if node is None:
+        problems.append(
+            Problem(
+                'this entry has no "url"',
+                'Add "url:" with the feed\'s full address.',
+                line=entry_line,
+            )
+        )
+        return None
+    if not isinstance(node.value, str):
+        what = f'"url" must be the feed\'s address, got {describe_value(node.value)}'
+        problems.append(Problem(what, _URL_FIX, line=node.line))
+        return None
+    return _checked_url('"url"', node.value, node.line, problems)
+
+
+def _entry_interval(
+    node: _Node | None, problems: list[Problem], default: timedelta | None
+) -> timedelta | None:
+    if node is None or node.value is None:
+        return None
+    try:
+        return parse_duration(node.value)
+    except ValueError as exc:
+        shown = format_duration(default) if default is not None else "[fetch] default_interval"
+        fix = f"Fix the value or remove the key to use the default ({shown})."
+        problems.append(Problem(f'"interval" {exc}', fix, line=node.line))
+        return None
+
+
+def _entry_title(node: _Node | None, problems: list[Problem]) -> str | None:
+    if node is None or node.value is None:
+        return None
+    if not isinstance(node.value, str):
+        what = f'"title" must be text, got {describe_value(node.value)}'
+        problems.append(Problem(what, "Put the title in quotes.", line=node.line))
+        return None
+    return node.value.strip() or None

@@ -1,0 +1,90 @@
+"""The image stage of a cycle: download every pending image task into the object store.
+
+Runs after the cycle's items are stored, so it never delays them. Each attempt counts
+(``attempts += 1``); the third failure marks the task ``failed`` (seed section 6). An
+object-store or database failure is the infrastructure's fault, not the image's: the stage
+stops for this cycle and the interrupted tasks are handed back without being charged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import timedelta
+
+from . import store
+from .collector import Collector
+from .errors import ImageError, StorageError
+from .images import download_image, object_key
+from .models import ImageTask
+from .report import CycleReport
+
+log = logging.getLogger("feedcollector")
+
+IMAGE_LEASE = timedelta(minutes=15)
+
+
+async def download_pending_images(collector: Collector, report: CycleReport) -> None:
+    """Work through the pending tasks (new and retries) page by page, each task once a cycle."""
+    limit = asyncio.Semaphore(collector.settings.images.concurrency)
+    cursor = store.TaskCursor()
+    try:
+        while not collector.stopping.is_set():
+            tasks = await store.claim_image_tasks(
+                collector.db,
+                now=collector.clock(),
+                lease=IMAGE_LEASE,
+                limit=max(50, collector.settings.images.concurrency * 8),
+                after=cursor,
+            )
+            if not tasks:
+                return
+            cursor = store.TaskCursor(tasks[-1].created_at, tasks[-1].id)
+            outcomes = await asyncio.gather(*(_attempt(collector, task, limit) for task in tasks))
+            results = [o for o in outcomes if isinstance(o, store.ImageResult)]
+            await store.record_image_results(collector.db, results, collector.clock())
+            _count(report, tasks, results)
+            unfinished = [
+                task.id
+                for task, outcome in zip(tasks, outcomes, strict=True)
+                if not isinstance(outcome, store.ImageResult)
+            ]
+            await store.release_image_tasks(collector.db, unfinished)
+            for outcome in outcomes:
+                if isinstance(outcome, StorageError):
+                    raise outcome
+    except StorageError as exc:
+        log.error("storage: %s; image downloads stopped for this cycle, the next one resumes", exc)
+
+
+async def _attempt(
+    collector: Collector, task: ImageTask, limit: asyncio.Semaphore
+) -> store.ImageResult | StorageError | None:
+    """The task's result; a StorageError to stop the stage; None if skipped on shutdown."""
+    async with limit:
+        if collector.stopping.is_set():
+            return None
+        try:
+            image = await download_image(
+                collector.image_http, task.original_url, limits=collector.image_limits
+            )
+        except ImageError as exc:
+            log.info("image %s (item %s): %s", task.original_url, task.item_id, exc)
+            return store.ImageResult(task.id, None, str(exc))
+        key = object_key(task.feed_id, task.guid, task.position, image.ext)
+        try:
+            await collector.objects.put(key, image.data, image.content_type)
+        except StorageError as exc:
+            return exc
+        return store.ImageResult(task.id, key, None)
+
+
+def _count(report: CycleReport, tasks: list[ImageTask], results: list[store.ImageResult]) -> None:
+    attempts = {task.id: task.attempts for task in tasks}
+    for result in results:
+        if result.r2_key is not None:
+            report.images_stored += 1
+        elif attempts[result.task_id] + 1 >= store.MAX_IMAGE_ATTEMPTS:
+            report.images_failed += 1
+        else:
+            report.images_retry_later += 1

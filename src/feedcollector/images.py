@@ -1,0 +1,206 @@
+"""Image archiving helpers: the object key, the file extension, and the guarded download.
+
+The database side (claiming tasks, recording success or failure) lives in the store; this
+module only decides names and fetches bytes, refusing anything that is not an image.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from urllib.parse import urlsplit
+
+import httpx
+
+from .errors import ImageError
+from .fetch import MIB, TransferError, open_response, read_body, status_text
+from .netguard import IMAGE_ACCEPT, NetGuard
+from .netguard import make_image_client as make_image_client
+
+EXTENSION_BY_TYPE: dict[str, str] = {
+    "image/jpeg": "jpg",
+    "image/jpg": "jpg",
+    "image/pjpeg": "jpg",
+    "image/png": "png",
+    "image/x-png": "png",
+    "image/apng": "png",
+    "image/gif": "gif",
+    "image/webp": "webp",
+    "image/avif": "avif",
+    "image/svg+xml": "svg",
+    "image/bmp": "bmp",
+    "image/x-bmp": "bmp",
+    "image/x-ms-bmp": "bmp",
+    "image/x-icon": "ico",
+    "image/vnd.microsoft.icon": "ico",
+    "image/tiff": "tiff",
+    "image/heic": "heic",
+    "image/heif": "heif",
+    "image/jxl": "jxl",
+}
+EXTENSION_BY_SUFFIX: dict[str, str] = {
+    "jpg": "jpg",
+    "jpeg": "jpg",
+    "jpe": "jpg",
+    "png": "png",
+    "apng": "png",
+    "gif": "gif",
+    "webp": "webp",
+    "avif": "avif",
+    "svg": "svg",
+    "bmp": "bmp",
+    "ico": "ico",
+    "tif": "tiff",
+    "tiff": "tiff",
+    "heic": "heic",
+    "heif": "heif",
+    "jxl": "jxl",
+}
+UNTYPED_MEDIA_TYPES = frozenset(
+    {
+        "",
+        "application/octet-stream",
+        "binary/octet-stream",
+        "application/binary",
+        "application/unknown",
+    }
+)
+"""Content-Types that say nothing, so the bytes decide whether this is an image."""
+_BMP_HEADER_SIZES = frozenset({12, 40, 52, 56, 64, 108, 124})
+
+
+@dataclass(frozen=True, slots=True)
+class ImageLimits:
+    """How long and how much one image download may take, and whether the guard is lifted."""
+
+    timeout_s: float = 30.0
+    deadline_s: float = 120.0
+    max_bytes: int = 25 * MIB
+    max_redirects: int = 5
+    allow_private_addresses: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class DownloadedImage:
+    """An accepted image: its bytes, its media type (sniffed when the server gave none)."""
+
+    data: bytes
+    content_type: str
+    ext: str
+    final_url: str
+
+
+def object_key(feed_id: str, guid: str, position: int, ext: str) -> str:
+    """``images/{feed_id}/{md5(guid)[:8]}/{position}.{ext}``, the layout the seed prescribes."""
+    digest = hashlib.md5(guid.encode("utf-8"), usedforsecurity=False).hexdigest()[:8]
+    return f"images/{feed_id}/{digest}/{position}.{ext}"
+
+
+def media_type(content_type: str | None) -> str:
+    """``"Image/PNG; charset=x"`` -> ``"image/png"``; missing -> ``""``."""
+    return (content_type or "").split(";", 1)[0].strip().lower()
+
+
+def extension_for(content_type: str | None, url: str) -> str:
+    """The extension from the Content-Type, else a known image suffix of the URL, else ``bin``."""
+    by_type = EXTENSION_BY_TYPE.get(media_type(content_type))
+    if by_type is not None:
+        return by_type
+    suffix = PurePosixPath(urlsplit(url).path).suffix.lower().lstrip(".")
+    return EXTENSION_BY_SUFFIX.get(suffix, "bin")
+
+
+def sniff_image_type(data: bytes) -> str | None:
+    """The image media type the leading bytes prove, or None (used when the server gave none)."""
+    head = data[:32]
+    if head.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if head.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image/png"
+    if head[:6] in (b"GIF87a", b"GIF89a"):
+        return "image/gif"
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "image/webp"
+    if head[4:8] == b"ftyp" and head[8:12] in (b"avif", b"avis"):
+        return "image/avif"
+    if head[4:8] == b"ftyp" and head[8:12] in (b"heic", b"heix", b"mif1", b"msf1"):
+        return "image/heic"
+    if head[:2] == b"BM" and int.from_bytes(head[14:18], "little") in _BMP_HEADER_SIZES:
+        return "image/bmp"
+    if head[:4] == b"\x00\x00\x01\x00" and head[4:6] != b"\x00\x00":
+        return "image/x-icon"
+    if head[:4] in (b"II*\x00", b"MM\x00*"):
+        return "image/tiff"
+    if _looks_like_svg(data[:4096]):
+        return "image/svg+xml"
+    return None
+
+
+def _looks_like_svg(head: bytes) -> bool:
+    text = head.lstrip(b"\xef\xbb\xbf \t\r\n").lower()
+    if not text.startswith(b"<"):
+        return False
+    svg_at = text.find(b"<svg")
+    html_at = text.find(b"<html")
+    return svg_at >= 0 and (html_at < 0 or svg_at < html_at)
+
+
+async def download_image(
+    client: httpx.AsyncClient, url: str, *, limits: ImageLimits
+) -> DownloadedImage:
+    """Download one image or raise ImageError saying why it was refused.
+
+    Use a client from :func:`feedcollector.netguard.make_image_client`: it performs the full
+    private-address guard (DNS, every redirect, connect time). Here, unless private addresses
+    are allowed, every hop is also refused early when its host literally names one.
+    """
+    check_url = None if limits.allow_private_addresses else NetGuard().check_literal
+    try:
+        async with asyncio.timeout(limits.deadline_s):
+            response = await open_response(
+                client,
+                url,
+                headers={"Accept": IMAGE_ACCEPT},
+                timeout_s=limits.timeout_s,
+                max_redirects=limits.max_redirects,
+                check_url=check_url,
+            )
+            try:
+                return await _accept_image(response, limits)
+            finally:
+                await response.aclose()
+    except TimeoutError as exc:
+        raise ImageError(
+            f"image: {url} did not finish within the {limits.deadline_s:g} s deadline"
+        ) from exc
+    except TransferError as exc:
+        raise ImageError(f"image: {exc.detail}") from exc
+
+
+async def _accept_image(response: httpx.Response, limits: ImageLimits) -> DownloadedImage:
+    final_url = str(response.url)
+    status = response.status_code
+    if not 200 <= status < 300:
+        raise ImageError(
+            f"image: HTTP {status} {status_text(status, response.reason_phrase)} from {final_url}"
+        )
+    declared = media_type(response.headers.get("Content-Type"))
+    if not declared.startswith("image/") and declared not in UNTYPED_MEDIA_TYPES:
+        raise ImageError(f"image: {final_url} answered with {declared}, not an image")
+    data = await read_body(response, max_bytes=limits.max_bytes)
+    if not data:
+        raise ImageError(f"image: {final_url} answered with an empty body")
+    content_type = declared if declared.startswith("image/") else sniff_image_type(data)
+    if content_type is None:
+        raise ImageError(
+            f"image: {final_url} answered with {declared or 'no Content-Type'} and its bytes "
+            "are not a known image format"
+        )
+    return DownloadedImage(
+        data=data,
+        content_type=content_type,
+        ext=extension_for(content_type, final_url),
+        final_url=final_url,
+    )

@@ -1,0 +1,112 @@
+"""Frozen records handed from one stage of the pipeline to the next."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+
+@dataclass(frozen=True, slots=True)
+class FeedSpec:
+    """One entry of the feeds file (the single source of truth for subscriptions)."""
+
+    url: str
+    interval: timedelta | None = None
+    title: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Feed:
+    """A feed row as the scheduler hands it to the pipeline."""
+
+    id: str
+    url: str
+    title: str | None = None
+    last_etag: str | None = None
+    last_modified: str | None = None
+    last_fetched_at: str | None = None
+    consecutive_failures: int = 0
+    next_fetch_at: str | None = None
+    interval_seconds: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedFeed:
+    """An HTTP answer for a feed: 304 (no body) or 200 with the raw bytes, never decoded."""
+
+    url: str
+    final_url: str
+    status: int
+    body: bytes = b""
+    content_type: str | None = None
+    etag: str | None = None
+    last_modified: str | None = None
+    elapsed_s: float = 0.0
+
+    @property
+    def not_modified(self) -> bool:
+        return self.status == 304
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedFeed:
+    """A body converted to UTF-8, with the encoding it was read as and why."""
+
+    data: bytes
+    encoding: str
+    source: str
+    """Where the encoding came from: bom, http, declaration, detected or default."""
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedItem:
+    """One entry, normalized: GUID chain applied, URLs in ``content_html`` absolute."""
+
+    guid: str
+    link: str | None
+    title: str | None
+    content_html: str | None
+    pub_date: datetime | None
+    """Aware UTC datetime, or None when the feed gave no date or one we cannot read."""
+    raw_pub_date: str | None
+    """The date text exactly as it appears in the feed (logged when unparseable)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedFeed:
+    """A whole feed document, as the parse stage returns it."""
+
+    title: str | None
+    link: str | None
+    items: tuple[ParsedItem, ...] = field(default_factory=tuple)
+    format: str = "rss"
+    """rss, rdf, atom or json; with ``-fallback`` when the lenient parser read it."""
+    ttl_minutes: int | None = None
+    """RSS ``<ttl>`` or ``sy:updatePeriod``/``sy:updateFrequency``, in minutes, if given."""
+
+
+@dataclass(frozen=True, slots=True)
+class ImageTask:
+    """A pending image download, with what its object key needs."""
+
+    id: str
+    item_id: str
+    feed_id: str
+    guid: str
+    original_url: str
+    position: int
+    attempts: int
+    created_at: str
+
+
+@dataclass(frozen=True, slots=True)
+class ItemRecord:
+    """An item ready for ``INSERT OR IGNORE``: id generated, date settled, images listed."""
+
+    id: str
+    guid: str
+    link: str | None
+    title: str | None
+    pub_date: str
+    content_html: str | None
+    image_urls: tuple[str, ...]

@@ -1,0 +1,42 @@
+"""The ObjectStore protocol: put/get/list/delete-many, for a local folder or S3/R2.
+
+Keys are ``/``-separated (``images/{feed_id}/...``, ``backups/{feed_id}/...``). A put is
+atomic: a reader never sees a half-written object under its final key. Backends translate
+their errors into :class:`~feedcollector.errors.ObjectStoreError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Protocol
+
+MAX_KEYS_PER_DELETE = 1000
+"""S3 ``DeleteObjects`` (and R2) accept at most this many keys per call."""
+
+
+class ObjectStore(Protocol):
+    """What every object-store backend offers."""
+
+    async def put(self, key: str, data: bytes, content_type: str | None = None) -> None:
+        """Store ``data`` under ``key``, replacing any previous object."""
+        ...
+
+    async def get(self, key: str) -> bytes:
+        """Return the object's bytes; raise ObjectNotFoundError when absent."""
+        ...
+
+    def list(self, prefix: str) -> AsyncIterator[str]:
+        """Yield every key under ``prefix``, in lexical order."""
+        ...
+
+    async def delete_many(self, keys: Sequence[str]) -> None:
+        """Delete the keys (absent ones are fine), at most 1000 per request."""
+        ...
+
+    def public_url(self, key: str) -> str | None:
+        """The URL a reader can load the object from, when there is one."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections."""
+        ...

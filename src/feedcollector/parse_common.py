@@ -1,0 +1,130 @@
+"""Rules every reader of the parse stage shares: GUID chain, content choice, dates, URL bases.
+
+The XML fast path, the feedparser fallback and the JSON Feed reader each extract the raw
+values of an entry into a :class:`RawEntry`; :func:`finish_item` applies the seed's rules to it,
+so the three paths cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime
+from typing import NamedTuple
+
+from .dates import parse_date
+from .html import absolutize, is_absolute_url, resolve_url
+from .models import ParsedItem
+
+SYNDICATION_PERIOD_MINUTES = {
+    "hourly": 60,
+    "daily": 24 * 60,
+    "weekly": 7 * 24 * 60,
+    "monthly": 30 * 24 * 60,
+    "yearly": 365 * 24 * 60,
+}
+"""``sy:updatePeriod`` values (RSS 1.0 syndication module); a month is taken as 30 days."""
+
+
+class RawEntry(NamedTuple):
+    """An entry's values as the document gives them, before the seed's rules are applied.
+
+    A NamedTuple rather than a frozen dataclass: one is built per item on the hot path.
+    """
+
+    title: str | None = None
+    link: str | None = None
+    guid: str | None = None
+    content: str | None = None
+    """``content:encoded`` (RSS) or ``content`` (Atom): preferred when present and non-blank."""
+    description: str | None = None
+    """``description`` (RSS) or ``summary`` (Atom): used when there is no content."""
+    dates: tuple[str, ...] = ()
+    """Raw date texts in order of preference (pubDate, dc:date / published, updated)."""
+    base: str = ""
+    """Base URL for the entry's link and HTML (xml:base chain, else feed link, else fetch URL)."""
+    content_base: str | None = None
+    """Base for ``content`` when the content element has its own xml:base."""
+    description_base: str | None = None
+    """Base for ``description`` when that element has its own xml:base."""
+
+
+def finish_item(raw: RawEntry) -> ParsedItem:
+    """Apply the GUID chain, the content choice, URL absolutizing and date parsing."""
+    title = _blank_to_none(raw.title)
+    link_text = _blank_to_none(raw.link)
+    link = resolve_url(link_text, raw.base) if link_text is not None else None
+    pub_date, raw_pub_date = choose_date(raw.dates)
+    guid = _blank_to_none(raw.guid) or link or fallback_guid(title, raw_pub_date)
+    if raw.content is not None and raw.content.strip():
+        content_html: str | None = absolutize(raw.content, raw.content_base or raw.base)
+    elif raw.description is not None and raw.description.strip():
+        content_html = absolutize(raw.description, raw.description_base or raw.base)
+    else:
+        content_html = None
+    return ParsedItem(
+        guid=guid,
+        link=link,
+        title=title,
+        content_html=content_html,
+        pub_date=pub_date,
+        raw_pub_date=raw_pub_date,
+    )
+
+
+def fallback_guid(title: str | None, raw_pub_date: str | None) -> str:
+    """MD5 hex of ``title + pubDate`` (UTF-8): the last link of the seed's GUID chain.
+
+    ``title`` is the trimmed title the item is stored with; ``raw_pub_date`` is the date text
+    exactly as it appears in the feed. Either is the empty string when absent.
+    """
+    return hashlib.md5(((title or "") + (raw_pub_date or "")).encode("utf-8")).hexdigest()
+
+
+def choose_date(texts: tuple[str, ...]) -> tuple[datetime | None, str | None]:
+    """The first readable date among ``texts`` and its raw text; else (None, first raw text).
+
+    Blank texts count as absent. The raw text is kept as it appears in the feed (not trimmed).
+    """
+    first_raw: str | None = None
+    for text in texts:
+        if not text.strip():
+            continue
+        if first_raw is None:
+            first_raw = text
+        moment = parse_date(text)
+        if moment is not None:
+            return moment, text
+    return None, first_raw
+
+
+def ttl_minutes(ttl: str | None, period: str | None, frequency: str | None) -> int | None:
+    """RSS ``<ttl>`` if it is a positive integer, else ``sy:updatePeriod``/``updateFrequency``."""
+    if ttl is not None and ttl.strip().isdigit() and int(ttl.strip()) > 0:
+        return int(ttl.strip())
+    if period is None:
+        return None
+    period_minutes = SYNDICATION_PERIOD_MINUTES.get(period.strip().lower())
+    if period_minutes is None:
+        return None
+    times = 1
+    if frequency is not None and frequency.strip():
+        if not frequency.strip().isdigit() or int(frequency.strip()) < 1:
+            return None
+        times = int(frequency.strip())
+    return max(1, round(period_minutes / times))
+
+
+def feed_base(feed_link: str | None, base_url: str) -> tuple[str | None, str]:
+    """The feed link made absolute, and the default base for relative URLs in the feed."""
+    link_text = _blank_to_none(feed_link)
+    if link_text is None:
+        return None, base_url
+    link = resolve_url(link_text, base_url)
+    return link, link if is_absolute_url(link) else base_url
+
+
+def _blank_to_none(text: str | None) -> str | None:
+    if text is None:
+        return None
+    stripped = text.strip()
+    return stripped or None

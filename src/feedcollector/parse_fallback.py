@@ -1,0 +1,212 @@
+"""When strict XML parsing fails: a repair step for common breakage, then feedparser.
+
+Repair (:func:`repair_xml`) fixes, outside CDATA sections, comments and the DOCTYPE:
+
+- HTML named entities XML does not define (``&nbsp;``, ``&eacute;``) -> numeric references;
+  unknown names and stray ``&`` -> ``&amp;`` (the text keeps every character);
+- numeric references to characters XML forbids (``&#1;``) -> kept as literal text;
+- namespace prefixes used but never declared (``<media:content>`` without ``xmlns:media``) ->
+  declared on the root element (well-known prefixes get their real URI).
+
+If the repaired bytes still do not parse, :func:`parse_with_feedparser` reads them leniently
+and maps feedparser's result through the same rules as the fast path. Its limits: an Atom
+``id`` that is relative under an ``xml:base`` comes back resolved by feedparser, and entries
+inside badly broken markup may be lost (feedparser's own recovery decides).
+"""
+
+from __future__ import annotations
+
+import re
+from html.entities import html5
+from typing import Any
+
+import feedparser
+
+from .errors import ParseError
+from .html import resolve_url
+from .models import ParsedFeed, ParsedItem
+from .parse_common import RawEntry, feed_base, finish_item, ttl_minutes
+
+PREDEFINED_ENTITIES = frozenset({b"amp", b"lt", b"gt", b"quot", b"apos"})
+
+KNOWN_NAMESPACES = {
+    b"content": b"http://purl.org/rss/1.0/modules/content/",
+    b"dc": b"http://purl.org/dc/elements/1.1/",
+    b"dcterms": b"http://purl.org/dc/terms/",
+    b"atom": b"http://www.w3.org/2005/Atom",
+    b"media": b"http://search.yahoo.com/mrss/",
+    b"itunes": b"http://www.itunes.com/dtds/podcast-1.0.dtd",
+    b"sy": b"http://purl.org/rss/1.0/modules/syndication/",
+    b"slash": b"http://purl.org/rss/1.0/modules/slash/",
+    b"wfw": b"http://wellformedweb.org/CommentAPI/",
+    b"rdf": b"http://www.w3.org/1999/02/22-rdf-syntax-ns#",
+    b"georss": b"http://www.georss.org/georss",
+    b"feedburner": b"http://rssnamespace.org/feedburner/ext/1.0",
+    b"googleplay": b"http://www.google.com/schemas/play-podcasts/1.0",
+}
+UNDECLARED_NAMESPACE = b"urn:feedcollector:undeclared:"
+"""URI prefix given to unknown undeclared prefixes, so their elements parse (and are ignored)."""
+
+FEEDPARSER_HEADERS = {"content-type": "application/xml; charset=utf-8"}
+"""The decode stage hands over UTF-8: tell feedparser so, whatever the declaration says."""
+
+_REPAIR_RE = re.compile(
+    rb"<!\[CDATA\[.*?(?:\]\]>|\Z)"
+    rb"|<!--.*?(?:-->|\Z)"
+    rb"|<!DOCTYPE[^\[>]*(?:\[.*?\])?\s*(?:>|\Z)"
+    rb"|&(?:#(?P<dec>[0-9]{1,8});|#[xX](?P<hex>[0-9a-fA-F]{1,8});|(?P<name>[A-Za-z_][\w.-]*);)?",
+    re.DOTALL,
+)
+_ENTITY_DECLARATION_RE = re.compile(rb"<!ENTITY\s+([A-Za-z_][\w.-]*)")
+_DECLARED_PREFIX_RE = re.compile(rb"xmlns:([A-Za-z_][\w.-]*)\s*=")
+_USED_PREFIX_RE = re.compile(rb"</?([A-Za-z_][\w.-]*):[A-Za-z_]|\s([A-Za-z_][\w.-]*):[\w.-]+\s*=")
+_ROOT_TAG_RE = re.compile(
+    rb"(?:\s|<\?.*?\?>|<!--.*?-->|<!DOCTYPE[^\[>]*(?:\[.*?\])?\s*>)*<[A-Za-z_][\w.:-]*",
+    re.DOTALL,
+)
+
+
+def repair_xml(data: bytes) -> bytes:
+    """``data`` with undefined entities, stray ampersands and undeclared prefixes fixed."""
+    declared = frozenset(_ENTITY_DECLARATION_RE.findall(data))
+
+    def fix(match: re.Match[bytes]) -> bytes:
+        whole = match.group(0)
+        if not whole.startswith(b"&"):
+            return whole
+        if match["dec"] is not None or match["hex"] is not None:
+            code = int(match["dec"]) if match["dec"] is not None else int(match["hex"], 16)
+            return whole if _is_xml_char(code) else b"&amp;" + whole[1:]
+        name = match["name"]
+        if name is None:
+            return b"&amp;"
+        if name in PREDEFINED_ENTITIES or name in declared:
+            return whole
+        characters = html5.get(name.decode("ascii", "replace") + ";")
+        if characters is None:
+            return b"&amp;" + whole[1:]
+        return b"".join(b"&#%d;" % ord(character) for character in characters)
+
+    repaired = _REPAIR_RE.sub(fix, data)
+    return _declare_missing_prefixes(repaired)
+
+
+def _is_xml_char(code: int) -> bool:
+    return (
+        code in (0x9, 0xA, 0xD)
+        or 0x20 <= code <= 0xD7FF
+        or 0xE000 <= code <= 0xFFFD
+        or 0x10000 <= code <= 0x10FFFF
+    )
+
+
+def _declare_missing_prefixes(data: bytes) -> bytes:
+    used = {name for pair in _USED_PREFIX_RE.findall(data) for name in pair if name}
+    missing = used - set(_DECLARED_PREFIX_RE.findall(data)) - {b"xml", b"xmlns"}
+    if not missing:
+        return data
+    root = _ROOT_TAG_RE.match(data)
+    if root is None:
+        return data
+    declarations = b"".join(
+        b' xmlns:%s="%s"' % (prefix, KNOWN_NAMESPACES.get(prefix, UNDECLARED_NAMESPACE + prefix))
+        for prefix in sorted(missing)
+    )
+    return data[: root.end()] + declarations + data[root.end() :]
+
+
+def parse_with_feedparser(data: bytes, base_url: str) -> ParsedFeed:
+    """Read a broken document leniently; ParseError if feedparser finds no feed in it either."""
+    try:
+        result = feedparser.parse(
+            data,
+            sanitize_html=False,
+            resolve_relative_uris=False,
+            response_headers=FEEDPARSER_HEADERS,
+        )
+    except Exception as exc:  # the library boundary: anything it raises means "unreadable"
+        raise ParseError(f"parse: lenient parser failed: {exc!r}") from exc
+    version = _string(result.get("version")) or ""
+    entries = [entry for entry in result.get("entries") or [] if isinstance(entry, dict)]
+    if not version and not entries:
+        reason = result.get("bozo_exception")
+        raise ParseError(f"parse: not a feed ({reason or 'no channel or feed element'})")
+    feed = result.get("feed") or {}
+    feed_link, default_base = feed_base(_string(feed.get("link")), base_url)
+    return ParsedFeed(
+        title=_stripped(_string(feed.get("title"))),
+        link=feed_link,
+        items=tuple(_entry(entry, default_base, base_url) for entry in entries),
+        format=_format_name(version) + "-fallback",
+        ttl_minutes=ttl_minutes(
+            _string(feed.get("ttl")),
+            _string(feed.get("sy_updateperiod")),
+            _string(feed.get("sy_updatefrequency")),
+        ),
+    )
+
+
+def _entry(entry: dict[str, Any], default_base: str, base_url: str) -> ParsedItem:
+    contents = entry.get("content")
+    content_detail = contents[0] if isinstance(contents, list) and contents else None
+    summary_detail = entry.get("summary_detail")
+    content = _detail_value(content_detail)
+    summary = _detail_value(summary_detail) or _string(entry.get("summary"))
+    dates = tuple(
+        text for text in (_string(entry.get("published")), _string(entry.get("updated"))) if text
+    )
+    entry_base = _detail_base(content_detail, base_url) or _detail_base(summary_detail, base_url)
+    return finish_item(
+        RawEntry(
+            title=_string(entry.get("title")),
+            link=_alternate_link(entry.get("links")),
+            guid=_string(entry.get("id")),
+            content=content,
+            description=summary,
+            dates=dates,
+            base=entry_base or default_base,
+        )
+    )
+
+
+def _alternate_link(links: object) -> str | None:
+    """The first rel=alternate href, else the first href (never feedparser's guid-as-link)."""
+    if not isinstance(links, list):
+        return None
+    hrefs = [
+        (link.get("rel") or "alternate", link["href"])
+        for link in links
+        if isinstance(link, dict) and isinstance(link.get("href"), str) and link["href"].strip()
+    ]
+    for rel, href in hrefs:
+        if rel == "alternate":
+            return str(href)
+    return str(hrefs[0][1]) if hrefs else None
+
+
+def _detail_value(detail: object) -> str | None:
+    return _string(detail.get("value")) if isinstance(detail, dict) else None
+
+
+def _detail_base(detail: object, base_url: str) -> str | None:
+    """The xml:base feedparser tracked for a value, if the document declared one."""
+    base = _string(detail.get("base")) if isinstance(detail, dict) else None
+    return resolve_url(base, base_url) if base else None
+
+
+def _format_name(version: str) -> str:
+    if version.startswith("atom"):
+        return "atom"
+    if version in ("rss090", "rss10"):
+        return "rdf"
+    return "rss"
+
+
+def _string(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _stripped(text: str | None) -> str | None:
+    if text is None:
+        return None
+    return text.strip() or None

@@ -1,0 +1,68 @@
+"""JSON Feed 1.x (https://jsonfeed.org/version/1.1) -> the same model as RSS/Atom.
+
+Mapping: ``id`` -> GUID (numbers accepted as text), ``url`` -> link, ``content_html`` ->
+content, else ``content_text`` HTML-escaped (plain text must not be read as markup),
+``date_published`` then ``date_modified`` -> dates, ``home_page_url`` -> feed link (and base).
+"""
+
+from __future__ import annotations
+
+import json
+from html import escape
+
+from .errors import ParseError
+from .models import ParsedFeed, ParsedItem
+from .parse_common import RawEntry, feed_base, finish_item
+
+JSON_FEED_VERSION_PREFIX = "https://jsonfeed.org/version/"
+
+
+def parse_json_feed(data: bytes, base_url: str) -> ParsedFeed:
+    """Read a JSON Feed document; ParseError if it is not one."""
+    try:
+        document = json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise ParseError(f"parse: invalid JSON: {exc}") from exc
+    if not isinstance(document, dict):
+        raise ParseError("parse: JSON document is not an object")
+    version = document.get("version")
+    if not isinstance(version, str) or not version.startswith(JSON_FEED_VERSION_PREFIX):
+        raise ParseError("parse: JSON document is not a JSON Feed (no jsonfeed.org version)")
+    items = document.get("items")
+    if not isinstance(items, list):
+        raise ParseError("parse: JSON Feed without an items list")
+    feed_link, default_base = feed_base(_string(document.get("home_page_url")), base_url)
+    title = _string(document.get("title"))
+    return ParsedFeed(
+        title=title.strip() or None if title is not None else None,
+        link=feed_link,
+        items=tuple(_item(entry, default_base) for entry in items if isinstance(entry, dict)),
+        format="json",
+    )
+
+
+def _item(entry: dict[str, object], base: str) -> ParsedItem:
+    identifier = entry.get("id")
+    if isinstance(identifier, (int, float)) and not isinstance(identifier, bool):
+        identifier = str(identifier)
+    text = _string(entry.get("content_text"))
+    dates = tuple(
+        value
+        for value in (_string(entry.get("date_published")), _string(entry.get("date_modified")))
+        if value
+    )
+    return finish_item(
+        RawEntry(
+            title=_string(entry.get("title")),
+            link=_string(entry.get("url")),
+            guid=_string(identifier),
+            content=_string(entry.get("content_html")),
+            description=escape(text, quote=False) if text is not None else None,
+            dates=dates,
+            base=base,
+        )
+    )
+
+
+def _string(value: object) -> str | None:
+    return value if isinstance(value, str) else None

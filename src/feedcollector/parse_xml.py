@@ -1,0 +1,427 @@
+"""The fast path of the parse stage: an lxml tree of RSS 0.9x/1.0/2.0 or Atom 0.3/1.0 -> model.
+
+One pass over the children of the channel/feed and of each item, dispatching on a canonical
+tag name (``title``, ``content:encoded``, ``atom:link``...). Namespaces are recognized by URI,
+tolerating the common misspellings (missing trailing slash, https) so that ``content:encoded``
+declared as ``http://purl.org/rss/1.0/modules/content`` still counts.
+
+Text values: entities resolved (undefined HTML entities left as references by a document with
+an external DTD are replaced by their character; unknown ones stay as ``&name;``, never
+dropped). Markup values (content, description, summary) are the element's text, i.e. the raw
+HTML for CDATA or escaped HTML; when the element holds real child elements (inline XHTML, Atom
+``type="xhtml"``) they are serialized back, without the XHTML namespace declarations.
+"""
+
+from __future__ import annotations
+
+from copy import deepcopy
+from functools import lru_cache
+from html import escape
+from html.entities import html5
+
+from lxml import etree
+
+from .errors import ParseError
+from .html import resolve_url
+from .models import ParsedFeed, ParsedItem
+from .parse_common import RawEntry, feed_base, finish_item, ttl_minutes
+
+XML_BASE = "{http://www.w3.org/XML/1998/namespace}base"
+XHTML_NAMESPACE = "http://www.w3.org/1999/xhtml"
+
+NAMESPACE_PREFIXES = {
+    "http://purl.org/rss/1.0": "",
+    "http://my.netscape.com/rdf/simple/0.9": "",
+    "http://backend.userland.com/rss2": "",
+    "http://blogs.law.harvard.edu/tech/rss": "",
+    "http://www.w3.org/2005/atom": "atom",
+    "http://purl.org/atom/ns": "atom",
+    "http://purl.org/rss/1.0/modules/content": "content",
+    "http://purl.org/dc/elements/1.1": "dc",
+    "http://purl.org/rss/1.0/modules/syndication": "sy",
+    "http://www.w3.org/1999/02/22-rdf-syntax-ns": "rdf",
+}
+"""Namespace URI (lowercased, http, without trailing ``/`` or ``#``) -> canonical prefix."""
+
+RSS_ITEM_FIELDS = {
+    "title": "title",
+    "link": "link",
+    "guid": "guid",
+    "description": "description",
+    "content:encoded": "content",
+    "pubDate": "pub_date",
+    "dc:date": "dc_date",
+}
+RSS_ITEM_WILDCARDS = tuple(
+    "{*}" + name.partition(":")[2] if ":" in name else "{*}" + name for name in RSS_ITEM_FIELDS
+)
+"""lxml filters an item's children on these in C (any namespace), so the many extension
+elements of podcast feeds never become Python objects; the field table then checks the
+namespace."""
+RSS_CHANNEL_FIELDS = {
+    "item": "item",
+    "title": "title",
+    "link": "link",
+    "ttl": "ttl",
+    "sy:updatePeriod": "period",
+    "sy:updateFrequency": "frequency",
+}
+ATOM_FIELDS = {
+    "entry": "entry",
+    "link": "link",
+    "title": "title",
+    "id": "id",
+    "content": "content",
+    "summary": "summary",
+    "published": "published",
+    "issued": "published",
+    "updated": "updated",
+    "modified": "updated",
+    "sy:updatePeriod": "period",
+    "sy:updateFrequency": "frequency",
+}
+"""Atom 1.0 names plus the Atom 0.3 ones (issued, modified); prefix ``atom:`` or none."""
+ATOM_ENTRY_WILDCARDS = tuple("{*}" + name.rpartition(":")[2] for name in ATOM_FIELDS)
+
+
+MEMO_LIMIT = 4096
+"""Distinct raw tags remembered per table (documents choose tag names; memory stays bounded)."""
+
+
+class _FieldTable:
+    """Raw lxml tag -> field name, through :func:`canonical_tag`, memoized per raw tag.
+
+    Walking a child then costs one dict lookup; ``strip_atom`` lets Atom documents without
+    the Atom namespace be read too.
+    """
+
+    __slots__ = ("fields", "memo", "strip_atom")
+
+    def __init__(self, fields: dict[str, str], *, strip_atom: bool = False) -> None:
+        self.fields = fields
+        self.strip_atom = strip_atom
+        self.memo: dict[str, str | None] = {}
+
+    def key(self, tag: str) -> str | None:
+        try:
+            return self.memo[tag]
+        except KeyError:
+            name = canonical_tag(tag)
+            key = self.fields.get(name.removeprefix("atom:") if self.strip_atom else name)
+            if len(self.memo) < MEMO_LIMIT:
+                self.memo[tag] = key
+            return key
+
+
+@lru_cache(maxsize=1024)
+def canonical_tag(tag: str) -> str:
+    """``{uri}local`` -> ``prefix:local`` for the namespaces we read, else unchanged."""
+    if not tag.startswith("{"):
+        return tag
+    uri, _, local = tag[1:].partition("}")
+    key = uri.strip().rstrip("/#").lower()
+    if key.startswith("https://"):
+        key = "http://" + key[len("https://") :]
+    prefix = NAMESPACE_PREFIXES.get(key)
+    if prefix is None:
+        return tag
+    return f"{prefix}:{local}" if prefix else local
+
+
+_RSS_CHANNEL = _FieldTable(RSS_CHANNEL_FIELDS)
+_RSS_ITEM = _FieldTable(RSS_ITEM_FIELDS)
+_ATOM = _FieldTable(ATOM_FIELDS, strip_atom=True)
+
+
+def feed_from_tree(root: etree._Element, base_url: str) -> ParsedFeed:
+    """Read a parsed document; ParseError if its root is not a feed."""
+    if not isinstance(root.tag, str):
+        raise ParseError("parse: document has no root element")
+    name = canonical_tag(root.tag)
+    root_chain = _chain(root, None, base_url)
+    if name == "rss":
+        channel = next((c for c in _elements(root) if canonical_tag(c.tag) == "channel"), None)
+        if channel is None:
+            raise ParseError("parse: <rss> document without a <channel>")
+        return _read_rss(channel, [], root_chain, base_url, "rss")
+    if name in ("rdf:RDF", "RDF"):
+        children = list(_elements(root))
+        channel = next((c for c in children if canonical_tag(c.tag) == "channel"), None)
+        if channel is None:
+            raise ParseError("parse: RDF document without a <channel>")
+        items = [c for c in children if canonical_tag(c.tag) == "item"]
+        return _read_rss(channel, items, root_chain, base_url, "rdf")
+    if name == "channel":
+        return _read_rss(root, [], None, base_url, "rss")
+    if name in ("atom:feed", "feed"):
+        return _read_atom(root, root_chain, base_url)
+    raise ParseError(f"parse: not a feed (root element <{etree.QName(root).localname}>)")
+
+
+def _read_rss(
+    channel: etree._Element,
+    items: list[etree._Element],
+    parent_chain: str | None,
+    base_url: str,
+    format_name: str,
+) -> ParsedFeed:
+    chain = _chain(channel, parent_chain, base_url)
+    found: dict[str, etree._Element] = {}
+    all_items = list(items)
+    for child in channel:
+        tag = child.tag
+        if tag.__class__ is not str:
+            continue
+        key = _RSS_CHANNEL.key(tag)
+        if key == "item":
+            all_items.append(child)
+        elif key is not None and (key not in found or not text_of(found[key]).strip()):
+            found[key] = child
+    feed_link, default_base = feed_base(_text(found.get("link")), chain or base_url)
+    outer = channel.getparent() if items else None  # RDF: items are siblings of the channel
+    fields = _rss_item_fields(outer if outer is not None else channel, all_items)
+    entries = tuple(
+        _rss_item(item, item_fields, chain, default_base, base_url)
+        for item, item_fields in zip(all_items, fields, strict=True)
+    )
+    return ParsedFeed(
+        title=_stripped(_text(found.get("title"))),
+        link=feed_link,
+        items=entries,
+        format=format_name,
+        ttl_minutes=ttl_minutes(
+            _text(found.get("ttl")), _text(found.get("period")), _text(found.get("frequency"))
+        ),
+    )
+
+
+def _rss_item_fields(
+    container: etree._Element, items: list[etree._Element]
+) -> list[dict[str, etree._Element]]:
+    """Each item's first child per field, found in ONE filtered walk of ``container``.
+
+    lxml matches the wildcard tags in C, so only candidate elements become Python objects and
+    the tag matcher is built once per document rather than once per item (the dominant cost
+    for podcast feeds, whose items carry many extension elements).
+    """
+    by_item: dict[etree._Element, dict[str, etree._Element]] = {item: {} for item in items}
+    memo = _RSS_ITEM.memo
+    for element in container.iter(*RSS_ITEM_WILDCARDS):
+        found = by_item.get(element.getparent())  # type: ignore[arg-type]
+        if found is None:
+            continue
+        tag = element.tag
+        key = memo[tag] if tag in memo else _RSS_ITEM.key(tag)
+        if key is not None and key not in found:
+            found[key] = element
+    return [by_item[item] for item in items]
+
+
+def _rss_item(
+    item: etree._Element,
+    found: dict[str, etree._Element],
+    parent_chain: str | None,
+    default_base: str,
+    base_url: str,
+) -> ParsedItem:
+    declared = item.get(XML_BASE)
+    chain = parent_chain if declared is None else resolve_url(declared, parent_chain or base_url)
+    title = found.get("title")
+    link = found.get("link")
+    guid = found.get("guid")
+    content = found.get("content")
+    description = found.get("description")
+    pub_date = found.get("pub_date")
+    dc_date = found.get("dc_date")
+    if dc_date is None:
+        dates: tuple[str, ...] = () if pub_date is None else (text_of(pub_date),)
+    else:
+        dates = (text_of(dc_date),) if pub_date is None else (text_of(pub_date), text_of(dc_date))
+    return finish_item(
+        RawEntry(
+            title=None if title is None else text_of(title),
+            link=None if link is None else text_of(link),
+            guid=None if guid is None else text_of(guid),
+            content=None if content is None else markup_of(content),
+            description=None if description is None else markup_of(description),
+            dates=dates,
+            base=chain or default_base,
+            content_base=_own_base(content, chain, base_url),
+            description_base=_own_base(description, chain, base_url),
+        )
+    )
+
+
+def _read_atom(feed: etree._Element, chain: str | None, base_url: str) -> ParsedFeed:
+    found: dict[str, etree._Element] = {}
+    links: list[etree._Element] = []
+    entries: list[etree._Element] = []
+    for child in feed:
+        tag = child.tag
+        if tag.__class__ is not str:
+            continue
+        key = _ATOM.key(tag)
+        if key == "entry":
+            entries.append(child)
+        elif key == "link":
+            links.append(child)
+        elif key is not None and key not in found:
+            found[key] = child
+    feed_link, default_base = feed_base(_atom_link(links, chain, base_url), chain or base_url)
+    title = found.get("title")
+    return ParsedFeed(
+        title=_stripped(_atom_text(title)) if title is not None else None,
+        link=feed_link,
+        items=tuple(_atom_entry(entry, chain, default_base, base_url) for entry in entries),
+        format="atom",
+        ttl_minutes=ttl_minutes(None, _text(found.get("period")), _text(found.get("frequency"))),
+    )
+
+
+def _atom_entry(
+    entry: etree._Element, parent_chain: str | None, default_base: str, base_url: str
+) -> ParsedItem:
+    chain = _chain(entry, parent_chain, base_url)
+    found: dict[str, etree._Element] = {}
+    links: list[etree._Element] = []
+    memo = _ATOM.memo
+    for child in entry.iterchildren(*ATOM_ENTRY_WILDCARDS):
+        tag = child.tag
+        key = memo[tag] if tag in memo else _ATOM.key(tag)
+        if key == "link":
+            links.append(child)
+        elif key is not None and key not in found:
+            found[key] = child
+    title = found.get("title")
+    content = found.get("content")
+    summary = found.get("summary")
+    dates = tuple(text_of(found[key]) for key in ("published", "updated") if key in found)
+    return finish_item(
+        RawEntry(
+            title=_atom_text(title) if title is not None else None,
+            link=_atom_link(links, chain, base_url),
+            guid=_text(found.get("id")),
+            content=_atom_markup(content) if content is not None else None,
+            description=_atom_markup(summary) if summary is not None else None,
+            dates=dates,
+            base=chain or default_base,
+            content_base=_own_base(content, chain, base_url),
+            description_base=_own_base(summary, chain, base_url),
+        )
+    )
+
+
+def _atom_link(links: list[etree._Element], chain: str | None, base_url: str) -> str | None:
+    """The href of the first rel=alternate link (no rel means alternate), else of the first."""
+    chosen: etree._Element | None = None
+    for link in links:
+        href = link.get("href")
+        if href is None or not href.strip():
+            continue
+        if (link.get("rel") or "alternate").strip() == "alternate":
+            chosen = link
+            break
+        if chosen is None:
+            chosen = link
+    if chosen is None:
+        return None
+    href = chosen.get("href") or ""
+    own = _own_base(chosen, chain, base_url)
+    return resolve_url(href, own) if own is not None else href
+
+
+def _atom_text(element: etree._Element) -> str:
+    """A title: its text (HTML titles keep their markup as text); XHTML titles' text content."""
+    if element.get("type") == "xhtml":
+        return text_of(_xhtml_container(element))
+    return text_of(element)
+
+
+def _atom_markup(element: etree._Element) -> str | None:
+    """Content/summary: raw HTML; out-of-line content (``src=``) has none."""
+    if element.get("src") is not None and not text_of(element).strip():
+        return None
+    if element.get("type") == "xhtml":
+        return _serialize_inner(_xhtml_container(element))
+    return markup_of(element)
+
+
+def _xhtml_container(element: etree._Element) -> etree._Element:
+    for child in _elements(element):
+        if etree.QName(child).localname == "div":
+            return child
+        break
+    return element
+
+
+def text_of(element: etree._Element) -> str:
+    """The text content of ``element``: entities resolved, comments and PIs left out."""
+    if len(element) == 0:
+        return element.text or ""
+    parts = [element.text or ""]
+    for child in element:
+        tag = child.tag
+        if isinstance(tag, str):
+            parts.append(text_of(child))
+        elif tag is etree.Entity:
+            parts.append(_entity_value(child))
+        parts.append(child.tail or "")
+    return "".join(parts)
+
+
+def markup_of(element: etree._Element) -> str:
+    """The element's value as HTML: its text, or its serialized children if it has any."""
+    if len(element) == 0 or not any(isinstance(child.tag, str) for child in element):
+        return text_of(element)
+    return _serialize_inner(element)
+
+
+def _serialize_inner(container: etree._Element) -> str:
+    """The children of ``container`` as markup, without the XHTML/parent namespace noise."""
+    copy = deepcopy(container)
+    own_namespace = etree.QName(container).namespace
+    for node in copy.iter():
+        tag = node.tag
+        if isinstance(tag, str) and tag.startswith("{"):
+            namespace, _, local = tag[1:].partition("}")
+            if namespace in (XHTML_NAMESPACE, own_namespace):
+                node.tag = local
+    etree.cleanup_namespaces(copy)
+    parts = [escape(copy.text or "", quote=False)]
+    parts.extend(etree.tostring(child, encoding="unicode", with_tail=True) for child in copy)
+    return "".join(parts)
+
+
+def _entity_value(entity: etree._Element) -> str:
+    """An entity lxml left unresolved: its HTML character if it has one, else ``&name;``."""
+    name = str(entity.text or "").strip("&;")
+    return html5.get(f"{name};", f"&{name};")
+
+
+def _elements(parent: etree._Element) -> list[etree._Element]:
+    return [child for child in parent if isinstance(child.tag, str)]
+
+
+def _chain(element: etree._Element, parent_chain: str | None, base_url: str) -> str | None:
+    """The xml:base in effect at ``element``, or None if no ancestor-or-self declares one."""
+    declared = element.get(XML_BASE)
+    if declared is None:
+        return parent_chain
+    return resolve_url(declared, parent_chain or base_url)
+
+
+def _own_base(element: etree._Element | None, chain: str | None, base_url: str) -> str | None:
+    """The base of an element that declares its own xml:base, else None (use the item's)."""
+    if element is None or element.get(XML_BASE) is None:
+        return None
+    return _chain(element, chain, base_url)
+
+
+def _text(element: etree._Element | None) -> str | None:
+    return text_of(element) if element is not None else None
+
+
+def _stripped(text: str | None) -> str | None:
+    if text is None:
+        return None
+    return text.strip() or None

@@ -1,0 +1,94 @@
+"""The database schema as numbered migrations, applied automatically on open.
+
+The same SQL runs on SQLite and on D1 (which is SQLite). Statements are sent through
+``batch`` (D1's ``exec`` splits on newlines, and a batch is its only transaction). Every
+statement is idempotent, so two collectors migrating at once cannot break each other.
+Timestamps are ``YYYY-MM-DDTHH:MM:SSZ`` text, always supplied by the caller.
+"""
+
+from __future__ import annotations
+
+from .database import Database, Statement
+from .timestamps import format_timestamp, utc_now
+
+MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
+    (
+        1,
+        "feeds, items and image_tasks as in the seed, plus scheduling and lease columns",
+        (
+            """CREATE TABLE IF NOT EXISTS feeds (
+                id TEXT PRIMARY KEY,
+                url TEXT NOT NULL UNIQUE,
+                title TEXT,
+                last_etag TEXT,
+                last_modified TEXT,
+                last_fetched_at TEXT,
+                consecutive_failures INTEGER NOT NULL DEFAULT 0,
+                next_fetch_at TEXT,
+                created_at TEXT NOT NULL,
+                active INTEGER NOT NULL DEFAULT 1,
+                config_title TEXT,
+                interval_seconds INTEGER,
+                last_error TEXT,
+                last_status INTEGER,
+                lease_owner TEXT,
+                lease_until TEXT
+            )""",
+            "CREATE INDEX IF NOT EXISTS feeds_due ON feeds (active, next_fetch_at)",
+            """CREATE TABLE IF NOT EXISTS items (
+                id TEXT PRIMARY KEY,
+                feed_id TEXT NOT NULL REFERENCES feeds (id),
+                guid TEXT NOT NULL,
+                link TEXT,
+                title TEXT,
+                pub_date TEXT,
+                content_html TEXT,
+                created_at TEXT NOT NULL,
+                UNIQUE (feed_id, guid)
+            )""",
+            "CREATE INDEX IF NOT EXISTS items_created_at ON items (created_at)",
+            """CREATE TABLE IF NOT EXISTS image_tasks (
+                id TEXT PRIMARY KEY,
+                item_id TEXT NOT NULL REFERENCES items (id),
+                original_url TEXT NOT NULL,
+                r2_key TEXT,
+                status TEXT NOT NULL DEFAULT 'pending'
+                    CHECK (status IN ('pending', 'success', 'failed')),
+                attempts INTEGER NOT NULL DEFAULT 0,
+                last_error TEXT,
+                created_at TEXT NOT NULL,
+                updated_at TEXT NOT NULL,
+                position INTEGER NOT NULL,
+                lease_until TEXT,
+                UNIQUE (item_id, position)
+            )""",
+            "CREATE INDEX IF NOT EXISTS image_tasks_item ON image_tasks (item_id)",
+            "CREATE INDEX IF NOT EXISTS image_tasks_status ON image_tasks (status, created_at)",
+        ),
+    ),
+)
+
+
+async def migrate(db: Database) -> list[int]:
+    """Apply every migration not yet recorded; return the versions applied now."""
+    await db.query(
+        "CREATE TABLE IF NOT EXISTS schema_migrations "
+        "(version INTEGER PRIMARY KEY, description TEXT NOT NULL, applied_at TEXT NOT NULL)"
+    )
+    done = {row["version"] for row in await db.query("SELECT version FROM schema_migrations")}
+    applied: list[int] = []
+    for version, description, statements in MIGRATIONS:
+        if version in done:
+            continue
+        record = Statement(
+            "INSERT OR IGNORE INTO schema_migrations (version, description, applied_at) "
+            "VALUES (?, ?, ?)",
+            (version, description, format_timestamp(utc_now())),
+        )
+        await db.batch([*(Statement(" ".join(sql.split())) for sql in statements), record])
+        applied.append(version)
+    return applied
+
+
+def latest_version() -> int:
+    return MIGRATIONS[-1][0]

@@ -1,0 +1,88 @@
+"""The long-running scheduler behind ``feedcollector run``.
+
+Each cycle re-reads the feeds file, refreshes the due feeds and downloads pending images, then
+sleeps until the next feed falls due (at most ``POLL_INTERVAL``, so feeds added to the file are
+picked up quickly). Ctrl-C or SIGTERM stops claiming new work, lets in-flight feeds finish and
+write their state, then returns; a second Ctrl-C exits at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+from . import store
+from .collector import Collector
+from .errors import ConfigError, StorageError
+from .pipeline import run_cycle
+from .timestamps import parse_timestamp
+
+log = logging.getLogger("feedcollector")
+
+POLL_INTERVAL = timedelta(seconds=60)
+
+
+async def run_forever(collector: Collector) -> None:
+    """Cycle until asked to stop; a bad feeds file or a storage outage only skips a cycle."""
+    restore = _stop_on_signals(collector.stopping)
+    try:
+        while not collector.stopping.is_set():
+            try:
+                await run_cycle(collector)
+            except ConfigError as exc:
+                log.error("%s (this cycle skipped; fix the file, the next cycle re-reads it)", exc)
+            except StorageError as exc:
+                log.error("%s (this cycle skipped; the next cycle retries)", exc)
+            await _sleep_until_due(collector)
+    finally:
+        restore()
+    log.info("run: stopped cleanly")
+
+
+async def _sleep_until_due(collector: Collector) -> None:
+    delay = POLL_INTERVAL
+    try:
+        due = await store.next_due_at(collector.db)
+    except StorageError:
+        due = None
+    if due:
+        delay = min(delay, _until(parse_timestamp(due), collector.clock()))
+    try:
+        await asyncio.wait_for(collector.stopping.wait(), timeout=max(delay.total_seconds(), 1.0))
+    except TimeoutError:
+        return
+
+
+def _until(moment: datetime, now: datetime) -> timedelta:
+    return max(moment - now, timedelta(0))
+
+
+def _stop_on_signals(stopping: asyncio.Event) -> Callable[[], None]:
+    """First SIGINT/SIGTERM: finish in-flight work; second SIGINT: exit now."""
+    loop = asyncio.get_running_loop()
+    main_task = asyncio.current_task()
+
+    def request_stop(signum: int) -> None:
+        if stopping.is_set() and signum == signal.SIGINT and main_task is not None:
+            log.warning("run: second interrupt, exiting now")
+            main_task.cancel()
+            return
+        stopping.set()
+        log.info("run: stopping after in-flight feeds finish (Ctrl-C again to exit at once)")
+
+    handled = []
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(signum, request_stop, signum)
+            handled.append(signum)
+        except (NotImplementedError, RuntimeError):
+            continue
+
+    def restore() -> None:
+        for signum in handled:
+            loop.remove_signal_handler(signum)
+
+    return restore

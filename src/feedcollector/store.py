@@ -1,0 +1,409 @@
+"""Every query the collector runs, against the Database protocol (SQLite or D1 alike).
+
+The rules of the seed live here: ``INSERT OR IGNORE`` on ``UNIQUE(feed_id, guid)`` with no
+pre-query, all of a feed's writes in one transactional batch, and image tasks created only for
+items that were new in that batch. Claims use a lease (``UPDATE ... RETURNING``) so several
+collectors can share one database without fetching a feed twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from .database import Database, Row, SqlValue, Statement
+from .models import Feed, FeedSpec, ImageTask, ItemRecord
+from .schedule import KnownFeed, feed_id_for, interval_seconds_of, plan_feed_sync
+from .timestamps import format_timestamp
+
+MAX_PARAMS = 100
+"""D1 binds at most 100 parameters per statement."""
+
+_FEED_COLUMNS = (
+    "id, url, title, last_etag, last_modified, last_fetched_at, consecutive_failures, "
+    "next_fetch_at, interval_seconds"
+)
+
+
+def _chunks(values: Sequence[str], size: int = MAX_PARAMS - 4) -> list[Sequence[str]]:
+    return [values[i : i + size] for i in range(0, len(values), size)]
+
+
+def _marks(count: int) -> str:
+    return ", ".join("?" * count)
+
+
+def _feed(row: Row) -> Feed:
+    return Feed(
+        id=row["id"],
+        url=row["url"],
+        title=row["title"],
+        last_etag=row["last_etag"],
+        last_modified=row["last_modified"],
+        last_fetched_at=row["last_fetched_at"],
+        consecutive_failures=int(row["consecutive_failures"] or 0),
+        next_fetch_at=row["next_fetch_at"],
+        interval_seconds=row["interval_seconds"],
+    )
+
+
+# --- registration -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SyncReport:
+    added: int
+    reactivated: int
+    changed: int
+    removed: int
+
+
+async def sync_feeds(db: Database, specs: Sequence[FeedSpec], now: datetime) -> SyncReport:
+    """Make the ``feeds`` table follow the feeds file (one batch, only when something changed)."""
+    rows = await db.query("SELECT id, url, active, interval_seconds, config_title FROM feeds")
+    known = {
+        row["url"]: KnownFeed(
+            row["id"], row["url"], bool(row["active"]), row["interval_seconds"], row["config_title"]
+        )
+        for row in rows
+    }
+    plan = plan_feed_sync(known, specs)
+    if plan.is_empty:
+        return SyncReport(0, 0, 0, 0)
+    stamp = format_timestamp(now)
+    statements = [
+        Statement(
+            "INSERT OR IGNORE INTO feeds (id, url, config_title, title, interval_seconds, "
+            "next_fetch_at, created_at, active) VALUES (?, ?, ?, ?, ?, ?, ?, 1)",
+            (feed_id_for(s.url), s.url, s.title, s.title, interval_seconds_of(s), stamp, stamp),
+        )
+        for s in plan.added
+    ]
+    statements += [
+        Statement(
+            "UPDATE feeds SET active = 1, config_title = ?, interval_seconds = ?, "
+            "next_fetch_at = ? WHERE url = ?",
+            (s.title, interval_seconds_of(s), stamp, s.url),
+        )
+        for s in plan.reactivated
+    ]
+    statements += [
+        Statement(
+            "UPDATE feeds SET config_title = ?, title = COALESCE(?, title), "
+            "interval_seconds = ? WHERE url = ?",
+            (s.title, s.title, interval_seconds_of(s), s.url),
+        )
+        for s in plan.changed
+    ]
+    statements += [
+        Statement("UPDATE feeds SET active = 0 WHERE id = ?", (row.id,)) for row in plan.removed
+    ]
+    await db.batch(statements)
+    return SyncReport(len(plan.added), len(plan.reactivated), len(plan.changed), len(plan.removed))
+
+
+# --- claiming feeds -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimCursor:
+    """Keyset position within one cycle, so a feed is claimed at most once per cycle."""
+
+    next_fetch_at: str = ""
+    id: str = ""
+
+
+async def claim_due_feeds(
+    db: Database,
+    *,
+    due_by: datetime,
+    now: datetime,
+    owner: str,
+    lease: timedelta,
+    limit: int,
+    after: ClaimCursor,
+) -> list[Feed]:
+    """Lease up to ``limit`` active feeds due by ``due_by``, in due order, past ``after``."""
+    rows = await db.query(
+        "UPDATE feeds SET lease_owner = ?, lease_until = ? WHERE id IN ("
+        " SELECT id FROM feeds WHERE active = 1 AND next_fetch_at <= ?"
+        " AND (lease_until IS NULL OR lease_until <= ?)"
+        " AND (next_fetch_at > ? OR (next_fetch_at = ? AND id > ?))"
+        " ORDER BY next_fetch_at, id LIMIT ?)"
+        f" RETURNING {_FEED_COLUMNS}",
+        (
+            owner,
+            format_timestamp(now + lease),
+            format_timestamp(due_by),
+            format_timestamp(now),
+            after.next_fetch_at,
+            after.next_fetch_at,
+            after.id,
+            limit,
+        ),
+    )
+    feeds = [_feed(row) for row in rows]
+    feeds.sort(key=lambda f: (f.next_fetch_at or "", f.id))
+    return feeds
+
+
+async def active_feed_ids(db: Database, urls: Sequence[str] | None = None) -> list[str]:
+    """Ids of the active feeds (all, or those with the given URLs), for a manual fetch."""
+    if urls is None:
+        rows = await db.query("SELECT id FROM feeds WHERE active = 1 ORDER BY url")
+        return [row["id"] for row in rows]
+    ids: list[str] = []
+    for chunk in _chunks(urls):
+        rows = await db.query(
+            f"SELECT id FROM feeds WHERE active = 1 AND url IN ({_marks(len(chunk))})",
+            tuple(chunk),
+        )
+        ids += [row["id"] for row in rows]
+    return ids
+
+
+async def claim_feeds_by_id(
+    db: Database, ids: Sequence[str], *, now: datetime, owner: str, lease: timedelta
+) -> list[Feed]:
+    """Lease the given feeds regardless of schedule (skipping ones another collector holds)."""
+    rows = await db.query(
+        "UPDATE feeds SET lease_owner = ?, lease_until = ? "
+        f"WHERE id IN ({_marks(len(ids))}) AND (lease_until IS NULL OR lease_until <= ?) "
+        f"RETURNING {_FEED_COLUMNS}",
+        (owner, format_timestamp(now + lease), *ids, format_timestamp(now)),
+    )
+    return sorted((_feed(row) for row in rows), key=lambda f: f.url)
+
+
+async def release_feed(db: Database, feed_id: str, owner: str) -> None:
+    """Give a feed back after aborted work, so the next cycle can take it at once."""
+    await db.query(
+        "UPDATE feeds SET lease_owner = NULL, lease_until = NULL WHERE id = ? AND lease_owner = ?",
+        (feed_id, owner),
+    )
+
+
+async def next_due_at(db: Database) -> str | None:
+    rows = await db.query("SELECT MIN(next_fetch_at) AS due FROM feeds WHERE active = 1")
+    return rows[0]["due"] if rows else None
+
+
+# --- recording outcomes -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class FetchSuccess:
+    """What a successful 200 changes on the feed row."""
+
+    title: str | None
+    etag: str | None
+    last_modified: str | None
+    fetched_at: datetime
+    next_fetch_at: datetime
+    status: int
+
+
+def _item_statements(feed_id: str, items: Sequence[ItemRecord], stamp: str) -> list[Statement]:
+    statements: list[Statement] = []
+    for item in items:
+        statements.append(
+            Statement(
+                "INSERT OR IGNORE INTO items (id, feed_id, guid, link, title, pub_date, "
+                "content_html, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                (
+                    item.id,
+                    feed_id,
+                    item.guid,
+                    item.link,
+                    item.title,
+                    item.pub_date,
+                    item.content_html,
+                    stamp,
+                ),
+            )
+        )
+        statements += [
+            Statement(
+                "INSERT OR IGNORE INTO image_tasks (id, item_id, original_url, status, attempts, "
+                "created_at, updated_at, position) SELECT ?, ?, ?, 'pending', 0, ?, ?, ? "
+                "WHERE EXISTS (SELECT 1 FROM items WHERE id = ?)",
+                (f"{item.id}-{position}", item.id, url, stamp, stamp, position, item.id),
+            )
+            for position, url in enumerate(item.image_urls)
+        ]
+    return statements
+
+
+async def save_items(
+    db: Database, feed: Feed, items: Sequence[ItemRecord], outcome: FetchSuccess
+) -> list[str]:
+    """Store a feed's items, their image tasks and its new state in ONE batch; return new ids."""
+    stamp = format_timestamp(outcome.fetched_at)
+    statements = _item_statements(feed.id, items, stamp)
+    statements.append(
+        Statement(
+            "UPDATE feeds SET title = COALESCE(config_title, ?, title), last_etag = ?, "
+            "last_modified = ?, last_fetched_at = ?, next_fetch_at = ?, "
+            "consecutive_failures = 0, last_error = NULL, last_status = ?, "
+            "lease_owner = NULL, lease_until = NULL WHERE id = ?",
+            (
+                outcome.title,
+                outcome.etag,
+                outcome.last_modified,
+                stamp,
+                format_timestamp(outcome.next_fetch_at),
+                outcome.status,
+                feed.id,
+            ),
+        )
+    )
+    results = await db.batch(statements)
+    return [rows[0]["id"] for rows in results if rows and "id" in rows[0]]
+
+
+@dataclass(frozen=True, slots=True)
+class NotModified:
+    feed_id: str
+    fetched_at: datetime
+    next_fetch_at: datetime
+
+
+async def record_not_modified(db: Database, updates: Sequence[NotModified]) -> None:
+    """The 304 bookkeeping of many feeds in one batch: only the two timestamps (and reset)."""
+    if not updates:
+        return
+    await db.batch(
+        [
+            Statement(
+                "UPDATE feeds SET last_fetched_at = ?, next_fetch_at = ?, "
+                "consecutive_failures = 0, last_error = NULL, last_status = 304, "
+                "lease_owner = NULL, lease_until = NULL WHERE id = ?",
+                (format_timestamp(u.fetched_at), format_timestamp(u.next_fetch_at), u.feed_id),
+            )
+            for u in updates
+        ]
+    )
+
+
+async def record_failure(
+    db: Database,
+    feed_id: str,
+    *,
+    failures: int,
+    next_fetch_at: datetime,
+    error: str,
+    status: int | None,
+) -> None:
+    """A fetch or parse failure: count it, back off; ``last_fetched_at`` is left alone."""
+    await db.query(
+        "UPDATE feeds SET consecutive_failures = ?, next_fetch_at = ?, last_error = ?, "
+        "last_status = ?, lease_owner = NULL, lease_until = NULL WHERE id = ?",
+        (failures, format_timestamp(next_fetch_at), error[:2000], status, feed_id),
+    )
+
+
+# --- image tasks --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TaskCursor:
+    created_at: str = ""
+    id: str = ""
+
+
+async def claim_image_tasks(
+    db: Database, *, now: datetime, lease: timedelta, limit: int, after: TaskCursor
+) -> list[ImageTask]:
+    """Lease up to ``limit`` pending tasks past ``after`` (new ones and retries alike)."""
+    claimed = await db.query(
+        "UPDATE image_tasks SET lease_until = ? WHERE id IN ("
+        " SELECT id FROM image_tasks WHERE status = 'pending'"
+        " AND (lease_until IS NULL OR lease_until <= ?)"
+        " AND (created_at > ? OR (created_at = ? AND id > ?))"
+        " ORDER BY created_at, id LIMIT ?) RETURNING id",
+        (
+            format_timestamp(now + lease),
+            format_timestamp(now),
+            after.created_at,
+            after.created_at,
+            after.id,
+            limit,
+        ),
+    )
+    tasks: list[ImageTask] = []
+    for chunk in _chunks([row["id"] for row in claimed]):
+        rows = await db.query(
+            "SELECT t.id, t.item_id, t.original_url, t.position, t.attempts, t.created_at, "
+            "i.feed_id, i.guid FROM image_tasks t JOIN items i ON i.id = t.item_id "
+            f"WHERE t.id IN ({_marks(len(chunk))})",
+            tuple(chunk),
+        )
+        tasks += [
+            ImageTask(
+                id=row["id"],
+                item_id=row["item_id"],
+                feed_id=row["feed_id"],
+                guid=row["guid"],
+                original_url=row["original_url"],
+                position=int(row["position"]),
+                attempts=int(row["attempts"]),
+                created_at=row["created_at"],
+            )
+            for row in rows
+        ]
+    tasks.sort(key=lambda t: (t.created_at, t.id))
+    return tasks
+
+
+@dataclass(frozen=True, slots=True)
+class ImageResult:
+    task_id: str
+    r2_key: str | None
+    error: str | None
+
+
+MAX_IMAGE_ATTEMPTS = 3
+
+
+async def record_image_results(db: Database, results: Sequence[ImageResult], now: datetime) -> None:
+    """Every attempt counts; a success sets ``r2_key``, the third failure marks ``failed``."""
+    if not results:
+        return
+    stamp = format_timestamp(now)
+    statements: list[Statement] = []
+    for result in results:
+        if result.r2_key is not None:
+            statements.append(
+                Statement(
+                    "UPDATE image_tasks SET status = 'success', r2_key = ?, "
+                    "attempts = attempts + 1, last_error = NULL, updated_at = ?, "
+                    "lease_until = NULL WHERE id = ?",
+                    (result.r2_key, stamp, result.task_id),
+                )
+            )
+        else:
+            params: tuple[SqlValue, ...] = (
+                MAX_IMAGE_ATTEMPTS,
+                (result.error or "unknown error")[:2000],
+                stamp,
+                result.task_id,
+            )
+            statements.append(
+                Statement(
+                    "UPDATE image_tasks SET attempts = attempts + 1, "
+                    "status = CASE WHEN attempts + 1 >= ? THEN 'failed' ELSE 'pending' END, "
+                    "last_error = ?, updated_at = ?, lease_until = NULL WHERE id = ?",
+                    params,
+                )
+            )
+    await db.batch(statements)
+
+
+async def release_image_tasks(db: Database, task_ids: Sequence[str]) -> None:
+    """Hand back tasks whose attempt was aborted by an infrastructure failure (not charged)."""
+    for chunk in _chunks(task_ids):
+        await db.query(
+            f"UPDATE image_tasks SET lease_until = NULL WHERE id IN ({_marks(len(chunk))})",
+            tuple(chunk),
+        )

@@ -1,0 +1,416 @@
+"""The contract suite: every Database and ObjectStore backend must behave the same way.
+
+Databases: the SQLite file and D1 through the real Proxy Worker (Miniflare). Object stores: the
+local folder and S3 through moto's server on loopback. Where D1 differs by design (100 bound
+parameters, ~2 MB strings, integers beyond 2**53) the test names the difference. Fault tests for
+the D1 client and the S3 store follow the contract.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from feedcollector.backends.d1 import D1Database
+from feedcollector.backends.local import LocalObjectStore
+from feedcollector.backends.sqlite import SQLiteDatabase
+from feedcollector.database import Database, Statement
+from feedcollector.errors import DatabaseError, ObjectNotFoundError, ObjectStoreError
+from feedcollector.objectstore import ObjectStore
+from feedcollector.schema import latest_version, migrate
+
+from . import cloud
+from .cloud import FakeProxy, FakeReply, Live, S3Bucket, collect, d1_database, live, run_d1_proxy
+
+d1_proxy = cloud.d1_proxy
+s3_server = cloud.s3_server
+fake_proxy = cloud.fake_proxy
+
+TABLE = (
+    "CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, n INTEGER, r REAL, b BLOB)"
+)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("d1", marks=pytest.mark.cloud)])
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Live[Database]]:
+    if request.param == "sqlite":
+        with live("sqlite", lambda: SQLiteDatabase(tmp_path / "contract.db")) as db:
+            yield db
+    else:
+        with run_d1_proxy() as proxy, live("d1", lambda: d1_database(proxy)) as db:
+            yield db
+
+
+@pytest.fixture
+def table(database: Live[Database]) -> Live[Database]:
+    database.run(database.backend.batch([Statement(TABLE)]))
+    return database
+
+
+@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.cloud)])
+def object_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Live[ObjectStore]]:
+    if request.param == "local":
+        with live("local", lambda: LocalObjectStore(tmp_path / "objects")) as store:
+            yield store
+    else:
+        server = cloud.S3Server().start()
+        try:
+            bucket = server.create_bucket()
+            with live("s3", lambda: server.store(bucket)) as store:
+                yield store
+        finally:
+            server.stop()
+
+
+def test_migrations_apply_once_and_are_idempotent(database: Live[Database]) -> None:
+    db = database.backend
+    assert database.run(migrate(db)) == [latest_version()]
+    assert database.run(migrate(db)) == []
+    rows = database.run(
+        db.query("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+    )
+    names = {row["name"] for row in rows}
+    assert {"feeds", "items", "image_tasks", "schema_migrations"} <= names
+    versions = database.run(db.query("SELECT version FROM schema_migrations"))
+    assert versions == [{"version": latest_version()}]
+
+
+def test_query_binds_parameters_and_returns_dict_rows(table: Live[Database]) -> None:
+    db = table.backend
+    table.run(db.query("INSERT INTO t (name, n, r) VALUES (?, ?, ?)", ("a", 7, 1.5)))
+    table.run(db.query("INSERT INTO t (name, n, r) VALUES (?, ?, ?)", ("b", 8, None)))
+    rows = table.run(db.query("SELECT name, n, r FROM t WHERE n >= ? ORDER BY name", (7,)))
+    assert rows == [{"name": "a", "n": 7, "r": 1.5}, {"name": "b", "n": 8, "r": None}]
+    assert table.run(db.query("SELECT name FROM t WHERE name = ?", ("zzz",))) == []
+
+
+def test_returning_and_insert_or_ignore(table: Live[Database]) -> None:
+    db = table.backend
+    sql = "INSERT OR IGNORE INTO t (name, n) VALUES (?, ?) RETURNING id, name"
+    assert table.run(db.query(sql, ("a", 1))) == [{"id": 1, "name": "a"}]
+    assert table.run(db.query(sql, ("a", 2))) == []
+    assert table.run(db.query("SELECT n FROM t")) == [{"n": 1}]
+
+
+def test_batch_returns_each_statements_rows(table: Live[Database]) -> None:
+    db = table.backend
+    results = table.run(
+        db.batch(
+            [
+                Statement("INSERT INTO t (name, n) VALUES (?, ?) RETURNING id", ("a", 1)),
+                Statement("INSERT OR IGNORE INTO t (name, n) VALUES (?, ?) RETURNING id", ("a", 9)),
+                Statement("UPDATE t SET n = n + 10 WHERE name = ?", ("a",)),
+                Statement("SELECT name, n FROM t"),
+            ]
+        )
+    )
+    assert results == [[{"id": 1}], [], [], [{"name": "a", "n": 11}]]
+    assert table.run(db.batch([])) == []
+
+
+def test_batch_is_all_or_nothing(table: Live[Database]) -> None:
+    db = table.backend
+    table.run(db.query("INSERT INTO t (name) VALUES ('existing')"))
+    statements = [
+        Statement("INSERT INTO t (name) VALUES (?)", ("new-1",)),
+        Statement("UPDATE t SET n = 99"),
+        Statement("INSERT INTO t (name) VALUES (?)", ("existing",)),
+    ]
+    with pytest.raises(DatabaseError, match="UNIQUE constraint failed"):
+        table.run(db.batch(statements))
+    assert table.run(db.query("SELECT name, n FROM t")) == [{"name": "existing", "n": None}]
+
+
+@pytest.mark.parametrize(
+    ("sql", "message"),
+    [
+        ("SELEC 1", "syntax error"),
+        ("SELECT * FROM missing_table", "no such table"),
+        ("INSERT INTO t (name) VALUES (NULL)", "NOT NULL constraint failed"),
+    ],
+)
+def test_errors_are_database_errors(table: Live[Database], sql: str, message: str) -> None:
+    with pytest.raises(DatabaseError, match=message) as caught:
+        table.run(table.backend.query(sql))
+    assert str(caught.value).startswith("database: ")
+    assert sql in str(caught.value)
+
+
+def test_foreign_keys_are_enforced(database: Live[Database]) -> None:
+    db = database.backend
+    database.run(migrate(db))
+    insert = "INSERT INTO items (id, feed_id, guid, created_at) VALUES (?, ?, ?, ?)"
+    with pytest.raises(DatabaseError, match="FOREIGN KEY constraint failed"):
+        database.run(db.query(insert, ("i1", "no-such-feed", "g", "2026-01-01T00:00:00Z")))
+
+
+def test_unicode_round_trips(table: Live[Database]) -> None:
+    db = table.backend
+    texts = [
+        "中文标题",
+        "emoji 🎉👩‍👩‍👧",
+        "mixed ÅÄÖ ß \u2028 line\nbreak",
+        "nul\u0000inside",
+        "'quotes\" \\",
+    ]
+    for text in texts:
+        table.run(db.query("INSERT INTO t (name) VALUES (?)", (text,)))
+    rows = table.run(db.query("SELECT name FROM t ORDER BY id"))
+    assert [row["name"] for row in rows] == texts
+    assert table.run(db.query("SELECT '中文 🎉' AS literal")) == [{"literal": "中文 🎉"}]
+
+
+def test_numbers_and_blobs_round_trip(table: Live[Database]) -> None:
+    db = table.backend
+    blob = bytes(range(256)) * 4
+    table.run(
+        db.query(
+            "INSERT INTO t (name, n, r, b) VALUES (?, ?, ?, ?)", ("x", -(2**53 - 1), 0.1, blob)
+        )
+    )
+    row = table.run(db.query("SELECT n, r, b, typeof(n) AS tn, typeof(b) AS tb FROM t"))[0]
+    assert row == {"n": -(2**53 - 1), "r": 0.1, "b": blob, "tn": "integer", "tb": "blob"}
+    assert isinstance(row["n"], int)
+
+
+def test_integers_beyond_2_53(table: Live[Database]) -> None:
+    """SQLite stores them exactly; D1's JSON would round them, so the client refuses them."""
+    db = table.backend
+    big = 2**53 + 1
+    insert = db.query("INSERT INTO t (name, n) VALUES (?, ?) RETURNING n", ("big", big))
+    if table.name == "d1":
+        with pytest.raises(DatabaseError, match="exceeds 2\\*\\*53-1"):
+            table.run(insert)
+    else:
+        assert table.run(insert) == [{"n": big}]
+
+
+def test_hundred_parameters_work_and_d1_refuses_more(table: Live[Database]) -> None:
+    db = table.backend
+    sql = "SELECT " + ", ".join(f"? AS c{i}" for i in range(100))
+    assert table.run(db.query(sql, tuple(range(100)))) == [{f"c{i}": i for i in range(100)}]
+    over = db.query(sql + ", ? AS c100", tuple(range(101)))
+    if table.name == "d1":
+        with pytest.raises(DatabaseError, match="at most 100"):
+            table.run(over)
+    else:
+        assert table.run(over)[0]["c100"] == 100
+
+
+def test_big_strings(table: Live[Database]) -> None:
+    """1 MB fits everywhere; D1 refuses values over ~2 MB (SQLITE_TOOBIG), SQLite does not."""
+    db = table.backend
+    sql = "INSERT INTO t (name) VALUES (?) RETURNING length(name) AS n"
+    assert table.run(db.query(sql, ("é" * 500_000,))) == [{"n": 500_000}]
+    huge = db.query(sql, ("x" * 3_000_000,))
+    if table.name == "d1":
+        with pytest.raises(DatabaseError, match="SQLITE_TOOBIG"):
+            table.run(huge)
+    else:
+        assert table.run(huge) == [{"n": 3_000_000}]
+
+
+def test_exec_runs_one_statement_per_line(database: Live[Database]) -> None:
+    db = database.backend
+    database.run(
+        db.exec("CREATE TABLE a (x TEXT);\nCREATE TABLE b (y TEXT);\nINSERT INTO a VALUES ('1');")
+    )
+    assert database.run(db.query("SELECT x FROM a")) == [{"x": "1"}]
+    assert database.run(db.query("SELECT y FROM b")) == []
+
+
+def test_put_get_round_trip_of_binary_data(object_store: Live[ObjectStore]) -> None:
+    store = object_store.backend
+    data = bytes(range(256)) * 4096
+    object_store.run(store.put("images/feed1/abcd1234/0.png", data, "image/png"))
+    object_store.run(store.put("backups/feed1/empty.xml", b""))
+    assert object_store.run(store.get("images/feed1/abcd1234/0.png")) == data
+    assert object_store.run(store.get("backups/feed1/empty.xml")) == b""
+
+
+def test_put_overwrites(object_store: Live[ObjectStore]) -> None:
+    store = object_store.backend
+    object_store.run(store.put("k/v.txt", b"first"))
+    object_store.run(store.put("k/v.txt", b"second"))
+    assert object_store.run(store.get("k/v.txt")) == b"second"
+    assert object_store.run(collect(store.list("k/"))) == ["k/v.txt"]
+
+
+def test_get_missing_raises_object_not_found(object_store: Live[ObjectStore]) -> None:
+    with pytest.raises(ObjectNotFoundError, match="no object"):
+        object_store.run(object_store.backend.get("backups/nobody/never.xml"))
+
+
+def test_list_by_prefix_in_lexical_order(object_store: Live[ObjectStore]) -> None:
+    store = object_store.backend
+    mine = [f"backups/f1/2026-01-{day:02d}T00:00:00Z.xml" for day in (1, 2, 10, 11, 20)]
+    others = [
+        "backups/f10/2026-01-01T00:00:00Z.xml",
+        "backups/f2/x.xml",
+        "images/f1/aa/0.png",
+        "backupsX",
+    ]
+    keys = mine + others
+    random.Random(7).shuffle(keys)
+    for key in keys:
+        object_store.run(store.put(key, key.encode()))
+    assert object_store.run(collect(store.list("backups/f1/"))) == sorted(mine)
+    prefix_only = object_store.run(collect(store.list("backups/f1")))
+    assert prefix_only == sorted([*mine, "backups/f10/2026-01-01T00:00:00Z.xml"])
+    assert object_store.run(collect(store.list("backups/"))) == sorted(
+        k for k in keys if k.startswith("backups/")
+    )
+    assert object_store.run(collect(store.list("nothing/here/"))) == []
+
+
+def test_delete_many_deletes_only_given_keys_and_ignores_missing(
+    object_store: Live[ObjectStore],
+) -> None:
+    store = object_store.backend
+    for key in ("d/1", "d/2", "d/3"):
+        object_store.run(store.put(key, b"x"))
+    object_store.run(store.delete_many(["d/1", "d/3", "d/never", "other/never"]))
+    object_store.run(store.delete_many([]))
+    assert object_store.run(collect(store.list("d/"))) == ["d/2"]
+
+
+def test_delete_many_beyond_one_request(object_store: Live[ObjectStore]) -> None:
+    store = object_store.backend
+    keys = [f"images/feed/{i:05d}.bin" for i in range(2500)]
+    for key in keys[:50] + keys[-50:]:
+        object_store.run(store.put(key, b"x"))
+    object_store.run(store.put("images/keep.bin", b"x"))
+    object_store.run(store.delete_many(keys))
+    assert object_store.run(collect(store.list("images/"))) == ["images/keep.bin"]
+
+
+@pytest.mark.cloud
+def test_s3_delete_many_sends_one_delete_objects_per_1000_keys(s3_server: S3Bucket) -> None:
+    """moto accepts more than 1000 keys per call (real S3 and R2 refuse), so count the calls."""
+    keys = [f"images/f/{i:05d}.png" for i in range(2500)]
+    with live("s3", s3_server.store) as store:
+        for key in keys[::100]:
+            store.run(store.backend.put(key, b"img"))
+        store.run(store.backend.delete_many(keys))
+        assert store.run(collect(store.backend.list("images/"))) == []
+    calls = s3_server.server.delete_objects_calls(s3_server.bucket)
+    per_call = [len(re.findall(rb"<Key>", call.body)) for call in calls]
+    assert per_call == [1000, 1000, 500]
+
+
+@pytest.mark.cloud
+def test_s3_public_url_and_content_type(s3_server: S3Bucket) -> None:
+    with live("s3", lambda: s3_server.store(public_base_url="https://img.example.com/")) as store:
+        assert (
+            store.backend.public_url("images/f/ab/0.png")
+            == "https://img.example.com/images/f/ab/0.png"
+        )
+        store.run(store.backend.put("images/f/ab/0.png", b"\x89PNG", "image/png"))
+    head = s3_server.server.client().head_object(Bucket=s3_server.bucket, Key="images/f/ab/0.png")
+    assert head["ContentType"] == "image/png"
+    assert s3_server.store().public_url("images/f/ab/0.png") is None
+
+
+@pytest.mark.cloud
+def test_s3_wrong_bucket_and_stopped_server_raise_object_store_error(s3_server: S3Bucket) -> None:
+    with live("s3", lambda: s3_server.server.store("no-such-bucket")) as wrong:
+        with pytest.raises(ObjectStoreError, match="bucket does not exist") as caught:
+            wrong.run(wrong.backend.get("a/b"))
+        assert not isinstance(caught.value, ObjectNotFoundError)
+        with pytest.raises(ObjectStoreError, match="no-such-bucket"):
+            wrong.run(wrong.backend.put("a/b", b"x"))
+    with live("s3", lambda: s3_server.store(timeout_s=5)) as store:
+        store.run(store.backend.put("a/b", b"x"))
+        s3_server.server.stop()
+        started = time.monotonic()
+        for step in (
+            store.backend.put("a/c", b"x"),
+            store.backend.get("a/b"),
+            collect(store.backend.list("a/")),
+            store.backend.delete_many(["a/b"]),
+        ):
+            with pytest.raises(
+                ObjectStoreError, match=f"at {re.escape(s3_server.server.endpoint)}"
+            ):
+                store.run(step)
+        assert time.monotonic() - started < 60, "did not hang"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_d1_proxy_down_is_a_database_error() -> None:
+    url = f"http://127.0.0.1:{_free_port()}"
+    with (
+        live("d1", lambda: D1Database(url, "token")) as db,
+        pytest.raises(DatabaseError, match="unreachable") as caught,
+    ):
+        db.run(db.backend.query("SELECT ? AS v", ("param-value",)))
+    assert f"{url}/query" in str(caught.value)
+    assert "SELECT ? AS v" in str(caught.value)
+    assert "param-value" in str(caught.value)
+
+
+def test_d1_proxy_500_is_a_database_error_with_the_details(fake_proxy: FakeProxy) -> None:
+    fake_proxy.reply = FakeReply(
+        500, b'{"error": {"kind": "d1", "message": "D1 DB is overloaded"}}'
+    )
+    long_sql = "INSERT INTO items (content_html) VALUES (?) -- " + "x" * 1000
+    with live("d1", lambda: D1Database(fake_proxy.url, "token")) as db:
+        with pytest.raises(DatabaseError) as caught:
+            db.run(db.backend.batch([Statement(long_sql, ("y" * 5000,))]))
+        message = str(caught.value)
+        assert message.startswith(
+            f"database: D1 proxy {fake_proxy.url}/batch answered 500: D1 DB is overloaded [d1]"
+        )
+        assert "INSERT INTO items" in message
+        assert len(message) < 1000
+        fake_proxy.reply = FakeReply(502, b"<html>Bad gateway</html>", content_type="text/html")
+        with pytest.raises(DatabaseError, match=r"answered 502: .*Bad gateway"):
+            db.run(db.backend.query("SELECT 1"))
+        fake_proxy.reply = FakeReply(200, b"[1, 2]")
+        with pytest.raises(DatabaseError, match="without a JSON object"):
+            db.run(db.backend.query("SELECT 1"))
+
+
+def test_d1_proxy_timeout_is_a_database_error(fake_proxy: FakeProxy) -> None:
+    fake_proxy.reply = FakeReply(delay_s=3.0)
+    with live("d1", lambda: D1Database(fake_proxy.url, "token", timeout_s=0.3)) as db:
+        started = time.monotonic()
+        with pytest.raises(DatabaseError, match=r"timed out after 0\.3s"):
+            db.run(db.backend.query("SELECT 1"))
+        assert time.monotonic() - started < 2.5, "did not wait for the slow proxy"
+
+
+@pytest.mark.cloud
+def test_d1_wrong_token_names_the_environment_variable(d1_proxy: cloud.D1Proxy) -> None:
+    with (
+        live("d1", lambda: D1Database(d1_proxy.url, "not-the-token")) as db,
+        pytest.raises(DatabaseError, match=r"401.*FEEDCOLLECTOR_D1_TOKEN"),
+    ):
+        db.run(db.backend.query("SELECT 1"))
+
+
+def test_d1_client_keeps_one_connection_and_one_request_per_batch(fake_proxy: FakeProxy) -> None:
+    fake_proxy.respond = lambda payload: FakeReply(
+        body=b'{"results": [' + b",".join(b"[]" for _ in payload.get("statements", [])) + b"]}"
+        if "statements" in payload
+        else b'{"results": []}'
+    )
+    statements = [Statement("INSERT OR IGNORE INTO items VALUES (?)", (str(i),)) for i in range(50)]
+    with live("d1", lambda: D1Database(fake_proxy.url, "token")) as db:
+        assert db.run(db.backend.batch(statements)) == [[] for _ in statements]
+        db.run(db.backend.query("SELECT 1"))
+        db.run(db.backend.exec("CREATE TABLE x (y)"))
+    assert [path for path, _, _ in fake_proxy.requests] == ["/batch", "/query", "/exec"]
+    assert len(fake_proxy.requests[0][1]["statements"]) == 50
+    assert len({client for _, _, client in fake_proxy.requests}) == 1, "one keep-alive connection"

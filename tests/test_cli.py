@@ -1,0 +1,124 @@
+"""The ``feedcollector`` command end to end: a subprocess against a feed server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .feedserver import FeedServer, Route
+from .samples import Entry, rss, write_project
+
+
+def feedcollector(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "feedcollector", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={k: v for k, v in os.environ.items() if k != "FEEDCOLLECTOR_CONFIG"},
+    )
+
+
+def count(db: Path, sql: str) -> int:
+    with sqlite3.connect(db) as conn:
+        return int(conn.execute(sql).fetchone()[0])
+
+
+def test_run_once_on_the_embedded_defaults(feed_server: FeedServer, tmp_path: Path) -> None:
+    ok = feed_server.route("/ok", body=rss([Entry("Hello", guid="1"), Entry("World", guid="2")]))
+    broken = feed_server.route("/broken", status=500, body=b"no")
+    (tmp_path / "feeds.yaml").write_text(f"feeds:\n  - url: {ok}\n  - url: {broken}\n")
+    result = feedcollector("run", "--once", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert count(tmp_path / "collector.db", "SELECT COUNT(*) FROM items") == 2
+    assert any((tmp_path / "objects" / "backups").rglob("*.xml"))
+    assert f"feed {ok}: HTTP 200, 2 new of 2 items" in result.stderr
+    assert f"feed {broken}" in result.stderr
+    assert "500" in result.stderr
+    assert "cycle: 2 feeds (1 updated, 0 not modified, 1 failed" in result.stderr
+
+
+def test_fetch_all_and_fetch_url_ignore_the_schedule(
+    feed_server: FeedServer, tmp_path: Path
+) -> None:
+    a = feed_server.route("/a", body=rss([Entry("a", guid="a")]))
+    b = feed_server.route("/b", body=rss([Entry("b", guid="b")]))
+    config = write_project(tmp_path, [a, b])
+    assert feedcollector("--config", str(config), "run", "--once", cwd=tmp_path).returncode == 0
+    assert feedcollector("--config", str(config), "run", "--once", cwd=tmp_path).returncode == 0
+    assert len(feed_server.hits("/a")) == 1, "not due again yet"
+    assert feedcollector("--config", str(config), "fetch", "--all", cwd=tmp_path).returncode == 0
+    assert feedcollector("--config", str(config), "fetch", b, cwd=tmp_path).returncode == 0
+    assert (len(feed_server.hits("/a")), len(feed_server.hits("/b"))) == (2, 3)
+
+
+def test_fetch_refuses_urls_outside_the_feeds_file(feed_server: FeedServer, tmp_path: Path) -> None:
+    a = feed_server.route("/a", body=rss([Entry("a", guid="a")]))
+    config = write_project(tmp_path, [a])
+    result = feedcollector(
+        "--config", str(config), "fetch", "https://elsewhere.example/feed", cwd=tmp_path
+    )
+    assert result.returncode == 2
+    assert "not in the feeds file" in result.stderr
+    assert "elsewhere.example" in result.stderr
+    assert feedcollector("--config", str(config), "fetch", cwd=tmp_path).returncode == 2
+
+
+def test_a_bad_feeds_file_exits_2_naming_the_file_and_line(tmp_path: Path) -> None:
+    (tmp_path / "feeds.yaml").write_text(
+        "feeds:\n  - url: https://ok.example/feed\n  - url: not a url\n"
+    )
+    result = feedcollector("run", "--once", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "feeds.yaml" in result.stderr
+    assert "line 3" in result.stderr
+    assert (
+        not (tmp_path / "collector.db").exists()
+        or count(tmp_path / "collector.db", "SELECT COUNT(*) FROM feeds") == 0
+    )
+
+
+def test_a_missing_config_file_exits_2(tmp_path: Path) -> None:
+    result = feedcollector("--config", str(tmp_path / "nope.toml"), "run", "--once", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "nope.toml" in result.stderr
+
+
+def test_help_lists_the_commands(tmp_path: Path) -> None:
+    result = feedcollector("--help", cwd=tmp_path)
+    assert result.returncode == 0
+    for command in ("run", "fetch"):
+        assert command in result.stdout
+
+
+def test_run_stops_cleanly_on_sigterm_after_in_flight_feeds(
+    feed_server: FeedServer, tmp_path: Path
+) -> None:
+    slow = feed_server.route("/slow", Route(body=rss([Entry("slow", guid="s")]), delay_s=1.5))
+    config = write_project(tmp_path, [slow])
+    process = subprocess.Popen(
+        [sys.executable, "-m", "feedcollector", "--config", str(config), "run"],
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not feed_server.hits("/slow") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert feed_server.hits("/slow"), "the scheduler never fetched the feed"
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 0, stderr
+    assert "stopped cleanly" in stderr
+    assert count(tmp_path / "collector.db", "SELECT COUNT(*) FROM items") == 1, (
+        "the in-flight feed finished"
+    )

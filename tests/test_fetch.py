@@ -1,0 +1,423 @@
+"""The fetch stage against real HTTP servers on 127.0.0.1, serving real bytes."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import socket
+import time
+import tracemalloc
+import zlib
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler
+
+import brotli
+import httpx
+import pytest
+import zstandard
+
+from feedcollector.errors import FetchError
+from feedcollector.fetch import (
+    DEFAULT_USER_AGENT,
+    FetchLimits,
+    describe_http_error,
+    fetch_feed,
+    make_http_client,
+)
+from feedcollector.models import FetchedFeed
+
+from .conftest import CORPUS
+from .feedserver import FeedServer
+
+RSS_INPUT = CORPUS / "rss-parser" / "test" / "input"
+LATIN1_FEED = (RSS_INPUT / "encoding.rss").read_bytes()
+GUARDIAN_FEED = (RSS_INPUT / "guardian.rss").read_bytes()
+GB2312_FEED = (CORPUS / "feedparser-encoding" / "chardet" / "gb2312.xml").read_bytes()
+ETAG = '"v1-abc"'
+LAST_MODIFIED = "Wed, 21 Oct 2015 07:28:00 GMT"
+
+
+def fetch(
+    url: str,
+    *,
+    etag: str | None = None,
+    last_modified: str | None = None,
+    limits: FetchLimits | None = None,
+    user_agent: str = DEFAULT_USER_AGENT,
+) -> FetchedFeed:
+    async def go() -> FetchedFeed:
+        async with make_http_client(user_agent) as client:
+            return await fetch_feed(
+                client, url, etag=etag, last_modified=last_modified, limits=limits or FetchLimits()
+            )
+
+    return asyncio.run(go())
+
+
+def fetch_error(url: str, **kwargs: object) -> FetchError:
+    with pytest.raises(FetchError) as caught:
+        fetch(url, **kwargs)  # type: ignore[arg-type]
+    message = str(caught.value)
+    assert message.startswith("fetch: ")
+    return caught.value
+
+
+def serving(feed_server: FeedServer, path: str, body: bytes, **headers: str) -> str:
+    return feed_server.route(
+        path, body=body, headers={"Content-Type": "application/rss+xml", **headers}
+    )
+
+
+# --- 200, validators, conditional GET ---------------------------------------------------------
+
+
+def test_200_returns_raw_body_validators_and_content_type(feed_server: FeedServer) -> None:
+    url = feed_server.route(
+        "/feed",
+        body=GUARDIAN_FEED,
+        headers={"Content-Type": "application/rss+xml; charset=utf-8"},
+        etag=ETAG,
+        last_modified=LAST_MODIFIED,
+    )
+    result = fetch(url)
+    assert result.status == 200
+    assert not result.not_modified
+    assert result.body == GUARDIAN_FEED
+    assert result.content_type == "application/rss+xml; charset=utf-8"
+    assert (result.etag, result.last_modified) == (ETAG, LAST_MODIFIED)
+    assert result.url == url
+    assert result.final_url == url
+    assert result.elapsed_s >= 0
+
+
+def test_conditional_request_sends_validators_and_304_has_empty_body(
+    feed_server: FeedServer,
+) -> None:
+    url = feed_server.route("/feed", body=GUARDIAN_FEED, etag=ETAG, last_modified=LAST_MODIFIED)
+    result = fetch(url, etag=ETAG, last_modified=LAST_MODIFIED)
+    assert result.status == 304
+    assert result.not_modified
+    assert result.body == b""
+    sent = feed_server.hits("/feed")[0].headers
+    assert sent["If-None-Match"] == ETAG
+    assert sent["If-Modified-Since"] == LAST_MODIFIED
+
+
+def test_stale_validators_get_the_new_body_and_new_validators(feed_server: FeedServer) -> None:
+    url = feed_server.route("/feed", body=GUARDIAN_FEED, etag='"v2"', last_modified=LAST_MODIFIED)
+    result = fetch(url, etag='"v1"', last_modified="Mon, 01 Jan 2001 00:00:00 GMT")
+    assert result.status == 200
+    assert result.body == GUARDIAN_FEED
+    assert result.etag == '"v2"'
+
+
+def test_server_without_validators_gets_plain_requests(feed_server: FeedServer) -> None:
+    url = serving(feed_server, "/feed", GUARDIAN_FEED)
+    first = fetch(url)
+    second = fetch(url, etag=first.etag, last_modified=first.last_modified)
+    assert (first.etag, first.last_modified) == (None, None)
+    assert second.status == 200
+    assert second.body == GUARDIAN_FEED
+    for request in feed_server.hits("/feed"):
+        assert "If-None-Match" not in request.headers
+        assert "If-Modified-Since" not in request.headers
+
+
+# --- bodies: compression and bytes -------------------------------------------------------------
+
+
+COMPRESSORS: dict[str, Callable[[bytes], bytes]] = {
+    "gzip": gzip.compress,
+    "deflate": zlib.compress,
+    "br": lambda data: brotli.compress(data, quality=5),
+    "zstd": zstandard.ZstdCompressor().compress,
+}
+
+
+@pytest.mark.parametrize("encoding", sorted(COMPRESSORS))
+def test_compressed_bodies_come_back_decompressed(feed_server: FeedServer, encoding: str) -> None:
+    compressed = COMPRESSORS[encoding](GUARDIAN_FEED)
+    assert compressed != GUARDIAN_FEED
+    url = serving(feed_server, "/feed", compressed, **{"Content-Encoding": encoding})
+    assert fetch(url).body == GUARDIAN_FEED
+    accepted = feed_server.hits("/feed")[0].headers["Accept-Encoding"]
+    assert {part.strip() for part in accepted.split(",")} >= {"gzip", "deflate", "br", "zstd"}
+
+
+def test_raw_deflate_and_multi_member_gzip_are_read(feed_server: FeedServer) -> None:
+    raw = zlib.compressobj(wbits=-zlib.MAX_WBITS)
+    raw_deflate = raw.compress(GUARDIAN_FEED) + raw.flush()
+    half = len(GUARDIAN_FEED) // 2
+    two_members = gzip.compress(GUARDIAN_FEED[:half]) + gzip.compress(GUARDIAN_FEED[half:])
+    deflate_url = serving(feed_server, "/raw", raw_deflate, **{"Content-Encoding": "deflate"})
+    gzip_url = serving(feed_server, "/members", two_members, **{"Content-Encoding": "gzip"})
+    assert fetch(deflate_url).body == GUARDIAN_FEED
+    assert fetch(gzip_url).body == GUARDIAN_FEED
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type"),
+    [
+        (LATIN1_FEED, "text/xml; charset=latin1"),
+        (GB2312_FEED, "text/xml; charset=utf-8"),
+        (b"\xff\xfe<\x00r\x00s\x00s\x00/\x00>\x00", "application/xml"),
+    ],
+    ids=["latin1", "gb2312-mislabelled-utf8", "utf16-bom"],
+)
+def test_non_utf8_bytes_are_returned_untouched(
+    feed_server: FeedServer, body: bytes, content_type: str
+) -> None:
+    url = feed_server.route("/feed", body=body, headers={"Content-Type": content_type})
+    result = fetch(url)
+    assert result.body == body
+    assert result.content_type == content_type
+
+
+def test_corrupt_compressed_body_is_a_protocol_error(feed_server: FeedServer) -> None:
+    url = serving(feed_server, "/feed", GUARDIAN_FEED, **{"Content-Encoding": "gzip"})
+    error = fetch_error(url)
+    assert error.kind == "protocol"
+    assert "gzip" in str(error)
+
+
+# --- HTTP errors ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("status", "words"),
+    [
+        (404, "HTTP 404 Not Found"),
+        (410, "HTTP 410 Gone"),
+        (500, "HTTP 500 Internal Server Error"),
+        (503, "HTTP 503 Service Unavailable"),
+    ],
+)
+def test_error_statuses(feed_server: FeedServer, status: int, words: str) -> None:
+    url = feed_server.route("/feed", status=status, body=b"<html>nope</html>")
+    error = fetch_error(url)
+    assert (error.kind, error.status) == ("http", status)
+    assert words in str(error)
+    assert url in str(error)
+
+
+def test_503_message_says_what_happens_next(feed_server: FeedServer) -> None:
+    url = feed_server.route("/feed", status=503, body=b"busy")
+    assert "will retry with backoff" in str(fetch_error(url))
+
+
+def test_429_mentions_retry_after(feed_server: FeedServer) -> None:
+    url = feed_server.route("/feed", status=429, body=b"slow down", headers={"Retry-After": "120"})
+    error = fetch_error(url)
+    assert (error.kind, error.status) == ("http", 429)
+    assert "120" in str(error)
+
+
+def test_204_without_body_is_an_http_error(feed_server: FeedServer) -> None:
+    def no_content(request: BaseHTTPRequestHandler) -> None:
+        request.send_response(204)
+        request.end_headers()
+
+    url = feed_server.route("/feed", handler=no_content)
+    error = fetch_error(url)
+    assert (error.kind, error.status) == ("http", 204)
+
+
+def test_other_2xx_with_a_body_is_accepted(feed_server: FeedServer) -> None:
+    url = feed_server.route("/feed", status=203, body=GUARDIAN_FEED)
+    result = fetch(url)
+    assert result.status == 203
+    assert result.body == GUARDIAN_FEED
+
+
+# --- network failures ----------------------------------------------------------------------------
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_connection_refused() -> None:
+    url = f"http://127.0.0.1:{closed_port()}/feed"
+    error = fetch_error(url)
+    assert error.kind == "connect"
+    assert url in str(error)
+
+
+def test_read_timeout(feed_server: FeedServer) -> None:
+    url = feed_server.route("/feed", body=GUARDIAN_FEED, delay_s=1.5)
+    error = fetch_error(url, limits=FetchLimits(timeout_s=0.2))
+    assert error.kind == "timeout"
+
+
+def test_tls_to_a_plain_http_server_is_a_tls_error(feed_server: FeedServer) -> None:
+    feed_server.route("/feed", body=GUARDIAN_FEED)
+    error = fetch_error(f"https://127.0.0.1:{feed_server.port}/feed")
+    assert error.kind == "tls"
+
+
+def test_garbage_instead_of_http_is_a_protocol_error(feed_server: FeedServer) -> None:
+    def garbage(request: BaseHTTPRequestHandler) -> None:
+        request.wfile.write(b"this is not HTTP at all\r\n\r\n")
+        request.close_connection = True
+
+    error = fetch_error(feed_server.route("/feed", handler=garbage))
+    assert error.kind == "protocol"
+
+
+def test_dns_failures_are_classified_from_the_cause() -> None:
+    cause = socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+    error = httpx.ConnectError("[Errno -2] Name or service not known")
+    error.__cause__ = cause
+    described = describe_http_error(error, "https://no-such-host.example/feed", 30)
+    assert described.kind == "dns"
+    assert "no-such-host.example" in described.detail
+
+
+def dripping(request: BaseHTTPRequestHandler) -> None:
+    """Declares a big body, then sends one byte every 50 ms: reads never time out, the deadline must."""
+    request.send_response(200)
+    request.send_header("Content-Type", "application/rss+xml")
+    request.send_header("Content-Length", "100000")
+    request.end_headers()
+    try:
+        for _ in range(100_000):
+            request.wfile.write(b"x")
+            request.wfile.flush()
+            time.sleep(0.05)
+    except OSError:
+        return
+
+
+def test_dripping_server_hits_the_deadline(feed_server: FeedServer) -> None:
+    url = feed_server.route("/feed", handler=dripping)
+    started = time.monotonic()
+    error = fetch_error(url, limits=FetchLimits(timeout_s=1.0, deadline_s=0.6))
+    assert error.kind == "deadline"
+    assert url in str(error)
+    assert time.monotonic() - started < 10, "the deadline did not stop the fetch"
+
+
+# --- size limits -----------------------------------------------------------------------------------
+
+
+def chunked(size: int) -> Callable[[BaseHTTPRequestHandler], None]:
+    def handler(request: BaseHTTPRequestHandler) -> None:
+        request.send_response(200)
+        request.send_header("Content-Type", "application/rss+xml")
+        request.send_header("Transfer-Encoding", "chunked")
+        request.end_headers()
+        try:
+            for start in range(0, size, 1000):
+                piece = b"x" * min(1000, size - start)
+                request.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            request.wfile.write(b"0\r\n\r\n")
+        except OSError:
+            return
+
+    return handler
+
+
+def test_body_over_the_cap_declared_by_content_length(feed_server: FeedServer) -> None:
+    url = serving(feed_server, "/feed", b"x" * 5000)
+    error = fetch_error(url, limits=FetchLimits(max_body_bytes=4000))
+    assert error.kind == "too_large"
+    assert "4000" in str(error)
+
+
+def test_body_over_the_cap_without_content_length(feed_server: FeedServer) -> None:
+    url = feed_server.route("/feed", handler=chunked(50_000))
+    error = fetch_error(url, limits=FetchLimits(max_body_bytes=20_000))
+    assert error.kind == "too_large"
+
+
+def test_chunked_body_under_the_cap_is_read_whole(feed_server: FeedServer) -> None:
+    url = feed_server.route("/feed", handler=chunked(15_500))
+    assert fetch(url, limits=FetchLimits(max_body_bytes=20_000)).body == b"x" * 15_500
+
+
+@pytest.mark.parametrize("encoding", sorted(COMPRESSORS))
+def test_compression_bomb_is_stopped_at_the_decompressed_cap(
+    feed_server: FeedServer, encoding: str
+) -> None:
+    bomb = COMPRESSORS[encoding](b"\0" * (16 * 2**20))
+    assert len(bomb) < 64 * 1024
+    url = serving(feed_server, "/feed", bomb, **{"Content-Encoding": encoding})
+    tracemalloc.start()
+    try:
+        error = fetch_error(url, limits=FetchLimits(max_body_bytes=2**20))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert error.kind == "too_large"
+    assert "decompresses" in str(error)
+    assert peak < 8 * 2**20, f"decompression was not bounded: {peak} bytes at peak"
+
+
+# --- redirects -------------------------------------------------------------------------------------
+
+
+def redirect(feed_server: FeedServer, path: str, location: str, status: int = 301) -> str:
+    return feed_server.route(path, status=status, headers={"Location": location})
+
+
+def test_redirects_are_followed_and_final_url_reported(feed_server: FeedServer) -> None:
+    start = redirect(feed_server, "/old", "/middle")
+    redirect(feed_server, "/middle", feed_server.url("/feed"), status=307)
+    final = serving(feed_server, "/feed", GUARDIAN_FEED)
+    result = fetch(start, etag=ETAG)
+    assert (result.url, result.final_url) == (start, final)
+    assert result.body == GUARDIAN_FEED
+    assert feed_server.hits("/feed")[0].headers["If-None-Match"] == ETAG
+
+
+def test_too_many_redirects(feed_server: FeedServer) -> None:
+    for hop in range(4):
+        redirect(feed_server, f"/hop{hop}", f"/hop{hop + 1}", status=302)
+    serving(feed_server, "/hop4", GUARDIAN_FEED)
+    start = feed_server.url("/hop0")
+    assert fetch(start, limits=FetchLimits(max_redirects=4)).body == GUARDIAN_FEED
+    error = fetch_error(start, limits=FetchLimits(max_redirects=3))
+    assert error.kind == "redirect"
+    assert "more than 3 redirects" in str(error)
+
+
+def test_redirect_loop_is_detected(feed_server: FeedServer) -> None:
+    start = redirect(feed_server, "/a", "/b")
+    redirect(feed_server, "/b", "/a", status=302)
+    error = fetch_error(start, limits=FetchLimits(max_redirects=20))
+    assert error.kind == "redirect"
+    assert "loop" in str(error)
+    assert len(feed_server.hits("/a")) == 1
+
+
+def test_redirect_to_ftp_is_refused(feed_server: FeedServer) -> None:
+    start = redirect(feed_server, "/feed", "ftp://files.example/feed.xml")
+    error = fetch_error(start)
+    assert error.kind == "scheme"
+    assert "ftp://files.example/feed.xml" in str(error)
+
+
+def test_redirect_without_location(feed_server: FeedServer) -> None:
+    error = fetch_error(feed_server.route("/feed", status=302))
+    assert (error.kind, error.status) == ("redirect", 302)
+
+
+def test_non_http_url_is_refused_without_a_request() -> None:
+    assert fetch_error("file:///etc/passwd").kind == "scheme"
+
+
+# --- request headers -----------------------------------------------------------------------------
+
+
+def test_user_agent_and_accept_are_sent(feed_server: FeedServer) -> None:
+    url = serving(feed_server, "/feed", GUARDIAN_FEED)
+    fetch(url, user_agent="test-agent/1.0")
+    fetch(url)
+    fetch(url, limits=FetchLimits(user_agent="override/2.0"))
+    agents = [request.headers["User-Agent"] for request in feed_server.hits("/feed")]
+    assert agents == ["test-agent/1.0", DEFAULT_USER_AGENT, "override/2.0"]
+    assert DEFAULT_USER_AGENT.startswith("feedcollector/")
+    accept = feed_server.hits("/feed")[0].headers["Accept"]
+    assert accept.startswith("application/rss+xml, application/atom+xml")

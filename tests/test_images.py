@@ -1,0 +1,441 @@
+"""Image helpers, the download, and the private-address guard, against real loopback servers."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+import zlib
+from collections.abc import Iterator, Sequence
+from http.server import BaseHTTPRequestHandler
+from ipaddress import IPv4Address, ip_address
+
+import httpx
+import pytest
+
+from feedcollector.errors import ImageError
+from feedcollector.images import (
+    DownloadedImage,
+    ImageLimits,
+    download_image,
+    extension_for,
+    make_image_client,
+    object_key,
+    sniff_image_type,
+)
+from feedcollector.netguard import (
+    BlockedAddressError,
+    IPAddress,
+    NetGuard,
+    forbidden_reason,
+    parse_ip_literal,
+)
+
+from .feedserver import FeedServer
+
+
+def png_bytes() -> bytes:
+    """A real 1x1 RGB PNG, chunks and CRCs included."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (
+            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        )
+
+    header = struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0)
+    pixels = zlib.compress(b"\x00\xff\x80\x00")
+    return (
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", pixels) + chunk(b"IEND", b"")
+    )
+
+
+PNG = png_bytes()
+JPEG = b"\xff\xd8\xff\xe0\x00\x10JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00\xff\xd9"
+"""SOI, a JFIF APP0 segment, EOI: the marker layout every JPEG file starts with."""
+OPEN = ImageLimits(allow_private_addresses=True)
+
+
+def download(
+    url: str, limits: ImageLimits = OPEN, guard: NetGuard | None = None
+) -> DownloadedImage:
+    async def go() -> DownloadedImage:
+        client = make_image_client(
+            "test-images/1.0",
+            allow_private_addresses=limits.allow_private_addresses,
+            max_connections=4,
+            guard=guard,
+        )
+        async with client:
+            return await download_image(client, url, limits=limits)
+
+    return asyncio.run(go())
+
+
+def refused(url: str, limits: ImageLimits = OPEN, guard: NetGuard | None = None) -> ImageError:
+    with pytest.raises(ImageError) as caught:
+        download(url, limits, guard)
+    assert str(caught.value).startswith("image: ")
+    return caught.value
+
+
+# --- pure helpers ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("feed_id", "guid", "position", "ext", "key"),
+    [
+        ("f1", "abc", 0, "jpg", "images/f1/90015098/0.jpg"),
+        ("f1", "", 3, "png", "images/f1/d41d8cd9/3.png"),
+        ("feed-x", "https://example.com/post/1", 12, "webp", "images/feed-x/66d2a3f9/12.webp"),
+        ("f2", "文章-42", 1, "bin", "images/f2/c6ba4041/1.bin"),
+    ],
+)
+def test_object_key(feed_id: str, guid: str, position: int, ext: str, key: str) -> None:
+    assert object_key(feed_id, guid, position, ext) == key
+
+
+@pytest.mark.parametrize(
+    ("content_type", "url", "ext"),
+    [
+        ("image/jpeg", "https://x.example/a", "jpg"),
+        ("IMAGE/JPEG; charset=binary", "https://x.example/a.png", "jpg"),
+        ("image/png", "https://x.example/a.jpg", "png"),
+        ("image/gif", "https://x.example/a", "gif"),
+        ("image/webp", "https://x.example/a", "webp"),
+        ("image/avif", "https://x.example/a", "avif"),
+        ("image/svg+xml", "https://x.example/a", "svg"),
+        ("image/bmp", "https://x.example/a", "bmp"),
+        ("image/x-icon", "https://x.example/favicon", "ico"),
+        ("image/vnd.microsoft.icon", "https://x.example/favicon", "ico"),
+        ("image/tiff", "https://x.example/a", "tiff"),
+        ("image/heic", "https://x.example/a", "heic"),
+        (None, "https://x.example/photos/cat.JPEG?w=300#top", "jpg"),
+        ("application/octet-stream", "https://x.example/a/b.webp", "webp"),
+        ("image/x-unknown", "https://x.example/pic.gif", "gif"),
+        (None, "https://x.example/page.php?img=a.png", "bin"),
+        ("text/html", "https://x.example/a", "bin"),
+        (None, "https://x.example/archive.tar.gz", "bin"),
+    ],
+)
+def test_extension_for(content_type: str | None, url: str, ext: str) -> None:
+    assert extension_for(content_type, url) == ext
+
+
+@pytest.mark.parametrize(
+    ("data", "media_type"),
+    [
+        (PNG, "image/png"),
+        (JPEG, "image/jpeg"),
+        (b"GIF89a\x01\x00\x01\x00\x00\x00\x00;", "image/gif"),
+        (b"RIFF\x24\x00\x00\x00WEBPVP8 ", "image/webp"),
+        (b"\x00\x00\x00\x1cftypavif\x00\x00\x00\x00", "image/avif"),
+        (b"BM" + b"\x00" * 12 + struct.pack("<I", 40) + b"\x00" * 8, "image/bmp"),
+        (b"\x00\x00\x01\x00\x01\x00\x10\x10", "image/x-icon"),
+        (
+            b"\xef\xbb\xbf\n<?xml version='1.0'?>\n<svg xmlns='http://www.w3.org/2000/svg'/>",
+            "image/svg+xml",
+        ),
+        (b"<!DOCTYPE html><html><body><svg></svg></body></html>", None),
+        (b"BM is not a bitmap, it is text", None),
+        (b"%PDF-1.7", None),
+        (b"", None),
+    ],
+)
+def test_sniff_image_type(data: bytes, media_type: str | None) -> None:
+    assert sniff_image_type(data) == media_type
+
+
+@pytest.mark.parametrize(
+    ("address", "blocked"),
+    [
+        ("127.0.0.1", True),
+        ("127.255.0.9", True),
+        ("10.1.2.3", True),
+        ("172.16.0.1", True),
+        ("192.168.1.1", True),
+        ("169.254.169.254", True),
+        ("100.64.0.1", True),
+        ("0.0.0.0", True),
+        ("224.0.0.1", True),
+        ("239.255.255.250", True),
+        ("240.0.0.1", True),
+        ("255.255.255.255", True),
+        ("::1", True),
+        ("::", True),
+        ("fe80::1", True),
+        ("fc00::1", True),
+        ("ff02::1", True),
+        ("::ffff:127.0.0.1", True),
+        ("::ffff:10.0.0.1", True),
+        ("2002:7f00:1::", True),
+        ("64:ff9b::a00:1", True),
+        ("8.8.8.8", False),
+        ("93.184.216.34", False),
+        ("2606:4700:4700::1111", False),
+        ("::ffff:8.8.8.8", False),
+    ],
+)
+def test_forbidden_reason(address: str, blocked: bool) -> None:
+    assert (forbidden_reason(ip_address(address)) is not None) is blocked
+
+
+@pytest.mark.parametrize(
+    ("host", "address"),
+    [
+        ("127.0.0.1", "127.0.0.1"),
+        ("2130706433", "127.0.0.1"),
+        ("0x7f000001", "127.0.0.1"),
+        ("017700000001", "127.0.0.1"),
+        ("127.1", "127.0.0.1"),
+        ("[::1]", "::1"),
+        ("::ffff:127.0.0.1", "::ffff:127.0.0.1"),
+        ("cafe.de", None),
+        ("deadbeef", None),
+        ("example.com", None),
+    ],
+)
+def test_parse_ip_literal(host: str, address: str | None) -> None:
+    expected = ip_address(address) if address is not None else None
+    assert parse_ip_literal(host) == expected
+
+
+# --- downloads (private addresses allowed, the server is on 127.0.0.1) -------------------------------
+
+
+def test_png_is_downloaded(feed_server: FeedServer) -> None:
+    url = feed_server.route("/img/cat", body=PNG, headers={"Content-Type": "image/png"})
+    image = download(url)
+    assert image == DownloadedImage(data=PNG, content_type="image/png", ext="png", final_url=url)
+    request = feed_server.hits("/img/cat")[0]
+    assert request.headers["User-Agent"] == "test-images/1.0"
+    assert "image/" in request.headers["Accept"]
+
+
+def test_jpeg_through_a_redirect(feed_server: FeedServer) -> None:
+    final = feed_server.route("/cdn/photo", body=JPEG, headers={"Content-Type": "image/jpeg; q=1"})
+    start = feed_server.route("/photo.jpg", status=302, headers={"Location": "/cdn/photo"})
+    image = download(start)
+    assert (image.data, image.content_type, image.ext, image.final_url) == (
+        JPEG,
+        "image/jpeg",
+        "jpg",
+        final,
+    )
+
+
+def test_404_is_refused_with_the_status(feed_server: FeedServer) -> None:
+    error = refused(feed_server.url("/missing.png"))
+    assert "HTTP 404" in str(error)
+
+
+def test_html_instead_of_an_image_is_refused(feed_server: FeedServer) -> None:
+    url = feed_server.route(
+        "/a.png",
+        body=b"<html>login first</html>",
+        headers={"Content-Type": "text/html; charset=utf-8"},
+    )
+    assert "text/html, not an image" in str(refused(url))
+
+
+def test_octet_stream_that_sniffs_as_png_is_accepted(feed_server: FeedServer) -> None:
+    url = feed_server.route("/blob", body=PNG, headers={"Content-Type": "application/octet-stream"})
+    image = download(url)
+    assert (image.content_type, image.ext) == ("image/png", "png")
+
+
+def test_untyped_bytes_that_are_no_image_are_refused(feed_server: FeedServer) -> None:
+    url = feed_server.route("/blob.png", body=b"%PDF-1.7 not an image", headers={})
+    assert "not a known image format" in str(refused(url))
+
+
+def test_empty_body_is_refused(feed_server: FeedServer) -> None:
+    url = feed_server.route("/empty.png", body=b"", headers={"Content-Type": "image/png"})
+    assert "empty body" in str(refused(url))
+
+
+def test_too_large_declared_is_refused(feed_server: FeedServer) -> None:
+    url = feed_server.route(
+        "/big.png", body=PNG + b"\0" * 5000, headers={"Content-Type": "image/png"}
+    )
+    error = refused(url, ImageLimits(max_bytes=4000, allow_private_addresses=True))
+    assert "4000 byte limit" in str(error)
+
+
+def test_too_large_streamed_is_refused(feed_server: FeedServer) -> None:
+    def chunked(request: BaseHTTPRequestHandler) -> None:
+        request.send_response(200)
+        request.send_header("Content-Type", "image/png")
+        request.send_header("Transfer-Encoding", "chunked")
+        request.end_headers()
+        try:
+            for _ in range(50):
+                request.wfile.write(b"3e8\r\n" + b"\0" * 1000 + b"\r\n")
+            request.wfile.write(b"0\r\n\r\n")
+        except OSError:
+            return
+
+    url = feed_server.route("/big.png", handler=chunked)
+    error = refused(url, ImageLimits(max_bytes=20_000, allow_private_addresses=True))
+    assert "20000 byte limit" in str(error)
+
+
+@pytest.mark.parametrize("url", ["ftp://files.example/a.png", "data:image/png;base64,iVBORw0KGgo="])
+def test_non_http_urls_are_refused(url: str) -> None:
+    assert "only http and https" in str(refused(url))
+
+
+# --- the guard with its defaults: nothing may reach the loopback server ------------------------------
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "127.0.0.1",
+        "localhost",
+        "LocalHost.",
+        "[::1]",
+        "[::ffff:127.0.0.1]",
+        "2130706433",
+        "0x7f000001",
+        "0.0.0.0",
+    ],
+)
+def test_guard_refuses_this_machine(feed_server: FeedServer, host: str) -> None:
+    feed_server.route("/a.png", body=PNG, headers={"Content-Type": "image/png"})
+    error = refused(f"http://{host}:{feed_server.port}/a.png", ImageLimits())
+    assert isinstance(error, BlockedAddressError)
+    assert "allow_private_addresses" in str(error)
+    assert feed_server.requests == []
+
+
+@pytest.mark.parametrize("host", ["10.0.0.1", "169.254.169.254", "192.168.0.1", "[fe80::1]"])
+def test_guard_refuses_private_networks_without_connecting(host: str) -> None:
+    error = refused(f"http://{host}/latest/meta-data/", ImageLimits())
+    assert isinstance(error, BlockedAddressError)
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "[::1]", "2130706433"])
+def test_guarded_client_refuses_even_without_download_image(
+    feed_server: FeedServer, host: str
+) -> None:
+    feed_server.route("/a.png", body=PNG, headers={"Content-Type": "image/png"})
+
+    async def go() -> httpx.Response:
+        async with make_image_client(allow_private_addresses=False) as client:
+            return await client.get(f"http://{host}:{feed_server.port}/a.png")
+
+    with pytest.raises(BlockedAddressError):
+        asyncio.run(go())
+    assert feed_server.requests == []
+
+
+# --- the guard with a test policy: 127.0.0.2 counts as public, 127.0.0.1 stays private ---------------
+
+
+PUBLIC_HOST = "127.0.0.2"
+"""The loopback address the test policy treats as a public host."""
+
+
+@pytest.fixture
+def public_server() -> Iterator[FeedServer]:
+    with FeedServer(PUBLIC_HOST) as server:
+        yield server
+
+
+PUBLIC = IPv4Address(PUBLIC_HOST)
+PRIVATE = IPv4Address("127.0.0.1")
+
+
+def policy_calling_127_0_0_2_public(address: IPAddress) -> str | None:
+    return None if address == PUBLIC else forbidden_reason(address)
+
+
+class FakeDns:
+    """A resolver with fixed answers per name; a list of answers is served one lookup at a time."""
+
+    def __init__(self, answers: dict[str, list[list[IPAddress]]]) -> None:
+        self.answers = answers
+        self.lookups: list[str] = []
+
+    async def __call__(self, host: str, port: int) -> Sequence[IPAddress]:
+        self.lookups.append(host)
+        literal = parse_ip_literal(host)
+        if literal is not None:
+            return [literal]
+        queue = self.answers.get(host)
+        if not queue:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return queue.pop(0) if len(queue) > 1 else queue[0]
+
+
+def guard_with(answers: dict[str, list[list[IPAddress]]]) -> tuple[NetGuard, FakeDns]:
+    dns = FakeDns(answers)
+    return NetGuard(resolver=dns, policy=policy_calling_127_0_0_2_public), dns
+
+
+def test_public_host_is_fetched_from_the_checked_address_with_its_name(
+    public_server: FeedServer,
+) -> None:
+    public_server.route("/a.png", body=PNG, headers={"Content-Type": "image/png"})
+    guard, dns = guard_with({"cdn.test": [[PUBLIC]]})
+    url = f"http://cdn.test:{public_server.port}/a.png"
+    image = download(url, ImageLimits(), guard)
+    assert image.data == PNG
+    assert public_server.hits("/a.png")[0].headers["Host"] == f"cdn.test:{public_server.port}"
+    assert dns.lookups.count("cdn.test") >= 2, "checked per request and again at connect time"
+
+
+def test_redirect_to_a_private_host_is_refused(
+    public_server: FeedServer, feed_server: FeedServer
+) -> None:
+    feed_server.route("/secret.png", body=PNG, headers={"Content-Type": "image/png"})
+    public_server.route(
+        "/a.png",
+        status=302,
+        headers={"Location": f"http://intranet.test:{feed_server.port}/secret.png"},
+    )
+    guard, _ = guard_with({"cdn.test": [[PUBLIC]], "intranet.test": [[PRIVATE]]})
+    error = refused(f"http://cdn.test:{public_server.port}/a.png", ImageLimits(), guard)
+    assert isinstance(error, BlockedAddressError)
+    assert "intranet.test" in str(error)
+    assert len(public_server.hits("/a.png")) == 1
+    assert feed_server.requests == []
+
+
+def test_redirect_to_a_private_literal_is_refused(
+    public_server: FeedServer, feed_server: FeedServer
+) -> None:
+    feed_server.route("/secret.png", body=PNG, headers={"Content-Type": "image/png"})
+    public_server.route("/a.png", status=301, headers={"Location": feed_server.url("/secret.png")})
+    guard, _ = guard_with({"cdn.test": [[PUBLIC]]})
+    assert isinstance(
+        refused(f"http://cdn.test:{public_server.port}/a.png", ImageLimits(), guard),
+        BlockedAddressError,
+    )
+    assert feed_server.requests == []
+
+
+def test_dns_rebinding_between_check_and_connect_is_refused(feed_server: FeedServer) -> None:
+    feed_server.route("/a.png", body=PNG, headers={"Content-Type": "image/png"})
+    guard, dns = guard_with({"rebind.test": [[PUBLIC], [PRIVATE]]})
+    error = refused(f"http://rebind.test:{feed_server.port}/a.png", ImageLimits(), guard)
+    assert isinstance(error, BlockedAddressError)
+    assert dns.lookups == ["rebind.test", "rebind.test"]
+    assert feed_server.requests == []
+
+
+def test_any_private_address_in_the_answer_is_refused(feed_server: FeedServer) -> None:
+    feed_server.route("/a.png", body=PNG, headers={"Content-Type": "image/png"})
+    guard, _ = guard_with({"mixed.test": [[PUBLIC, PRIVATE]]})
+    assert isinstance(
+        refused(f"http://mixed.test:{feed_server.port}/a.png", ImageLimits(), guard),
+        BlockedAddressError,
+    )
+    assert feed_server.requests == []
+
+
+def test_unresolvable_host_is_an_image_error_not_a_block() -> None:
+    guard, _ = guard_with({})
+    error = refused("http://nowhere.test/a.png", ImageLimits(), guard)
+    assert not isinstance(error, BlockedAddressError)
+    assert "could not resolve the host nowhere.test" in str(error)

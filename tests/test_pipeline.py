@@ -1,0 +1,475 @@
+"""End-to-end collection cycles through the library: a real feed server on 127.0.0.1, a real
+SQLite file, a real objects folder, and a clock the test moves forward."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from feedcollector.collector import open_collector
+from feedcollector.config import load_settings
+from feedcollector.pipeline import run_cycle
+from feedcollector.report import CycleReport
+from feedcollector.schedule import feed_id_for
+
+from .feedserver import FeedServer, Route
+from .samples import Entry, png, rss, write_project
+
+START = datetime(2026, 3, 2, 9, 0, 0, tzinfo=UTC)
+
+
+@dataclass
+class Clock:
+    now: datetime = START
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, **delta: float) -> None:
+        self.now += timedelta(**delta)
+
+
+@dataclass
+class Project:
+    folder: Path
+    config: Path
+    clock: Clock
+
+    def cycle(self, **kwargs: Any) -> CycleReport:
+        async def go() -> CycleReport:
+            settings = load_settings(self.config)
+            async with open_collector(settings, clock=self.clock) as collector:
+                return await run_cycle(collector, **kwargs)
+
+        return asyncio.run(go())
+
+    def rows(self, sql: str, *params: Any) -> list[dict[str, Any]]:
+        with sqlite3.connect(self.folder / "collector.db") as conn:
+            conn.row_factory = sqlite3.Row
+            return [dict(r) for r in conn.execute(sql, params)]
+
+    def object(self, key: str) -> bytes:
+        return (self.folder / "objects" / key).read_bytes()
+
+    def keys(self, prefix: str) -> list[str]:
+        root = self.folder / "objects"
+        return sorted(
+            p.relative_to(root).as_posix() for p in (root / prefix).rglob("*") if p.is_file()
+        )
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Callable[..., Project]:
+    def make(feeds: list[Any], **kwargs: Any) -> Project:
+        return Project(tmp_path, write_project(tmp_path, feeds, **kwargs), Clock())
+
+    return make
+
+
+def md5_8(text: str) -> str:
+    return hashlib.md5(text.encode()).hexdigest()[:8]
+
+
+def test_first_cycle_stores_items_images_and_the_raw_backup(
+    feed_server: FeedServer, project: Callable[..., Project]
+) -> None:
+    image = png()
+    feed_server.route("/img/a.png", body=image, headers={"Content-Type": "image/png"})
+    body = rss(
+        [
+            Entry(
+                "First",
+                guid="urn:1",
+                link="/posts/1",
+                content='<p>Hi <a href="/about">me</a></p><img src="/img/a.png" alt="a">',
+                description="summary only",
+            ),
+            Entry("Second", guid="urn:2", description="<b>just a description</b>"),
+        ],
+        link=feed_server.url("/"),
+    )
+    url = feed_server.route(
+        "/feed.xml", body=body, etag='"v1"', headers={"Content-Type": "application/rss+xml"}
+    )
+    p = project([url])
+    report = p.cycle()
+    assert (report.stored, report.new_items, report.images_stored) == (1, 2, 1)
+
+    feed_id = feed_id_for(url)
+    items = p.rows(
+        "SELECT guid, link, title, pub_date, content_html, created_at FROM items ORDER BY guid"
+    )
+    base = feed_server.url("")
+    assert items == [
+        {
+            "guid": "urn:1",
+            "link": f"{base}/posts/1",
+            "title": "First",
+            "pub_date": "2026-03-02T08:00:00Z",
+            "content_html": f'<p>Hi <a href="{base}/about">me</a></p><img src="{base}/img/a.png" alt="a">',
+            "created_at": "2026-03-02T09:00:00Z",
+        },
+        {
+            "guid": "urn:2",
+            "link": None,
+            "title": "Second",
+            "pub_date": "2026-03-02T08:00:00Z",
+            "content_html": "<b>just a description</b>",
+            "created_at": "2026-03-02T09:00:00Z",
+        },
+    ]
+    key = f"images/{feed_id}/{md5_8('urn:1')}/0.png"
+    assert p.rows("SELECT original_url, status, attempts, r2_key FROM image_tasks") == [
+        {"original_url": f"{base}/img/a.png", "status": "success", "attempts": 1, "r2_key": key}
+    ]
+    assert p.object(key) == image
+    assert p.keys("backups") == [f"backups/{feed_id}/2026-03-02T09:00:00Z.xml"]
+    assert p.object(f"backups/{feed_id}/2026-03-02T09:00:00Z.xml") == body
+    feed = p.rows(
+        "SELECT title, last_etag, last_fetched_at, next_fetch_at, consecutive_failures FROM feeds"
+    )
+    assert feed == [
+        {
+            "title": "Test feed",
+            "last_etag": '"v1"',
+            "last_fetched_at": "2026-03-02T09:00:00Z",
+            "next_fetch_at": "2026-03-02T09:30:00Z",
+            "consecutive_failures": 0,
+        }
+    ]
+
+
+def test_conditional_get_304_touches_only_the_two_timestamps(
+    feed_server: FeedServer, project: Callable[..., Project]
+) -> None:
+    body = rss([Entry("One", guid="1")])
+    url = feed_server.route(
+        "/feed", body=body, etag='"abc"', last_modified="Mon, 02 Mar 2026 08:00:00 GMT"
+    )
+    p = project([url])
+    p.cycle()
+    before = p.rows("SELECT * FROM feeds")[0]
+    p.clock.advance(minutes=31)
+    report = p.cycle()
+    assert report.not_modified == 1
+    request = feed_server.hits("/feed")[-1]
+    assert request.headers["If-None-Match"] == '"abc"'
+    assert request.headers["If-Modified-Since"] == "Mon, 02 Mar 2026 08:00:00 GMT"
+    after = p.rows("SELECT * FROM feeds")[0]
+    changed = {k for k in before if before[k] != after[k]}
+    assert changed == {"last_fetched_at", "next_fetch_at", "last_status"}
+    assert after["last_fetched_at"] == "2026-03-02T09:31:00Z"
+    assert after["next_fetch_at"] == "2026-03-02T10:01:00Z"
+    assert len(p.keys("backups")) == 1, "a 304 has no body to back up"
+
+
+def test_a_feed_not_yet_due_is_not_fetched(
+    feed_server: FeedServer, project: Callable[..., Project]
+) -> None:
+    url = feed_server.route("/feed", body=rss([Entry("One", guid="1")]))
+    p = project([{"url": url, "interval": "2h"}])
+    p.cycle()
+    p.clock.advance(hours=1)
+    assert p.cycle().feeds == 0
+    p.clock.advance(hours=1)
+    assert p.cycle().feeds == 1
+    assert len(feed_server.hits("/feed")) == 2
+
+
+def test_without_validators_every_cycle_is_a_full_and_idempotent_reload(
+    feed_server: FeedServer, project: Callable[..., Project]
+) -> None:
+    feed_server.route("/i.png", body=png(), headers={"Content-Type": "image/png"})
+    entries = [
+        Entry(f"Post {n}", guid=f"g{n}", content=f'<img src="/i.png?{n}">') for n in range(3)
+    ]
+    route = Route(body=rss(entries, link=feed_server.url("/")))
+    url = feed_server.route("/feed", route)
+    p = project([url])
+    for cycle in range(3):
+        if cycle == 2:
+            route.body = rss([*entries, Entry("Post 3", guid="g3")], link=feed_server.url("/"))
+        report = p.cycle()
+        assert report.stored == 1
+        assert report.new_items == (3 if cycle == 0 else 0 if cycle == 1 else 1)
+        p.clock.advance(minutes=30)
+    assert "If-None-Match" not in feed_server.hits("/feed")[-1].headers
+    assert p.rows("SELECT COUNT(*) AS n FROM items")[0]["n"] == 4
+    assert p.rows("SELECT COUNT(*) AS n, SUM(status = 'success') AS ok FROM image_tasks") == [
+        {"n": 3, "ok": 3}
+    ]
+    assert len(feed_server.hits("/i.png")) == 3, "each image downloaded exactly once"
+    assert len(p.keys("backups")) == 3, "every 200 body is backed up"
+
+
+def test_content_of_a_known_guid_is_never_updated(
+    feed_server: FeedServer, project: Callable[..., Project]
+) -> None:
+    route = Route(body=rss([Entry("Original", guid="g", description="v1")]))
+    url = feed_server.route("/feed", route)
+    p = project([url])
+    p.cycle()
+    route.body = rss([Entry("Edited", guid="g", description="v2")])
+    p.clock.advance(hours=1)
+    p.cycle()
+    assert p.rows("SELECT title, content_html FROM items") == [
+        {"title": "Original", "content_html": "v1"}
+    ]
+
+
+@pytest.mark.parametrize(
+    ("encoding", "declare", "header_charset", "title"),
+    [
+        ("gbk", True, None, "中文订阅 — 镕"),
+        ("gb18030", False, "gb2312", "中文订阅 镕"),
+        ("big5", True, None, "繁體中文新聞"),
+        ("big5", False, "big5", "繁體中文新聞"),
+        ("shift_jis", True, None, "日本語のフィード"),
+        ("shift_jis", False, None, "日本語のフィードのタイトルとアイテムの本文はここにあります"),
+        ("euc-kr", False, "euc-kr", "한국어 피드"),
+        ("iso-8859-1", True, None, "Notícias de São Paulo"),
+    ],
+)
+def test_encodings_are_settled_before_parsing(
+    feed_server: FeedServer,
+    project: Callable[..., Project],
+    encoding: str,
+    declare: bool,
+    header_charset: str | None,
+    title: str,
+) -> None:
+    body = rss(
+        [Entry(title, guid="1", description=f"<p>{title} {title}</p>")],
+        title=title,
+        encoding=encoding,
+        declare=declare,
+    )
+    content_type = "application/xml" + (f"; charset={header_charset}" if header_charset else "")
+    url = feed_server.route("/feed", body=body, headers={"Content-Type": content_type})
+    p = project([url])
+    assert p.cycle().stored == 1
+    assert p.rows("SELECT title FROM feeds")[0]["title"] == title
+    assert p.rows("SELECT title, content_html FROM items") == [
+        {"title": title, "content_html": f"<p>{title} {title}</p>"}
+    ]
+    assert p.object(p.keys("backups")[0]) == body, "the backup keeps the original bytes"
+
+
+def test_http_charset_wins_over_a_lying_declaration(
+    feed_server: FeedServer, project: Callable[..., Project]
+) -> None:
+    body = rss([Entry("标题", guid="1")], title="新闻", encoding="gbk").replace(
+        b'encoding="gbk"', b'encoding="iso-8859-1"'
+    )
+    url = feed_server.route("/feed", body=body, headers={"Content-Type": "text/xml; charset=GBK"})
+    p = project([url])
+    p.cycle()
+    assert p.rows("SELECT title FROM items") == [{"title": "标题"}]
+
+
+def test_failures_back_off_and_success_resets(
+    feed_server: FeedServer, project: Callable[..., Project], caplog: pytest.LogCaptureFixture
+) -> None:
+    route = Route(status=503, body=b"down")
+    url = feed_server.route("/feed", route)
+    p = project([url])
+    expected_gaps = [30, 60, 120, 240, 480, 960, 1440, 1440, 1440, 1440]
+    with caplog.at_level(logging.WARNING, logger="feedcollector"):
+        for failures, gap in enumerate(expected_gaps, start=1):
+            p.cycle()
+            row = p.rows(
+                "SELECT consecutive_failures, next_fetch_at, last_fetched_at, last_error FROM feeds"
+            )[0]
+            assert row["consecutive_failures"] == failures
+            assert row["next_fetch_at"] == (p.clock.now + timedelta(minutes=gap)).strftime(
+                "%Y-%m-%dT%H:%M:%SZ"
+            )
+            assert row["last_fetched_at"] is None
+            assert "503" in row["last_error"]
+            p.clock.advance(minutes=gap)
+    alerts = [r.getMessage() for r in caplog.records if "10 times in a row" in r.getMessage()]
+    assert len(alerts) == 1
+    assert url in alerts[0]
+    route.status, route.body = 200, rss([Entry("Back", guid="1")])
+    p.cycle()
+    row = p.rows("SELECT consecutive_failures, next_fetch_at, last_error FROM feeds")[0]
+    assert row == {
+        "consecutive_failures": 0,
+        "next_fetch_at": (p.clock.now + timedelta(minutes=30)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "last_error": None,
+    }
+
+
+def test_a_garbage_body_is_backed_up_then_counted_as_a_parse_failure(
+    feed_server: FeedServer, project: Callable[..., Project]
+) -> None:
+    garbage = b"<html><body>Service moved, sorry</body></html>"
+    url = feed_server.route(
+        "/feed", body=garbage, etag='"e1"', headers={"Content-Type": "text/html"}
+    )
+    p = project([url])
+    report = p.cycle()
+    assert report.failed == 1
+    feed_id = feed_id_for(url)
+    assert p.object(f"backups/{feed_id}/2026-03-02T09:00:00Z.xml") == garbage
+    row = p.rows("SELECT consecutive_failures, last_etag, last_error FROM feeds")[0]
+    assert row["consecutive_failures"] == 1
+    assert row["last_etag"] is None, (
+        "validators of an unparsed body are not kept (so it is re-read)"
+    )
+    assert row["last_error"].startswith("parse:")
+
+
+def test_one_failing_feed_never_stops_the_others(
+    feed_server: FeedServer, project: Callable[..., Project]
+) -> None:
+    good = [
+        feed_server.route(f"/ok{n}", body=rss([Entry(f"item {n}", guid=f"{n}")])) for n in range(6)
+    ]
+    bad = [
+        feed_server.route("/500", status=500, body=b"boom"),
+        feed_server.route("/garbage", body=b"\x00\xff not xml at all"),
+        "http://127.0.0.1:9/refused",
+    ]
+    p = project([*good, *bad])
+    report = p.cycle()
+    assert (report.stored, report.failed) == (6, 3)
+    assert p.rows("SELECT COUNT(*) AS n FROM items")[0]["n"] == 6
+
+
+def test_an_unreadable_pub_date_becomes_the_fetch_time_with_a_warning(
+    feed_server: FeedServer, project: Callable[..., Project], caplog: pytest.LogCaptureFixture
+) -> None:
+    url = feed_server.route(
+        "/feed",
+        body=rss(
+            [
+                Entry("Odd date", guid="1", pub_date="the day after tomorrow"),
+                Entry("Named zone", guid="2", pub_date="mon, 2 mar 2026 03:00:00 est"),
+            ]
+        ),
+    )
+    p = project([url])
+    with caplog.at_level(logging.WARNING, logger="feedcollector"):
+        p.cycle()
+    assert p.rows("SELECT guid, pub_date FROM items ORDER BY guid") == [
+        {"guid": "1", "pub_date": "2026-03-02T09:00:00Z"},
+        {"guid": "2", "pub_date": "2026-03-02T08:00:00Z"},
+    ]
+    (warning,) = [r.getMessage() for r in caplog.records if "pubDate" in r.getMessage()]
+    assert "the day after tomorrow" in warning
+    assert url in warning
+    assert "Odd date" in warning
+
+
+def test_missing_images_are_retried_each_cycle_and_fail_at_three(
+    feed_server: FeedServer, project: Callable[..., Project]
+) -> None:
+    url = feed_server.route(
+        "/feed",
+        body=rss(
+            [Entry("Pic", guid="p", content='<img src="/missing.png"><img src="/page">')],
+            link=feed_server.url("/"),
+        ),
+    )
+    feed_server.route(
+        "/page", body=b"<html>not an image</html>", headers={"Content-Type": "text/html"}
+    )
+    p = project([url])
+    for attempt in (1, 2, 3):
+        p.cycle()
+        rows = p.rows(
+            "SELECT position, status, attempts, last_error FROM image_tasks ORDER BY position"
+        )
+        assert [r["attempts"] for r in rows] == [attempt, attempt]
+        assert [r["status"] for r in rows] == ["pending"] * 2 if attempt < 3 else ["failed"] * 2
+        assert "404" in rows[0]["last_error"]
+        assert "image" in rows[1]["last_error"].lower()
+        p.clock.advance(minutes=1)
+    p.cycle()
+    assert len(feed_server.hits("/missing.png")) == 3, "a failed task is not tried again"
+    assert p.rows("SELECT COUNT(*) AS n FROM items")[0]["n"] == 1
+
+
+def test_private_image_addresses_are_refused_by_default(
+    feed_server: FeedServer, project: Callable[..., Project]
+) -> None:
+    feed_server.route("/i.png", body=png(), headers={"Content-Type": "image/png"})
+    url = feed_server.route(
+        "/feed",
+        body=rss([Entry("Pic", guid="p", content='<img src="/i.png">')], link=feed_server.url("/")),
+    )
+    p = project([url], allow_private_images=False)
+    p.cycle()
+    row = p.rows("SELECT status, attempts, last_error FROM image_tasks")[0]
+    assert row["attempts"] == 1
+    assert "private" in row["last_error"].lower()
+    assert feed_server.hits("/i.png") == []
+
+
+def test_a_feed_removed_from_the_file_keeps_its_data_but_is_not_fetched(
+    feed_server: FeedServer, project: Callable[..., Project]
+) -> None:
+    kept = feed_server.route("/kept", body=rss([Entry("k", guid="k")]))
+    dropped = feed_server.route("/dropped", body=rss([Entry("d", guid="d")]))
+    p = project([kept, dropped])
+    p.cycle()
+    write_project(p.folder, [kept])
+    p.clock.advance(hours=1)
+    p.cycle()
+    assert len(feed_server.hits("/dropped")) == 1
+    assert len(feed_server.hits("/kept")) == 2
+    assert p.rows("SELECT COUNT(*) AS n FROM items")[0]["n"] == 2
+    assert p.rows("SELECT url, active FROM feeds ORDER BY url") == [
+        {"url": dropped, "active": 0},
+        {"url": kept, "active": 1},
+    ]
+
+
+def test_a_storage_failure_aborts_the_feed_and_the_next_cycle_completes_it(
+    feed_server: FeedServer, project: Callable[..., Project]
+) -> None:
+    url = feed_server.route("/feed", body=rss([Entry("One", guid="1")]), etag='"x"')
+    p = project([url])
+    blocker = p.folder / "objects" / "backups"
+    blocker.parent.mkdir(parents=True)
+    blocker.write_text("a file where the backups folder should be")
+    report = p.cycle()
+    assert report.aborted == 1
+    row = p.rows(
+        "SELECT last_fetched_at, consecutive_failures, next_fetch_at, lease_owner, last_etag FROM feeds"
+    )[0]
+    assert row == {
+        "last_fetched_at": None,
+        "consecutive_failures": 0,
+        "next_fetch_at": "2026-03-02T09:00:00Z",
+        "lease_owner": None,
+        "last_etag": None,
+    }
+    assert p.rows("SELECT COUNT(*) AS n FROM items")[0]["n"] == 0
+    blocker.unlink()
+    p.clock.advance(minutes=1)
+    assert p.cycle().stored == 1
+    assert p.rows("SELECT COUNT(*) AS n FROM items")[0]["n"] == 1
+
+
+def test_forced_fetch_ignores_the_schedule(
+    feed_server: FeedServer, project: Callable[..., Project]
+) -> None:
+    a = feed_server.route("/a", body=rss([Entry("a", guid="a")]))
+    b = feed_server.route("/b", body=rss([Entry("b", guid="b")]))
+    p = project([a, b])
+    p.cycle()
+    assert p.cycle().feeds == 0
+    assert p.cycle(force=True, urls=[b]).feeds == 1
+    assert p.cycle(force=True).feeds == 2
+    assert (len(feed_server.hits("/a")), len(feed_server.hits("/b"))) == (2, 3)

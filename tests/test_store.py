@@ -1,0 +1,367 @@
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from feedcollector import store
+from feedcollector.backends.sqlite import SQLiteDatabase
+from feedcollector.database import CountingDatabase, Database
+from feedcollector.errors import DatabaseError
+from feedcollector.models import FeedSpec, ItemRecord
+from feedcollector.schedule import feed_id_for
+from feedcollector.schema import migrate
+
+NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+LEASE = timedelta(minutes=15)
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> AsyncIterator[Database]:
+    async def open_db() -> Database:
+        database = SQLiteDatabase(tmp_path / "collector.db")
+        await migrate(database)
+        return database
+
+    database = asyncio.run(open_db())
+    yield database  # type: ignore[misc]
+    asyncio.run(database.close())
+
+
+def run(coro):  # type: ignore[no-untyped-def]
+    return asyncio.run(coro)
+
+
+def item(guid: str, *images: str, item_id: str | None = None) -> ItemRecord:
+    return ItemRecord(
+        id=item_id or f"id-{guid}-{len(images)}",
+        guid=guid,
+        link=f"https://blog.example/{guid}",
+        title=f"Title {guid}",
+        pub_date="2026-02-28T10:00:00Z",
+        content_html="".join(f'<img src="{u}">' for u in images),
+        image_urls=images,
+    )
+
+
+def success(next_fetch: datetime = NOW + timedelta(minutes=30)) -> store.FetchSuccess:
+    return store.FetchSuccess(
+        title="Blog",
+        etag='"v1"',
+        last_modified="Sat, 28 Feb 2026 10:00:00 GMT",
+        fetched_at=NOW,
+        next_fetch_at=next_fetch,
+        status=200,
+    )
+
+
+def claim(
+    db: Database, owner: str = "a", now: datetime = NOW, after: store.ClaimCursor | None = None
+) -> list:  # type: ignore[type-arg]
+    return run(
+        store.claim_due_feeds(
+            db,
+            due_by=now,
+            now=now,
+            owner=owner,
+            lease=LEASE,
+            limit=100,
+            after=after or store.ClaimCursor(),
+        )
+    )
+
+
+def test_sync_inserts_new_feeds_due_now_and_keeps_removed_ones(db: Database) -> None:
+    report = run(
+        store.sync_feeds(db, [FeedSpec("https://a.example/"), FeedSpec("https://b.example/")], NOW)
+    )
+    assert (report.added, report.removed) == (2, 0)
+    rows = run(db.query("SELECT url, next_fetch_at, active, created_at FROM feeds ORDER BY url"))
+    assert rows == [
+        {
+            "url": "https://a.example/",
+            "next_fetch_at": "2026-03-01T12:00:00Z",
+            "active": 1,
+            "created_at": "2026-03-01T12:00:00Z",
+        },
+        {
+            "url": "https://b.example/",
+            "next_fetch_at": "2026-03-01T12:00:00Z",
+            "active": 1,
+            "created_at": "2026-03-01T12:00:00Z",
+        },
+    ]
+    report = run(store.sync_feeds(db, [FeedSpec("https://a.example/")], NOW))
+    assert report.removed == 1
+    assert [f.url for f in claim(db)] == ["https://a.example/"]
+    assert run(db.query("SELECT COUNT(*) AS n FROM feeds"))[0]["n"] == 2
+
+
+def test_a_feed_back_in_the_file_is_due_again(db: Database) -> None:
+    run(store.sync_feeds(db, [FeedSpec("https://a.example/")], NOW))
+    run(store.sync_feeds(db, [], NOW))
+    later = NOW + timedelta(days=3)
+    run(store.sync_feeds(db, [FeedSpec("https://a.example/", interval=timedelta(hours=2))], later))
+    feeds = claim(db, now=later)
+    assert [(f.url, f.interval_seconds, f.next_fetch_at) for f in feeds] == [
+        ("https://a.example/", 7200, "2026-03-04T12:00:00Z")
+    ]
+
+
+def test_unchanged_file_costs_one_query(db: Database) -> None:
+    specs = [FeedSpec(f"https://{n}.example/") for n in range(50)]
+    run(store.sync_feeds(db, specs, NOW))
+    counting = CountingDatabase(db)
+    run(store.sync_feeds(counting, specs, NOW))
+    assert counting.round_trips == 1
+
+
+def test_claims_are_leased_so_a_second_collector_gets_nothing(db: Database) -> None:
+    run(store.sync_feeds(db, [FeedSpec(f"https://{n}.example/") for n in range(5)], NOW))
+    first = claim(db, owner="a")
+    assert len(first) == 5
+    assert claim(db, owner="b") == []
+    assert len(claim(db, owner="b", now=NOW + LEASE)) == 5, "an expired lease frees the feed"
+
+
+def test_claim_cursor_never_returns_a_feed_twice_in_one_cycle(db: Database) -> None:
+    run(store.sync_feeds(db, [FeedSpec(f"https://{n}.example/") for n in range(5)], NOW))
+    page = run(
+        store.claim_due_feeds(
+            db, due_by=NOW, now=NOW, owner="a", lease=LEASE, limit=2, after=store.ClaimCursor()
+        )
+    )
+    assert len(page) == 2
+    for feed in page:
+        run(store.release_feed(db, feed.id, "a"))
+    cursor = store.ClaimCursor(page[-1].next_fetch_at or "", page[-1].id)
+    rest = run(
+        store.claim_due_feeds(
+            db, due_by=NOW, now=NOW, owner="a", lease=LEASE, limit=10, after=cursor
+        )
+    )
+    assert {f.id for f in rest}.isdisjoint({f.id for f in page})
+    assert len(rest) == 3
+
+
+def test_feeds_not_yet_due_are_not_claimed(db: Database) -> None:
+    run(store.sync_feeds(db, [FeedSpec("https://a.example/")], NOW + timedelta(minutes=5)))
+    assert claim(db) == []
+
+
+def test_save_items_is_one_batch_insert_or_ignore_and_tasks_only_for_new_items(
+    db: Database,
+) -> None:
+    run(store.sync_feeds(db, [FeedSpec("https://a.example/")], NOW))
+    (feed,) = claim(db)
+    counting = CountingDatabase(db)
+    new = run(
+        store.save_items(
+            counting,
+            feed,
+            [item("g1", "https://img.example/1.png", "https://img.example/2.png"), item("g2")],
+            success(),
+        )
+    )
+    assert counting.round_trips == 1
+    assert sorted(new) == ["id-g1-2", "id-g2-0"]
+    # The same GUIDs again, with other content and other ids: nothing changes.
+    again = run(
+        store.save_items(
+            db,
+            feed,
+            [item("g1", "https://img.example/other.png", item_id="x1"), item("g3")],
+            success(),
+        )
+    )
+    assert again == ["id-g3-0"]
+    rows = run(db.query("SELECT guid, content_html FROM items ORDER BY guid"))
+    assert rows[0] == {
+        "guid": "g1",
+        "content_html": '<img src="https://img.example/1.png"><img src="https://img.example/2.png">',
+    }
+    tasks = run(
+        db.query(
+            "SELECT item_id, original_url, position, status, attempts FROM image_tasks ORDER BY position"
+        )
+    )
+    assert tasks == [
+        {
+            "item_id": "id-g1-2",
+            "original_url": "https://img.example/1.png",
+            "position": 0,
+            "status": "pending",
+            "attempts": 0,
+        },
+        {
+            "item_id": "id-g1-2",
+            "original_url": "https://img.example/2.png",
+            "position": 1,
+            "status": "pending",
+            "attempts": 0,
+        },
+    ]
+    row = run(
+        db.query(
+            "SELECT title, last_etag, last_modified, last_fetched_at, next_fetch_at, consecutive_failures, lease_owner FROM feeds"
+        )
+    )[0]
+    assert row == {
+        "title": "Blog",
+        "last_etag": '"v1"',
+        "last_modified": "Sat, 28 Feb 2026 10:00:00 GMT",
+        "last_fetched_at": "2026-03-01T12:00:00Z",
+        "next_fetch_at": "2026-03-01T12:30:00Z",
+        "consecutive_failures": 0,
+        "lease_owner": None,
+    }
+
+
+def test_a_failing_batch_leaves_nothing_behind(db: Database) -> None:
+    run(store.sync_feeds(db, [FeedSpec("https://a.example/")], NOW))
+    (feed,) = claim(db)
+    run(
+        db.exec(
+            "CREATE TRIGGER boom BEFORE INSERT ON items WHEN NEW.guid = 'boom' "
+            "BEGIN SELECT RAISE(ABORT, 'disk on fire'); END"
+        )
+    )
+    with pytest.raises(DatabaseError, match="disk on fire"):
+        run(
+            store.save_items(
+                db, feed, [item("g1", "https://img.example/1.png"), item("boom")], success()
+            )
+        )
+    assert run(db.query("SELECT COUNT(*) AS n FROM items"))[0]["n"] == 0
+    assert run(db.query("SELECT COUNT(*) AS n FROM image_tasks"))[0]["n"] == 0
+    assert run(db.query("SELECT last_fetched_at FROM feeds"))[0]["last_fetched_at"] is None
+
+
+def test_config_title_wins_over_the_channel_title(db: Database) -> None:
+    run(store.sync_feeds(db, [FeedSpec("https://a.example/", title="My name")], NOW))
+    (feed,) = claim(db)
+    run(store.save_items(db, feed, [], success()))
+    assert run(db.query("SELECT title FROM feeds"))[0]["title"] == "My name"
+
+
+def test_failures_and_not_modified_bookkeeping(db: Database) -> None:
+    run(store.sync_feeds(db, [FeedSpec("https://a.example/"), FeedSpec("https://b.example/")], NOW))
+    a, b = sorted(claim(db), key=lambda f: f.url)
+    run(
+        store.record_failure(
+            db,
+            a.id,
+            failures=3,
+            next_fetch_at=NOW + timedelta(hours=2),
+            error="fetch: HTTP 503",
+            status=503,
+        )
+    )
+    counting = CountingDatabase(db)
+    run(
+        store.record_not_modified(
+            counting, [store.NotModified(b.id, NOW, NOW + timedelta(minutes=30))]
+        )
+    )
+    assert counting.round_trips == 1
+    rows = run(
+        db.query(
+            "SELECT url, consecutive_failures, next_fetch_at, last_fetched_at, last_error, last_status, lease_owner FROM feeds ORDER BY url"
+        )
+    )
+    assert rows == [
+        {
+            "url": "https://a.example/",
+            "consecutive_failures": 3,
+            "next_fetch_at": "2026-03-01T14:00:00Z",
+            "last_fetched_at": None,
+            "last_error": "fetch: HTTP 503",
+            "last_status": 503,
+            "lease_owner": None,
+        },
+        {
+            "url": "https://b.example/",
+            "consecutive_failures": 0,
+            "next_fetch_at": "2026-03-01T12:30:00Z",
+            "last_fetched_at": "2026-03-01T12:00:00Z",
+            "last_error": None,
+            "last_status": 304,
+            "lease_owner": None,
+        },
+    ]
+
+
+def test_manual_claims_ignore_the_schedule_but_not_leases(db: Database) -> None:
+    run(
+        store.sync_feeds(
+            db,
+            [FeedSpec("https://a.example/"), FeedSpec("https://b.example/")],
+            NOW + timedelta(hours=1),
+        )
+    )
+    ids = run(store.active_feed_ids(db, ["https://b.example/", "https://unknown.example/"]))
+    assert ids == [feed_id_for("https://b.example/")]
+    claimed = run(
+        store.claim_feeds_by_id(db, run(store.active_feed_ids(db)), now=NOW, owner="a", lease=LEASE)
+    )
+    assert [f.url for f in claimed] == ["https://a.example/", "https://b.example/"]
+    assert run(store.claim_feeds_by_id(db, ids, now=NOW, owner="b", lease=LEASE)) == []
+
+
+def test_image_tasks_count_attempts_and_fail_at_three(db: Database) -> None:
+    run(store.sync_feeds(db, [FeedSpec("https://a.example/")], NOW))
+    (feed,) = claim(db)
+    run(
+        store.save_items(
+            db,
+            feed,
+            [item("g1", "https://img.example/ok.png", "https://img.example/bad.png")],
+            success(),
+        )
+    )
+
+    def claim_tasks(now: datetime) -> list:  # type: ignore[type-arg]
+        return run(
+            store.claim_image_tasks(db, now=now, lease=LEASE, limit=10, after=store.TaskCursor())
+        )
+
+    for cycle in range(3):
+        moment = NOW + timedelta(hours=cycle)
+        tasks = claim_tasks(moment)
+        assert claim_tasks(moment) == [], "leased tasks are not handed out twice"
+        results = []
+        for task in tasks:
+            assert task.feed_id == feed.id
+            assert task.guid == "g1"
+            if task.original_url.endswith("ok.png") and cycle == 0:
+                results.append(
+                    store.ImageResult(task.id, f"images/{feed.id}/x/{task.position}.png", None)
+                )
+            elif task.original_url.endswith("bad.png"):
+                results.append(store.ImageResult(task.id, None, f"image: HTTP 404 (try {cycle})"))
+        run(store.record_image_results(db, results, moment))
+    rows = run(
+        db.query(
+            "SELECT original_url, status, attempts, r2_key, last_error FROM image_tasks ORDER BY position"
+        )
+    )
+    assert rows == [
+        {
+            "original_url": "https://img.example/ok.png",
+            "status": "success",
+            "attempts": 1,
+            "r2_key": f"images/{feed.id}/x/0.png",
+            "last_error": None,
+        },
+        {
+            "original_url": "https://img.example/bad.png",
+            "status": "failed",
+            "attempts": 3,
+            "r2_key": None,
+            "last_error": "image: HTTP 404 (try 2)",
+        },
+    ]
+    assert claim_tasks(NOW + timedelta(days=1)) == []
