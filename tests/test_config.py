@@ -20,8 +20,8 @@ from feedcollector.config import (
     load_feeds,
     load_settings,
 )
+from feedcollector.config_values import format_duration, parse_byte_size, parse_duration
 from feedcollector.errors import ConfigError
-from feedcollector.feeds_file import format_duration, parse_byte_size, parse_duration
 from feedcollector.models import FeedSpec
 
 S3_ENV = {S3_ACCESS_KEY_ENV: "AKIDEXAMPLE", S3_SECRET_KEY_ENV: "s3cr3t"}

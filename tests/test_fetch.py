@@ -17,13 +17,8 @@ import pytest
 import zstandard
 
 from feedcollector.errors import FetchError
-from feedcollector.fetch import (
-    DEFAULT_USER_AGENT,
-    FetchLimits,
-    describe_http_error,
-    fetch_feed,
-    make_http_client,
-)
+from feedcollector.fetch import DEFAULT_USER_AGENT, FetchLimits, fetch_feed, make_http_client
+from feedcollector.httpbody import describe_http_error
 from feedcollector.models import FetchedFeed
 
 from .conftest import CORPUS

@@ -9,10 +9,7 @@ keys come from the environment.
 
 from __future__ import annotations
 
-import difflib
 import os
-import re
-import tomllib
 from collections.abc import Mapping
 from datetime import timedelta
 from importlib import metadata
@@ -31,17 +28,24 @@ from pydantic import (
     model_validator,
 )
 
-from .errors import ConfigError
-from .feeds_file import (
+from .config_errors import (
+    SettingsShape,
+    line_of,
+    parse_toml,
+    problem_from_pydantic,
+    unknown_key_problem,
+)
+from .config_values import (
     Problem,
     SettingProblem,
     check_http_url,
     config_error,
     describe_value,
-    format_duration,
     parse_byte_size,
     parse_duration,
 )
+from .config_values import format_duration as format_duration
+from .errors import ConfigError
 from .feeds_file import (
     load_feeds as load_feeds,
 )
@@ -253,6 +257,7 @@ _SECRETS: Mapping[str, Mapping[str, str]] = {
     "storage": {"access_key_id": S3_ACCESS_KEY_ENV, "secret_access_key": S3_SECRET_KEY_ENV},
 }
 _TOP_LEVEL_KEYS = ("feeds_file", *_SECTIONS)
+_SHAPE = SettingsShape(Settings, _SECTIONS, _SECRETS, _TOP_LEVEL_KEYS)
 
 
 def load_settings(path: Path | None, *, environ: Mapping[str, str] = os.environ) -> Settings:
@@ -266,7 +271,7 @@ def load_settings(path: Path | None, *, environ: Mapping[str, str] = os.environ)
     else:
         display = str(path)
         text = _read_config_text(path)
-        raw = _parse_toml(text, display)
+        raw = parse_toml(text, display)
         config_path = Path(os.path.abspath(path))
         base_dir = config_path.parent
     problems, data = _screen_raw_keys(raw, text)
@@ -276,7 +281,8 @@ def load_settings(path: Path | None, *, environ: Mapping[str, str] = os.environ)
     try:
         settings = Settings.model_validate(data, context={"base_dir": base_dir})
     except ValidationError as exc:
-        problems += [_problem_from_pydantic(error, text) for error in exc.errors(include_url=False)]
+        errors = exc.errors(include_url=False)
+        problems += [problem_from_pydantic(_SHAPE, error, text) for error in errors]
         raise config_error(display, problems) from exc
     if problems:
         raise config_error(display, problems)
@@ -310,39 +316,13 @@ def _read_config_text(path: Path) -> str:
         ) from exc
 
 
-_TOML_POSITION = re.compile(
-    r"^(?P<message>.*?)\s*\(at line (?P<line>\d+), column (?P<column>\d+)\)$"
-)
-
-
-def _parse_toml(text: str, display: str) -> dict[str, Any]:
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        message = str(exc)
-        found = _TOML_POSITION.match(message)
-        if found:
-            line: int | None = int(found["line"])
-            column: int | None = int(found["column"])
-            message = found["message"]
-        else:
-            line, column = len(text.splitlines()) or 1, None
-            message = message.replace("(at end of document)", "at the end of the file").strip()
-        fix = (
-            'Fix the syntax there: key = value pairs one per line, text in "quotes", '
-            "sections as [name] headers, each key at most once per section."
-        )
-        problem = Problem(f"TOML syntax error: {message}", fix, line=line, column=column)
-        raise config_error(display, [problem]) from exc
-
-
 def _screen_raw_keys(raw: dict[str, Any], text: str) -> tuple[list[Problem], dict[str, Any]]:
     """Catch what pydantic cannot: unknown top-level keys and secrets written into the file."""
     problems: list[Problem] = []
     data: dict[str, Any] = {}
     for key, value in raw.items():
         if key not in _TOP_LEVEL_KEYS:
-            problems.append(_unknown_key_problem(None, key, text))
+            problems.append(unknown_key_problem(_SHAPE, None, key, text))
             continue
         secrets = _SECRETS.get(key, {})
         if isinstance(value, dict) and secrets.keys() & value.keys():
@@ -351,7 +331,7 @@ def _screen_raw_keys(raw: dict[str, Any], text: str) -> tuple[list[Problem], dic
                     Problem(
                         f'"{secret}" in [{key}] is a secret and is not read from the config file',
                         f"Remove the line and set {secrets[secret]} in the environment instead.",
-                        line=_line_of(text, key, secret),
+                        line=line_of(text, key, secret),
                     )
                 )
             value = {name: item for name, item in value.items() if name not in secrets}
@@ -370,119 +350,3 @@ def _with_environment_secrets(data: dict[str, Any], environ: Mapping[str, str]) 
         if found and isinstance(result.get(section, {}), dict):
             result[section] = {**result.get(section, {}), **found}
     return result
-
-
-def _problem_from_pydantic(error: Mapping[str, Any], text: str) -> Problem:
-    loc = [str(part) for part in error["loc"]] or [""]
-    cause = error.get("ctx", {}).get("error")
-    if isinstance(cause, SettingProblem) and cause.key:  # a rule of a whole section
-        line = (
-            _line_of(text, loc[0], cause.key, exact=True)
-            or _line_of(text, loc[0], "backend")
-            or _line_of(text, loc[0])
-        )
-        return Problem(cause.what, cause.fix or "Fix the value.", line=line)
-    section: str | None = loc[0] if len(loc) >= 2 else None
-    key = loc[1] if len(loc) >= 2 else loc[0]
-    if error["type"] == "extra_forbidden":
-        return _unknown_key_problem(section, key, text)
-    line = _line_of(text, section, key) if section else _line_of(text, key)
-    if section is None and key in _SECTIONS:
-        return Problem(
-            f"[{key}] must be a table, got {describe_value(error['input'])}",
-            f"Write it as a [{key}] header with its key = value lines below.",
-            line=line,
-        )
-    subject = f'"{key}" in [{section}]' if section else f'"{key}"'
-    predicate = str(cause) if isinstance(cause, ValueError) else _predicate_for(error)
-    return Problem(f"{subject} {predicate}", _default_fix(section, key), line=line)
-
-
-def _predicate_for(error: Mapping[str, Any]) -> str:
-    got = f", got {describe_value(error['input'])}"
-    kind = error["type"]
-    if kind in ("int_type", "int_parsing", "int_from_float"):
-        return f"must be a whole number{got}"
-    if kind in ("bool_type", "bool_parsing"):
-        return f"must be true or false (without quotes){got}"
-    if kind in ("string_type", "string_too_short"):
-        return f"must be non-empty text in quotes{got}"
-    if kind == "greater_than_equal":
-        return f"must be at least {error['ctx']['ge']}{got}"
-    if kind == "literal_error":
-        return f"must be {str(error['ctx']['expected']).replace(chr(39), chr(34))}{got}"
-    return f"is not valid ({error['msg']}){got}"
-
-
-def _default_fix(section: str | None, key: str) -> str:
-    model = _SECTIONS.get(section, Settings) if section else Settings
-    field = model.model_fields.get(key)
-    default = field.default if field is not None else None
-    if default is None or field is None or field.is_required():
-        return "Fix the value."
-    if isinstance(default, timedelta):
-        shown = f'"{format_duration(default)}"'
-    elif isinstance(default, bool):
-        shown = str(default).lower()
-    elif isinstance(default, Path | str):
-        shown = f'"{default}"'
-    else:
-        shown = str(default)
-    return f"Fix the value or remove the key to use the default ({shown})."
-
-
-def _unknown_key_problem(section: str | None, key: str, text: str) -> Problem:
-    if section is None:
-        known = ["feeds_file", *(f"[{name}]" for name in _SECTIONS)]
-        candidates = list(_TOP_LEVEL_KEYS)
-        where, line = "at the top level", _line_of(text, key)
-    else:
-        secrets = _SECRETS.get(section, {})
-        known = [name for name in _SECTIONS[section].model_fields if name not in secrets]
-        candidates = known
-        where, line = f"in [{section}]", _line_of(text, section, key)
-    fix = f"Known keys {where}: {', '.join(known)}."
-    close = difflib.get_close_matches(key, candidates, n=1)
-    if close:
-        fix += f' Did you mean "{close[0]}"?'
-    fix += " Fix the spelling or remove the line."
-    secrets = _SECRETS.get(section or "", {})
-    if secrets:
-        fix += f" Credentials come from the environment ({', '.join(secrets.values())})."
-    return Problem(f'unknown key "{key}" {where}', fix, line=line)
-
-
-_TABLE_HEADER = re.compile(r"\s*\[\s*([^\[\]]+?)\s*\]\s*(?:#.*)?$")
-_ASSIGNMENT = re.compile(
-    r"\s*((?:[A-Za-z0-9_-]+|\"[^\"]*\"|'[^']*')(?:\s*\.\s*(?:[A-Za-z0-9_-]+|\"[^\"]*\"|'[^']*'))*)\s*="
-)
-
-
-def _dotted(text: str) -> str:
-    return ".".join(part.strip().strip("\"'") for part in text.split("."))
-
-
-def _line_of(text: str, *path: str, exact: bool = False) -> int | None:
-    """The line where ``section.key`` (or a table) is set: a best-effort scan of the TOML text.
-
-    tomllib reports no positions for values, so semantic errors find their line here; an exact
-    match wins, else the enclosing table's header or inline-table line.
-    """
-    target = ".".join(path)
-    fallback: int | None = None
-    table = ""
-    for number, line in enumerate(text.splitlines(), start=1):
-        header = _TABLE_HEADER.match(line)
-        if header:
-            table = _dotted(header.group(1))
-            name = table
-        else:
-            assignment = _ASSIGNMENT.match(line)
-            if not assignment:
-                continue
-            name = ".".join(filter(None, (table, _dotted(assignment.group(1)))))
-        if name == target:
-            return number
-        if fallback is None and target.startswith(f"{name}."):
-            fallback = number
-    return None if exact else fallback

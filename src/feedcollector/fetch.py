@@ -1,37 +1,31 @@
 """The fetch stage: one conditional GET of a feed, answered with the raw body bytes.
 
-Redirects are followed by hand so every hop is checked (scheme, loops, count); the body is
-read raw and decompressed by bounded decoders, so neither a huge body nor a compression bomb
-can exhaust memory; one deadline wraps the whole exchange, so a server dripping a byte a
-second cannot hold a slot forever. The helpers below the stage (:func:`open_response`,
-:func:`read_body`) are shared with the image downloader.
+Redirects are followed by hand so every hop is checked (scheme, loops, count); one deadline
+wraps the whole exchange, so a server dripping a byte a second cannot hold a slot forever.
+The body is read by :func:`feedcollector.httpbody.read_body`, which bounds both the wire bytes
+and the decompressed output. :func:`open_response` and :func:`status_text` are shared with the
+image downloader.
 """
 
 from __future__ import annotations
 
 import asyncio
 import importlib.metadata
-import socket
-import ssl
 import time
-import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import IO, Protocol, cast
 
-import brotli
 import httpx
-import zstandard
 
 from .errors import FetchError
+from .httpbody import ACCEPT_ENCODING, TransferError, describe_http_error, read_body
 from .models import FetchedFeed
 
 MIB = 1024 * 1024
 FEED_ACCEPT = (
     "application/rss+xml, application/atom+xml, application/xml;q=0.9, text/xml;q=0.9, */*;q=0.8"
 )
-ACCEPT_ENCODING = "gzip, deflate, br, zstd"
 WEB_SCHEMES = frozenset({"http", "https"})
 
 
@@ -58,16 +52,6 @@ class FetchLimits:
     max_redirects: int = 5
     user_agent: str | None = None
     """Overrides the client's User-Agent for this fetch; None keeps the client's."""
-
-
-class TransferError(Exception):
-    """A failure at the HTTP edge, neutral so fetch and images can word it as their own error."""
-
-    def __init__(self, kind: str, detail: str, status: int | None = None) -> None:
-        super().__init__(detail)
-        self.kind = kind
-        self.detail = detail
-        self.status = status
 
 
 def make_http_client(
@@ -269,223 +253,3 @@ async def _send(
         return await client.send(request, stream=True, follow_redirects=False)
     except httpx.HTTPError as exc:
         raise describe_http_error(exc, str(url), timeout_s) from exc
-
-
-def describe_http_error(exc: httpx.HTTPError, url: str, timeout_s: float | None) -> TransferError:
-    """Translate an httpx error into a kind and plain words (pure, so it is testable directly)."""
-    host = httpx.URL(url).host
-    root = _root_cause(exc)
-    if isinstance(exc, httpx.TimeoutException):
-        phase = {
-            httpx.ConnectTimeout: "connecting to",
-            httpx.ReadTimeout: "waiting for data from",
-            httpx.WriteTimeout: "sending the request to",
-            httpx.PoolTimeout: "waiting for a free connection to",
-        }.get(type(exc), "talking to")
-        after = f" after {timeout_s:g} s" if timeout_s else ""
-        return TransferError("timeout", f"timed out{after} {phase} {url}")
-    if isinstance(exc, httpx.ConnectError):
-        if _caused_by(exc, socket.gaierror):
-            return TransferError("dns", f"could not resolve the host {host} of {url} ({root})")
-        if _caused_by(exc, ssl.SSLError):
-            return TransferError("tls", f"TLS handshake with {host} failed for {url} ({root})")
-        if _caused_by(exc, ConnectionRefusedError):
-            return TransferError("connect", f"{host} refused the connection for {url} ({root})")
-        return TransferError("connect", f"could not connect to {host} for {url} ({root})")
-    if isinstance(exc, httpx.UnsupportedProtocol):
-        return TransferError("scheme", f"{url} uses an unsupported scheme ({exc})")
-    if isinstance(exc, httpx.NetworkError):
-        return TransferError("connect", f"the connection to {host} broke during {url} ({root})")
-    return TransferError("protocol", f"{host} broke the HTTP protocol for {url} ({root})")
-
-
-def _causes(exc: BaseException) -> list[BaseException]:
-    """The exception and what it was raised from, outermost first (cycles cut)."""
-    chain: list[BaseException] = []
-    seen: BaseException | None = exc
-    while seen is not None and seen not in chain:
-        chain.append(seen)
-        seen = seen.__cause__ or seen.__context__
-    return chain
-
-
-def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
-    return any(isinstance(link, kind) for link in _causes(exc))
-
-
-def _root_cause(exc: BaseException) -> str:
-    deepest = _causes(exc)[-1]
-    return str(deepest) or type(deepest).__name__
-
-
-async def read_body(response: httpx.Response, *, max_bytes: int) -> bytes:
-    """Read a streaming answer, undoing Content-Encoding, never holding more than ``max_bytes``."""
-    url = str(response.url)
-    declared = response.headers.get("Content-Length", "")
-    if declared.isdigit() and int(declared) > max_bytes:
-        raise TransferError(
-            "too_large", f"{url} declares {int(declared)} bytes, over the {max_bytes} byte limit"
-        )
-    encodings = _content_encodings(response.headers.get("Content-Encoding", ""))
-    decoder = _decoder_chain(encodings, max_bytes)
-    parts: list[bytes] = []
-    received = 0
-    try:
-        async for chunk in response.aiter_raw():
-            received += len(chunk)
-            if received > max_bytes:
-                raise TransferError("too_large", f"{url} sent more than the {max_bytes} byte limit")
-            parts.append(decoder.decode(chunk))
-        parts.append(decoder.flush())
-    except _OutputTooLarge as exc:
-        raise TransferError(
-            "too_large",
-            f"{url} decompresses ({', '.join(encodings)}) to more than the {max_bytes} byte limit",
-        ) from exc
-    except (zlib.error, brotli.error, zstandard.ZstdError) as exc:
-        raise TransferError(
-            "protocol", f"{url} sent a body that is not valid {', '.join(encodings)} data ({exc})"
-        ) from exc
-    except httpx.HTTPError as exc:
-        timeouts = response.request.extensions.get("timeout", {})
-        raise describe_http_error(exc, url, timeouts.get("read")) from exc
-    return b"".join(parts)
-
-
-def _content_encodings(header: str) -> list[str]:
-    """Known codings in the order they were applied; unknown ones pass through like httpx does."""
-    aliases = {"x-gzip": "gzip"}
-    names = [aliases.get(n.strip().lower(), n.strip().lower()) for n in header.split(",")]
-    return [n for n in names if n in ("gzip", "deflate", "br", "zstd")]
-
-
-class _OutputTooLarge(Exception):
-    """A decoder would produce more than its limit."""
-
-
-class _Decoder(Protocol):
-    def decode(self, data: bytes) -> bytes: ...
-
-    def flush(self) -> bytes: ...
-
-
-class _Budget:
-    """Counts produced bytes and refuses to go past the limit."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.produced = 0
-
-    @property
-    def room(self) -> int:
-        """One byte more than allowed, so a full buffer proves the limit was crossed."""
-        return self.limit - self.produced + 1
-
-    def take(self, data: bytes) -> bytes:
-        self.produced += len(data)
-        if self.produced > self.limit:
-            raise _OutputTooLarge
-        return data
-
-
-class _ZlibDecoder:
-    """gzip (several members allowed, trailing junk ignored) or deflate (zlib-wrapped or raw)."""
-
-    def __init__(self, encoding: str, limit: int) -> None:
-        self._gzip = encoding == "gzip"
-        self._wbits = 16 + zlib.MAX_WBITS if self._gzip else zlib.MAX_WBITS
-        self._obj = zlib.decompressobj(self._wbits)
-        self._started = False
-        self._budget = _Budget(limit)
-
-    def decode(self, data: bytes) -> bytes:
-        if not self._started and data:
-            self._started = True
-            if not self._gzip and not _looks_zlib_wrapped(data):
-                self._obj = zlib.decompressobj(-zlib.MAX_WBITS)
-        out: list[bytes] = []
-        while data:
-            if self._obj.eof:
-                if not (self._gzip and data.startswith(b"\x1f\x8b")):
-                    break
-                self._obj = zlib.decompressobj(self._wbits)
-            out.append(self._budget.take(self._obj.decompress(data, self._budget.room)))
-            data = self._obj.unconsumed_tail or (self._obj.unused_data if self._obj.eof else b"")
-        return b"".join(out)
-
-    def flush(self) -> bytes:
-        return self._budget.take(self._obj.flush())
-
-
-def _looks_zlib_wrapped(data: bytes) -> bool:
-    return len(data) >= 2 and data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0
-
-
-class _BrotliDecoder:
-    def __init__(self, limit: int) -> None:
-        self._obj = brotli.Decompressor()
-        self._budget = _Budget(limit)
-
-    def decode(self, data: bytes) -> bytes:
-        out = [self._budget.take(self._obj.process(data, output_buffer_limit=self._budget.room))]
-        while not self._obj.can_accept_more_data():
-            out.append(
-                self._budget.take(self._obj.process(b"", output_buffer_limit=self._budget.room))
-            )
-        return b"".join(out)
-
-    def flush(self) -> bytes:
-        return b""
-
-
-class _ZstdDecoder:
-    """zstandard has no output cap per call, so it writes into a sink that stops at the limit."""
-
-    def __init__(self, limit: int) -> None:
-        self._budget = _Budget(limit)
-        self._out: list[bytes] = []
-        sink = cast(IO[bytes], self)  # only write() is called on it
-        self._writer = zstandard.ZstdDecompressor().stream_writer(sink, write_size=64 * 1024)
-
-    def write(self, data: bytes) -> int:
-        self._out.append(self._budget.take(bytes(data)))
-        return len(data)
-
-    def decode(self, data: bytes) -> bytes:
-        self._writer.write(data)
-        produced, self._out = b"".join(self._out), []
-        return produced
-
-    def flush(self) -> bytes:
-        return b""
-
-
-class _Chain:
-    """Undoes the codings last-applied first; the plain output is held to the limit too."""
-
-    def __init__(self, decoders: list[_Decoder], limit: int) -> None:
-        self._decoders = decoders
-        self._budget = _Budget(limit)
-
-    def decode(self, data: bytes) -> bytes:
-        for decoder in self._decoders:
-            data = decoder.decode(data)
-        return self._budget.take(data)
-
-    def flush(self) -> bytes:
-        data = b""
-        for decoder in self._decoders:
-            data = (decoder.decode(data) if data else b"") + decoder.flush()
-        return self._budget.take(data)
-
-
-def _decoder_chain(encodings: list[str], limit: int) -> _Chain:
-    decoders: list[_Decoder] = []
-    for encoding in reversed(encodings):
-        if encoding == "br":
-            decoders.append(_BrotliDecoder(limit))
-        elif encoding == "zstd":
-            decoders.append(_ZstdDecoder(limit))
-        else:
-            decoders.append(_ZlibDecoder(encoding, limit))
-    return _Chain(decoders, limit)

@@ -15,7 +15,8 @@ from urllib.parse import urlsplit
 import httpx
 
 from .errors import ImageError
-from .fetch import MIB, TransferError, open_response, read_body, status_text
+from .fetch import MIB, open_response, status_text
+from .httpbody import TransferError, read_body
 from .netguard import IMAGE_ACCEPT, NetGuard
 from .netguard import make_image_client as make_image_client
 

@@ -30,7 +30,8 @@ import httpcore
 import httpx
 
 from .errors import ImageError
-from .fetch import ACCEPT_ENCODING, DEFAULT_USER_AGENT
+from .fetch import DEFAULT_USER_AGENT
+from .httpbody import ACCEPT_ENCODING
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Resolver = Callable[[str, int], Awaitable[Sequence[IPAddress]]]

@@ -1,0 +1,183 @@
+"""The value grammar both configuration files share, and how their problems are reported.
+
+The TOML settings and the YAML/JSON feeds file accept the same durations, sizes and URLs, and
+report mistakes in the same one-paragraph form, so both read values through this module.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from urllib.parse import urlsplit
+
+from .errors import ConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One thing wrong in a file: what (no final period), how to fix it, and where."""
+
+    what: str
+    fix: str
+    line: int | None = None
+    column: int | None = None
+
+
+class SettingProblem(ValueError):
+    """Raised in settings validators: ``what`` is a predicate ("must be ...") for the key at hand,
+    or, when ``key`` names the key to point at, a whole sentence."""
+
+    def __init__(self, what: str, *, fix: str | None = None, key: str | None = None) -> None:
+        super().__init__(what)
+        self.what = what
+        self.fix = fix
+        self.key = key
+
+
+def _where(problem: Problem) -> str:
+    if problem.line is None:
+        return ""
+    column = f", column {problem.column}" if problem.column is not None else ""
+    return f"line {problem.line}{column}"
+
+
+def config_error(file: str, problems: Sequence[Problem]) -> ConfigError:
+    """One paragraph: the first problem in file order in full, then where the others are."""
+    ordered = sorted(problems, key=lambda p: (p.line is None, p.line or 0, p.column or 0))
+    first, others = ordered[0], ordered[1:]
+    where = _where(first)
+    message = f"config: {file}{' ' + where if where else ''}: {first.what.rstrip('.')}. {first.fix}"
+    if others:
+        listed = "; ".join(f"{_where(p) or 'elsewhere'}: {p.what.rstrip('.')}" for p in others)
+        message += f" Also fix: {listed}."
+    return ConfigError(message)
+
+
+def describe_value(value: object) -> str:
+    """How a wrong value is quoted back to the user."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if value is None:
+        return "nothing"
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list | tuple):
+        return "a list"
+    return f"a {type(value).__name__}"
+
+
+DURATION_HINT = 'a duration like "30m", "2h" or "1h30m"'
+_DURATION_UNITS: Mapping[str, float] = {
+    "ms": 0.001,
+    "s": 1,
+    "m": 60,
+    "h": 3600,
+    "d": 86400,
+    "w": 604800,
+}
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
+_DURATION_TEXT = re.compile(rf"(?:{_DURATION_PART.pattern})+")
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+_MAX_SECONDS = 3650 * 86400
+
+
+def parse_duration(value: object) -> timedelta:
+    """Read "90s", "30m", "1h30m", "2d", "500ms" or a bare number of seconds (must be > 0)."""
+    text = re.sub(r"\s+", "", value.lower()) if isinstance(value, str) else ""
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    elif _NUMBER.fullmatch(text):
+        seconds = float(text)
+    elif _DURATION_TEXT.fullmatch(text):
+        seconds = sum(float(n) * _DURATION_UNITS[unit] for n, unit in _DURATION_PART.findall(text))
+    else:
+        raise ValueError(f"must be {DURATION_HINT}, got {describe_value(value)}")
+    if math.isnan(seconds) or not 0 < seconds <= _MAX_SECONDS:
+        raise ValueError(f"must be {DURATION_HINT} from 1ms to 3650d, got {describe_value(value)}")
+    return timedelta(seconds=seconds)
+
+
+def format_duration(duration: timedelta) -> str:
+    """The inverse of :func:`parse_duration`, shortest form ("1h30m", "500ms")."""
+    milliseconds = round(duration.total_seconds() * 1000)
+    if milliseconds % 1000:
+        return f"{milliseconds}ms"
+    rest, parts = milliseconds // 1000, []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        count, rest = divmod(rest, size)
+        if count:
+            parts.append(f"{count}{unit}")
+    return "".join(parts) or "0s"
+
+
+BYTE_SIZE_HINT = 'a size like "20MiB" or "20MB", or a number of bytes'
+_BYTE_UNITS: Mapping[str, int] = {
+    "": 1,
+    "b": 1,
+    **{
+        prefix + suffix: 1000**power
+        for power, prefix in enumerate("kmgt", 1)
+        for suffix in ("", "b")
+    },
+    **{
+        prefix + suffix: 1024**power
+        for power, prefix in enumerate("kmgt", 1)
+        for suffix in ("i", "ib")
+    },
+}
+_BYTE_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([a-z]*)")
+
+
+def parse_byte_size(value: object) -> int:
+    """Read 20971520, "20MiB" (binary) or "20MB" (decimal); at least one byte."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        size = value
+    elif isinstance(value, str) and (found := _BYTE_SIZE.fullmatch(value.strip().lower())):
+        factor = _BYTE_UNITS.get(found[2])
+        if factor is None:
+            raise ValueError(f"must be {BYTE_SIZE_HINT}, got {describe_value(value)}")
+        size = int(float(found[1]) * factor)
+    else:
+        raise ValueError(f"must be {BYTE_SIZE_HINT}, got {describe_value(value)}")
+    if size < 1:
+        raise ValueError(f"must be at least 1 byte, got {describe_value(value)}")
+    return size
+
+
+def check_http_url(value: str) -> str:
+    """Return the URL without surrounding whitespace, or raise ValueError with a predicate.
+
+    Feeds and services are only reachable over http(s), and a URL without a host is a typo.
+    """
+    text = value.strip()
+    shown = describe_value(text)
+    if not text:
+        raise ValueError("must not be empty")
+    if re.search(r"\s", text):
+        raise ValueError(f"must not contain spaces, got {shown}")
+    parts = urlsplit(text)
+    if parts.scheme.lower() not in ("http", "https"):
+        if "://" in text:
+            raise ValueError(f"must be an http:// or https:// address, got {shown}")
+        example = f"https://{text}" if "." in text.split("/")[0] else "https://example.com/feed.xml"
+        raise ValueError(
+            "must be a full address starting with http:// or https:// "
+            f'(e.g. "{example}"), got {shown}'
+        )
+    if not parts.hostname:
+        raise ValueError(f"must name a host after {parts.scheme}://, got {shown}")
+    try:
+        parts.port  # noqa: B018 (urlsplit checks the port only when asked)
+    except ValueError as exc:
+        raise ValueError(f"must have a port between 0 and 65535, got {shown}") from exc
+    return text
