@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 
 from feedparser.datetimes import _parse_date as _feedparser_parse_date
 
@@ -46,20 +47,41 @@ ZONE_MINUTES: dict[str, int] = {
 MILITARY_ZONES = frozenset("abcdefghiklmnopqrstuvwxy")
 """Every military letter but Z (already in ZONE_MINUTES) and J (local time, not a zone)."""
 
-MONTHS: dict[str, int] = {}
-for _number, _name in enumerate(
-    ("january", "february", "march", "april", "may", "june", "july", "august", "september",
-     "october", "november", "december"),
-    start=1,
-):  # fmt: skip
-    MONTHS[_name] = _number
-    MONTHS[_name[:3]] = _number
-MONTHS["sept"] = 9
+MONTH_NAMES: tuple[tuple[str, ...], ...] = (
+    ("january", "jan", "janeiro", "enero", "ene", "janvier", "janv", "januar", "jänner"),
+    ("february", "feb", "fevereiro", "fev", "febrero", "février", "fevrier", "févr", "fevr",
+     "februar"),
+    ("march", "mar", "março", "marco", "marzo", "mars", "märz", "maerz", "mär", "mrz"),
+    ("april", "apr", "abril", "abr", "avril", "avr"),
+    ("may", "maio", "mai", "mayo"),
+    ("june", "jun", "junho", "junio", "juin", "juni"),
+    ("july", "jul", "julho", "julio", "juillet", "juil", "juli"),
+    ("august", "aug", "agosto", "ago", "août", "aout"),
+    ("september", "sep", "sept", "setembro", "set", "septiembre", "setiembre", "septembre"),
+    ("october", "oct", "outubro", "out", "octubre", "octobre", "oktober", "okt"),
+    ("november", "nov", "novembro", "noviembre", "novembre"),
+    ("december", "dec", "dezembro", "dez", "diciembre", "dic", "décembre", "decembre", "déc",
+     "dezember"),
+)  # fmt: skip
+"""English, Portuguese, Spanish, French and German names and abbreviations (feeds in those
+languages often localize RFC 822 dates, e.g. 'Seg, 24 Set 2018 19:42:40 -0300'); no name means
+two different months across these languages."""
+MONTHS = {name: number for number, names in enumerate(MONTH_NAMES, start=1) for name in names}
 
 WEEKDAYS = frozenset(
     ("mon", "monday", "tue", "tues", "tuesday", "wed", "weds", "wednesday", "thu", "thur",
-     "thurs", "thursday", "fri", "friday", "sat", "saturday", "sun", "sunday")
+     "thurs", "thursday", "fri", "friday", "sat", "saturday", "sun", "sunday",
+     "seg", "ter", "qua", "qui", "sex", "sáb", "sab", "dom", "segunda", "terça", "terca",
+     "quarta", "quinta", "sexta", "sábado", "sabado", "domingo",
+     "lun", "mié", "mie", "jue", "vie", "lunes", "martes", "miércoles", "miercoles", "jueves",
+     "viernes",
+     "mer", "jeu", "ven", "sam", "dim", "lundi", "mardi", "mercredi", "jeudi", "vendredi",
+     "samedi", "dimanche",
+     "mo", "di", "mi", "do", "fr", "sa", "so", "montag", "dienstag", "mittwoch", "donnerstag",
+     "freitag", "samstag", "sonntag")
 )  # fmt: skip
+"""Weekday names are skipped (a wrong weekday is common and harmless). 'mar' (Spanish and
+French Tuesday) is read as March unless another month name follows it."""
 
 _ISO_RE = re.compile(
     r"(?P<y>\d{4})-(?P<mo>\d{1,2})-(?P<d>\d{1,2})"
@@ -89,12 +111,39 @@ def parse_date(text: str) -> datetime | None:
     text = text.strip()
     if not text or len(text) > MAX_DATE_LENGTH:
         return None
+    common = _RFC822_COMMON_RE.fullmatch(text)
+    if common is not None:
+        moment = _common_rfc822(*common.groups())
+        if moment is not None:
+            return moment
     readers = _DIGIT_FIRST if text[0].isdigit() else _LETTER_FIRST
     for reader in readers:
         moment = reader(text)
         if moment is not None:
             return moment
     return None
+
+
+def _common_rfc822(
+    day: str, month_name: str, year: str, hour: str, minute: str, second: str | None, zone: str
+) -> datetime | None:
+    """The fields of :data:`_RFC822_COMMON_RE` -> UTC datetime (None: let the others try)."""
+    month = MONTHS.get(month_name.lower())
+    offset = _offset_minutes(zone) if zone[0] in "+-" else _zone_minutes(zone)
+    if month is None or offset is None:
+        return None
+    try:
+        moment = datetime(
+            int(year), month, int(day), int(hour), int(minute), int(second or 0), 0, UTC
+        )
+        return moment - _offset_delta(offset) if offset else moment
+    except (ValueError, OverflowError):
+        return None
+
+
+@lru_cache(maxsize=256)
+def _offset_delta(minutes: int) -> timedelta:
+    return timedelta(minutes=minutes)
 
 
 def _offset_minutes(text: str) -> int | None:
@@ -124,7 +173,7 @@ def _build(
     """Assemble and convert to UTC; out-of-range fields give None rather than an exception."""
     try:
         moment = datetime(year, month, day, hour, minute, second, micro, UTC)
-        return moment - timedelta(minutes=offset) if offset else moment
+        return moment - _offset_delta(offset) if offset else moment
     except (ValueError, OverflowError):
         return None
 
@@ -177,11 +226,15 @@ def _parse_iso(text: str) -> datetime | None:
 class _Fields:
     """What the RFC 822 token reader has found so far."""
 
-    __slots__ = ("day", "hour", "micro", "minute", "month", "named", "numeric", "second", "year")
+    __slots__ = (
+        "day", "hour", "micro", "minute", "month", "month_was_mar", "named", "numeric", "second",
+        "year",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self.day: int | None = None
         self.month: int | None = None
+        self.month_was_mar = False
         self.year: int | None = None
         self.hour: int | None = None
         self.minute = 0
@@ -250,22 +303,6 @@ def _expand_two_digit_year(year: int) -> int:
 
 def _parse_rfc822(text: str) -> datetime | None:
     """RFC 822/1123 and relatives: any case, optional or wrong weekday, 2-digit years..."""
-    common = _RFC822_COMMON_RE.fullmatch(text)
-    if common is not None:
-        month = MONTHS.get(common["mo"].lower())
-        zone = common["zone"]
-        offset = _offset_minutes(zone) if zone[0] in "+-" else _zone_minutes(zone)
-        if month is not None and offset is not None:
-            return _build(
-                int(common["y"]),
-                month,
-                int(common["d"]),
-                int(common["h"]),
-                int(common["mi"]),
-                int(common["s"] or 0),
-                0,
-                offset,
-            )
     cleaned = _COMMENT_RE.sub(" ", text).lower().replace(",", " ")
     cleaned = _DASHED_DATE_RE.sub(r"\1 \2 \3", cleaned)
     fields = _Fields()
@@ -293,9 +330,10 @@ def _take_token(fields: _Fields, token: str) -> bool:
         return True
     month = MONTHS.get(token.rstrip("."))
     if month is not None:
-        if fields.month is not None:
+        if fields.month is not None and not fields.month_was_mar:
             return False
         fields.month = month
+        fields.month_was_mar = token.rstrip(".") == "mar"
         return True
     if token[0].isdigit():
         time_match = _TIME_RE.fullmatch(token)

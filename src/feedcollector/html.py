@@ -163,7 +163,9 @@ def is_relative_url(value: str) -> bool:
 def resolve_url(value: str, base: str) -> str:
     """``value`` made absolute against ``base`` when it is relative and that is possible."""
     stripped = value.strip()
-    if not is_relative_url(stripped) or not is_absolute_url(base):
+    if stripped.startswith(("http://", "https://")) or not is_relative_url(stripped):
+        return value
+    if not is_absolute_url(base):
         return value
     return _resolver(base)(stripped) or value
 
@@ -190,9 +192,10 @@ def _resolver(base: str) -> Callable[[str], str | None]:
         if reference[:1] == "/" and reference[1:2] != "/" and "/." not in reference:
             return origin + reference
         try:
-            return urljoin(base, reference)
+            joined = urljoin(base, reference)
         except ValueError:
             return None
+        return joined if _SCHEME_RE.match(joined) else None  # urljoin gives up on odd schemes
 
     return resolve
 

@@ -12,7 +12,8 @@ A body starting with ``{`` is read as JSON Feed. Anything that is not a feed rai
 :class:`~feedcollector.errors.ParseError`; no other exception escapes.
 
 The rules shared by every path (GUID chain, content choice, URL bases, dates) live in
-:mod:`.parse_common`.
+:mod:`.parse_common`; element values are read by :mod:`.parse_text`, JSON Feed by
+:mod:`.parse_json`.
 """
 
 from __future__ import annotations

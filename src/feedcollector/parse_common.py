@@ -52,11 +52,12 @@ def finish_item(raw: RawEntry) -> ParsedItem:
     """Apply the GUID chain, the content choice, URL absolutizing and date parsing."""
     title = _blank_to_none(raw.title)
     link_text = _blank_to_none(raw.link)
-    link = resolve_url(link_text, raw.base) if link_text is not None else None
+    link = None if link_text is None else resolve_url(link_text, raw.base)
     pub_date, raw_pub_date = choose_date(raw.dates)
     guid = _blank_to_none(raw.guid) or link or fallback_guid(title, raw_pub_date)
-    if raw.content is not None and raw.content.strip():
-        content_html: str | None = absolutize(raw.content, raw.content_base or raw.base)
+    content = raw.content
+    if content is not None and content.strip():
+        content_html: str | None = absolutize(content, raw.content_base or raw.base)
     elif raw.description is not None and raw.description.strip():
         content_html = absolutize(raw.description, raw.description_base or raw.base)
     else:
@@ -81,20 +82,23 @@ def fallback_guid(title: str | None, raw_pub_date: str | None) -> str:
 
 
 def choose_date(texts: tuple[str, ...]) -> tuple[datetime | None, str | None]:
-    """The first readable date among ``texts`` and its raw text; else (None, first raw text).
+    """(first readable date among ``texts``, first raw text), blank texts counting as absent.
 
-    Blank texts count as absent. The raw text is kept as it appears in the feed (not trimmed).
+    The raw text is always the preferred element's (pubDate / published), as it appears in the
+    feed, even when a later one (dc:date / updated) is what could be read: the GUID fallback
+    hashes it, and a GUID must not change when the date parser improves.
     """
-    first_raw: str | None = None
-    for text in texts:
-        if not text.strip():
-            continue
-        if first_raw is None:
-            first_raw = text
+    if len(texts) == 1:  # the usual case, without the loop
+        text = texts[0]
+        return (parse_date(text), text) if text.strip() else (None, None)
+    present = [text for text in texts if text.strip()]
+    if not present:
+        return None, None
+    for text in present:
         moment = parse_date(text)
         if moment is not None:
-            return moment, text
-    return None, first_raw
+            return moment, present[0]
+    return None, present[0]
 
 
 def ttl_minutes(ttl: str | None, period: str | None, frequency: str | None) -> int | None:

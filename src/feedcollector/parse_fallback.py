@@ -126,41 +126,43 @@ def parse_with_feedparser(data: bytes, base_url: str) -> ParsedFeed:
         )
     except Exception as exc:  # the library boundary: anything it raises means "unreadable"
         raise ParseError(f"parse: lenient parser failed: {exc!r}") from exc
-    version = _string(result.get("version")) or ""
-    entries = [entry for entry in result.get("entries") or [] if isinstance(entry, dict)]
+    version = _string(_key(result, "version")) or ""
+    entries = [entry for entry in _key(result, "entries") or [] if isinstance(entry, dict)]
     if not version and not entries:
-        reason = result.get("bozo_exception")
+        reason = _key(result, "bozo_exception")
         raise ParseError(f"parse: not a feed ({reason or 'no channel or feed element'})")
-    feed = result.get("feed") or {}
-    feed_link, default_base = feed_base(_string(feed.get("link")), base_url)
+    feed = _key(result, "feed") or {}
+    feed_link, default_base = feed_base(_string(_key(feed, "link")), base_url)
     return ParsedFeed(
-        title=_stripped(_string(feed.get("title"))),
+        title=_stripped(_string(_key(feed, "title"))),
         link=feed_link,
         items=tuple(_entry(entry, default_base, base_url) for entry in entries),
         format=_format_name(version) + "-fallback",
         ttl_minutes=ttl_minutes(
-            _string(feed.get("ttl")),
-            _string(feed.get("sy_updateperiod")),
-            _string(feed.get("sy_updatefrequency")),
+            _string(_key(feed, "ttl")),
+            _string(_key(feed, "sy_updateperiod")),
+            _string(_key(feed, "sy_updatefrequency")),
         ),
     )
 
 
 def _entry(entry: dict[str, Any], default_base: str, base_url: str) -> ParsedItem:
-    contents = entry.get("content")
+    contents = _key(entry, "content")
     content_detail = contents[0] if isinstance(contents, list) and contents else None
-    summary_detail = entry.get("summary_detail")
+    summary_detail = _key(entry, "summary_detail")
     content = _detail_value(content_detail)
-    summary = _detail_value(summary_detail) or _string(entry.get("summary"))
+    summary = _detail_value(summary_detail) or _string(_key(entry, "summary"))
     dates = tuple(
-        text for text in (_string(entry.get("published")), _string(entry.get("updated"))) if text
+        text
+        for text in (_string(_key(entry, "published")), _string(_key(entry, "updated")))
+        if text
     )
     entry_base = _detail_base(content_detail, base_url) or _detail_base(summary_detail, base_url)
     return finish_item(
         RawEntry(
-            title=_string(entry.get("title")),
-            link=_alternate_link(entry.get("links")),
-            guid=_string(entry.get("id")),
+            title=_string(_key(entry, "title")),
+            link=_alternate_link(_key(entry, "links")),
+            guid=_string(_key(entry, "id")),
             content=content,
             description=summary,
             dates=dates,
@@ -169,28 +171,37 @@ def _entry(entry: dict[str, Any], default_base: str, base_url: str) -> ParsedIte
     )
 
 
+def _key(mapping: object, key: str) -> Any:
+    """A key of a feedparser result, read with plain dict semantics.
+
+    FeedParserDict.get maps missing keys to others (``updated`` -> ``published``, with a
+    deprecation warning); the chain rules must see only what the document said.
+    """
+    return dict.get(mapping, key) if isinstance(mapping, dict) else None
+
+
 def _alternate_link(links: object) -> str | None:
     """The first rel=alternate href, else the first href (never feedparser's guid-as-link)."""
     if not isinstance(links, list):
         return None
     hrefs = [
-        (link.get("rel") or "alternate", link["href"])
+        (_string(_key(link, "rel")) or "alternate", href)
         for link in links
-        if isinstance(link, dict) and isinstance(link.get("href"), str) and link["href"].strip()
+        if (href := _string(_key(link, "href"))) is not None and href.strip()
     ]
     for rel, href in hrefs:
         if rel == "alternate":
-            return str(href)
-    return str(hrefs[0][1]) if hrefs else None
+            return href
+    return hrefs[0][1] if hrefs else None
 
 
 def _detail_value(detail: object) -> str | None:
-    return _string(detail.get("value")) if isinstance(detail, dict) else None
+    return _string(_key(detail, "value"))
 
 
 def _detail_base(detail: object, base_url: str) -> str | None:
     """The xml:base feedparser tracked for a value, if the document declared one."""
-    base = _string(detail.get("base")) if isinstance(detail, dict) else None
+    base = _string(_key(detail, "base"))
     return resolve_url(base, base_url) if base else None
 
 

@@ -1,23 +1,19 @@
 """The fast path of the parse stage: an lxml tree of RSS 0.9x/1.0/2.0 or Atom 0.3/1.0 -> model.
 
-One pass over the children of the channel/feed and of each item, dispatching on a canonical
-tag name (``title``, ``content:encoded``, ``atom:link``...). Namespaces are recognized by URI,
-tolerating the common misspellings (missing trailing slash, https) so that ``content:encoded``
-declared as ``http://purl.org/rss/1.0/modules/content`` still counts.
+Dispatch is on a canonical tag name (``title``, ``content:encoded``, ``atom:link``...).
+Namespaces are recognized by URI, tolerating the common misspellings (missing trailing slash,
+https), so ``content:encoded`` declared as ``http://purl.org/rss/1.0/modules/content`` counts.
+The fields of all items are gathered in one filtered walk per document (:func:`_item_fields`);
+values are read with :mod:`.parse_text`.
 
-Text values: entities resolved (undefined HTML entities left as references by a document with
-an external DTD are replaced by their character; unknown ones stay as ``&name;``, never
-dropped). Markup values (content, description, summary) are the element's text, i.e. the raw
-HTML for CDATA or escaped HTML; when the element holds real child elements (inline XHTML, Atom
-``type="xhtml"``) they are serialized back, without the XHTML namespace declarations.
+URL bases: the ``xml:base`` chain where one is declared (resolved against the fetch URL, as
+XML Base says), else the feed's link (channel ``<link>`` / Atom alternate link, itself made
+absolute), else the fetch URL. ``xml:base`` inside XHTML content is not followed.
 """
 
 from __future__ import annotations
 
-from copy import deepcopy
 from functools import lru_cache
-from html import escape
-from html.entities import html5
 
 from lxml import etree
 
@@ -25,10 +21,9 @@ from .errors import ParseError
 from .html import resolve_url
 from .models import ParsedFeed, ParsedItem
 from .parse_common import RawEntry, feed_base, finish_item, ttl_minutes
+from .parse_text import markup_of, serialize_inner, text_of, xhtml_container
 
 XML_BASE = "{http://www.w3.org/XML/1998/namespace}base"
-XHTML_NAMESPACE = "http://www.w3.org/1999/xhtml"
-
 NAMESPACE_PREFIXES = {
     "http://purl.org/rss/1.0": "",
     "http://my.netscape.com/rdf/simple/0.9": "",
@@ -52,12 +47,9 @@ RSS_ITEM_FIELDS = {
     "pubDate": "pub_date",
     "dc:date": "dc_date",
 }
-RSS_ITEM_WILDCARDS = tuple(
-    "{*}" + name.partition(":")[2] if ":" in name else "{*}" + name for name in RSS_ITEM_FIELDS
-)
-"""lxml filters an item's children on these in C (any namespace), so the many extension
-elements of podcast feeds never become Python objects; the field table then checks the
-namespace."""
+RSS_ITEM_WILDCARDS = tuple("{*}" + name.rpartition(":")[2] for name in RSS_ITEM_FIELDS)
+"""The item fields' local names in any namespace: lxml matches these in C, so the many
+extension elements of podcast feeds never become Python objects (the table checks the URI)."""
 RSS_CHANNEL_FIELDS = {
     "item": "item",
     "title": "title",
@@ -81,7 +73,9 @@ ATOM_FIELDS = {
     "sy:updateFrequency": "frequency",
 }
 """Atom 1.0 names plus the Atom 0.3 ones (issued, modified); prefix ``atom:`` or none."""
-ATOM_ENTRY_WILDCARDS = tuple("{*}" + name.rpartition(":")[2] for name in ATOM_FIELDS)
+ATOM_ENTRY_WILDCARDS = tuple(
+    "{*}" + name.rpartition(":")[2] for name in ATOM_FIELDS if name != "entry"
+)
 
 
 MEMO_LIMIT = 4096
@@ -140,16 +134,15 @@ def feed_from_tree(root: etree._Element, base_url: str) -> ParsedFeed:
     name = canonical_tag(root.tag)
     root_chain = _chain(root, None, base_url)
     if name == "rss":
-        channel = next((c for c in _elements(root) if canonical_tag(c.tag) == "channel"), None)
+        channel = _first_child(root, "channel")
         if channel is None:
             raise ParseError("parse: <rss> document without a <channel>")
         return _read_rss(channel, [], root_chain, base_url, "rss")
     if name in ("rdf:RDF", "RDF"):
-        children = list(_elements(root))
-        channel = next((c for c in children if canonical_tag(c.tag) == "channel"), None)
+        channel = _first_child(root, "channel")
         if channel is None:
             raise ParseError("parse: RDF document without a <channel>")
-        items = [c for c in children if canonical_tag(c.tag) == "item"]
+        items = [c for c in root if isinstance(c.tag, str) and canonical_tag(c.tag) == "item"]
         return _read_rss(channel, items, root_chain, base_url, "rdf")
     if name == "channel":
         return _read_rss(root, [], None, base_url, "rss")
@@ -179,10 +172,10 @@ def _read_rss(
             found[key] = child
     feed_link, default_base = feed_base(_text(found.get("link")), chain or base_url)
     outer = channel.getparent() if items else None  # RDF: items are siblings of the channel
-    fields = _rss_item_fields(outer if outer is not None else channel, all_items)
+    walk_root = outer if outer is not None else channel
     entries = tuple(
-        _rss_item(item, item_fields, chain, default_base, base_url)
-        for item, item_fields in zip(all_items, fields, strict=True)
+        _rss_item(item, found, chain, default_base, base_url)
+        for item, (found, _) in _item_fields(walk_root, all_items, _RSS_ITEM, RSS_ITEM_WILDCARDS)
     )
     return ParsedFeed(
         title=_stripped(_text(found.get("title"))),
@@ -195,26 +188,35 @@ def _read_rss(
     )
 
 
-def _rss_item_fields(
-    container: etree._Element, items: list[etree._Element]
-) -> list[dict[str, etree._Element]]:
-    """Each item's first child per field, found in ONE filtered walk of ``container``.
+def _item_fields(
+    container: etree._Element,
+    items: list[etree._Element],
+    table: _FieldTable,
+    wildcards: tuple[str, ...],
+) -> list[tuple[etree._Element, tuple[dict[str, etree._Element], list[etree._Element]]]]:
+    """Each item with its first child per field and all its ``link`` children.
 
-    lxml matches the wildcard tags in C, so only candidate elements become Python objects and
-    the tag matcher is built once per document rather than once per item (the dominant cost
-    for podcast feeds, whose items carry many extension elements).
+    Found in ONE walk of ``container`` filtered on ``wildcards`` in C: the tag matcher is built
+    once per document rather than once per item (the dominant cost for podcast feeds), and
+    only candidate elements become Python objects. Descendants that are not direct children of
+    an item (channel fields, nested XHTML) are dropped by the parent check.
     """
-    by_item: dict[etree._Element, dict[str, etree._Element]] = {item: {} for item in items}
-    memo = _RSS_ITEM.memo
-    for element in container.iter(*RSS_ITEM_WILDCARDS):
-        found = by_item.get(element.getparent())  # type: ignore[arg-type]
-        if found is None:
+    by_item: dict[etree._Element, tuple[dict[str, etree._Element], list[etree._Element]]] = {
+        item: ({}, []) for item in items
+    }
+    memo = table.memo
+    for element in container.iter(*wildcards):
+        parent = element.getparent()
+        slot = by_item.get(parent) if parent is not None else None
+        if slot is None:
             continue
         tag = element.tag
-        key = memo[tag] if tag in memo else _RSS_ITEM.key(tag)
-        if key is not None and key not in found:
-            found[key] = element
-    return [by_item[item] for item in items]
+        key = memo[tag] if tag in memo else table.key(tag)
+        if key == "link":
+            slot[1].append(element)
+        if key is not None and key not in slot[0]:
+            slot[0][key] = element
+    return [(item, by_item[item]) for item in items]
 
 
 def _rss_item(
@@ -224,8 +226,7 @@ def _rss_item(
     default_base: str,
     base_url: str,
 ) -> ParsedItem:
-    declared = item.get(XML_BASE)
-    chain = parent_chain if declared is None else resolve_url(declared, parent_chain or base_url)
+    chain = _chain(item, parent_chain, base_url)
     title = found.get("title")
     link = found.get("link")
     guid = found.get("guid")
@@ -272,26 +273,24 @@ def _read_atom(feed: etree._Element, chain: str | None, base_url: str) -> Parsed
     return ParsedFeed(
         title=_stripped(_atom_text(title)) if title is not None else None,
         link=feed_link,
-        items=tuple(_atom_entry(entry, chain, default_base, base_url) for entry in entries),
+        items=tuple(
+            _atom_entry(entry, found, links, chain, default_base, base_url)
+            for entry, (found, links) in _item_fields(feed, entries, _ATOM, ATOM_ENTRY_WILDCARDS)
+        ),
         format="atom",
         ttl_minutes=ttl_minutes(None, _text(found.get("period")), _text(found.get("frequency"))),
     )
 
 
 def _atom_entry(
-    entry: etree._Element, parent_chain: str | None, default_base: str, base_url: str
+    entry: etree._Element,
+    found: dict[str, etree._Element],
+    links: list[etree._Element],
+    parent_chain: str | None,
+    default_base: str,
+    base_url: str,
 ) -> ParsedItem:
     chain = _chain(entry, parent_chain, base_url)
-    found: dict[str, etree._Element] = {}
-    links: list[etree._Element] = []
-    memo = _ATOM.memo
-    for child in entry.iterchildren(*ATOM_ENTRY_WILDCARDS):
-        tag = child.tag
-        key = memo[tag] if tag in memo else _ATOM.key(tag)
-        if key == "link":
-            links.append(child)
-        elif key is not None and key not in found:
-            found[key] = child
     title = found.get("title")
     content = found.get("content")
     summary = found.get("summary")
@@ -333,7 +332,7 @@ def _atom_link(links: list[etree._Element], chain: str | None, base_url: str) ->
 def _atom_text(element: etree._Element) -> str:
     """A title: its text (HTML titles keep their markup as text); XHTML titles' text content."""
     if element.get("type") == "xhtml":
-        return text_of(_xhtml_container(element))
+        return text_of(xhtml_container(element))
     return text_of(element)
 
 
@@ -342,64 +341,15 @@ def _atom_markup(element: etree._Element) -> str | None:
     if element.get("src") is not None and not text_of(element).strip():
         return None
     if element.get("type") == "xhtml":
-        return _serialize_inner(_xhtml_container(element))
+        return serialize_inner(xhtml_container(element))
     return markup_of(element)
 
 
-def _xhtml_container(element: etree._Element) -> etree._Element:
-    for child in _elements(element):
-        if etree.QName(child).localname == "div":
+def _first_child(parent: etree._Element, name: str) -> etree._Element | None:
+    for child in parent:
+        if isinstance(child.tag, str) and canonical_tag(child.tag) == name:
             return child
-        break
-    return element
-
-
-def text_of(element: etree._Element) -> str:
-    """The text content of ``element``: entities resolved, comments and PIs left out."""
-    if len(element) == 0:
-        return element.text or ""
-    parts = [element.text or ""]
-    for child in element:
-        tag = child.tag
-        if isinstance(tag, str):
-            parts.append(text_of(child))
-        elif tag is etree.Entity:
-            parts.append(_entity_value(child))
-        parts.append(child.tail or "")
-    return "".join(parts)
-
-
-def markup_of(element: etree._Element) -> str:
-    """The element's value as HTML: its text, or its serialized children if it has any."""
-    if len(element) == 0 or not any(isinstance(child.tag, str) for child in element):
-        return text_of(element)
-    return _serialize_inner(element)
-
-
-def _serialize_inner(container: etree._Element) -> str:
-    """The children of ``container`` as markup, without the XHTML/parent namespace noise."""
-    copy = deepcopy(container)
-    own_namespace = etree.QName(container).namespace
-    for node in copy.iter():
-        tag = node.tag
-        if isinstance(tag, str) and tag.startswith("{"):
-            namespace, _, local = tag[1:].partition("}")
-            if namespace in (XHTML_NAMESPACE, own_namespace):
-                node.tag = local
-    etree.cleanup_namespaces(copy)
-    parts = [escape(copy.text or "", quote=False)]
-    parts.extend(etree.tostring(child, encoding="unicode", with_tail=True) for child in copy)
-    return "".join(parts)
-
-
-def _entity_value(entity: etree._Element) -> str:
-    """An entity lxml left unresolved: its HTML character if it has one, else ``&name;``."""
-    name = str(entity.text or "").strip("&;")
-    return html5.get(f"{name};", f"&{name};")
-
-
-def _elements(parent: etree._Element) -> list[etree._Element]:
-    return [child for child in parent if isinstance(child.tag, str)]
+    return None
 
 
 def _chain(element: etree._Element, parent_chain: str | None, base_url: str) -> str | None:

@@ -1,0 +1,71 @@
+"""Text and markup values of lxml elements, for the XML fast path of the parse stage.
+
+Text values: entities resolved. An entity the parser left unresolved (a document whose external
+DTD is not loaded, e.g. RSS 0.91's) becomes its HTML character when it has one and stays
+``&name;`` otherwise: characters are never dropped. Markup values (content, description,
+summary) are the element's text, i.e. the raw HTML for CDATA or escaped HTML; when the element
+holds real child elements (inline XHTML, Atom ``type="xhtml"``) they are serialized back, without
+the XHTML namespace declarations lxml would otherwise repeat on every top-level element.
+"""
+
+from __future__ import annotations
+
+from copy import deepcopy
+from html import escape
+from html.entities import html5
+
+from lxml import etree
+
+XHTML_NAMESPACE = "http://www.w3.org/1999/xhtml"
+
+
+def text_of(element: etree._Element) -> str:
+    """The text content of ``element``: entities resolved, comments and PIs left out."""
+    if len(element) == 0:
+        return element.text or ""
+    parts = [element.text or ""]
+    for child in element:
+        tag = child.tag
+        if isinstance(tag, str):
+            parts.append(text_of(child))
+        elif tag is etree.Entity:
+            parts.append(entity_value(child))
+        parts.append(child.tail or "")
+    return "".join(parts)
+
+
+def markup_of(element: etree._Element) -> str:
+    """The element's value as HTML: its text, or its serialized children if it has any."""
+    if len(element) == 0 or not any(isinstance(child.tag, str) for child in element):
+        return text_of(element)
+    return serialize_inner(element)
+
+
+def serialize_inner(container: etree._Element) -> str:
+    """The children of ``container`` as markup, without the XHTML/parent namespace noise."""
+    copy = deepcopy(container)
+    own_namespace = etree.QName(container).namespace
+    for node in copy.iter():
+        tag = node.tag
+        if isinstance(tag, str) and tag.startswith("{"):
+            namespace, _, local = tag[1:].partition("}")
+            if namespace in (XHTML_NAMESPACE, own_namespace):
+                node.tag = local
+    etree.cleanup_namespaces(copy)
+    parts = [escape(copy.text or "", quote=False)]
+    parts.extend(etree.tostring(child, encoding="unicode", with_tail=True) for child in copy)
+    return "".join(parts)
+
+
+def xhtml_container(element: etree._Element) -> etree._Element:
+    """The ``<div>`` an Atom ``type="xhtml"`` construct must wrap its content in, if present."""
+    for child in element:
+        if isinstance(child.tag, str):
+            return child if etree.QName(child).localname == "div" else element
+    return element
+
+
+def entity_value(entity: etree._Element) -> str:
+    """An entity lxml left unresolved: its HTML character if it has one, else ``&name;``."""
+    name = str(entity.text or "").strip("&;")
+    return html5.get(f"{name};", f"&{name};")

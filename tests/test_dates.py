@@ -1,0 +1,167 @@
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from feedcollector.dates import (
+    MILITARY_ZONES,
+    MONTH_NAMES,
+    ZONE_MINUTES,
+    parse_date,
+)
+from feedcollector.timestamps import format_timestamp
+
+REAL_WORLD_DATES = {
+    # RFC 822 / 1123 as the RSS spec wants it
+    "Tue, 10 Jun 2003 04:00:00 GMT": "2003-06-10T04:00:00Z",
+    "Mon, 18 Nov 2019 19:14:32 +0000": "2019-11-18T19:14:32Z",
+    "Thu, 21 Jan 2021 18:58:00 +1100": "2021-01-21T07:58:00Z",
+    "Fri, 19 May 2017 21:05:02 +0530": "2017-05-19T15:35:02Z",
+    # named zones (US zones of RFC 822, plus common others)
+    "Tue, 01 Oct 2019 14:30:00 PST": "2019-10-01T22:30:00Z",
+    "Tue, 01 Oct 2019 14:30:00 PDT": "2019-10-01T21:30:00Z",
+    "07 Nov 2015 12:00:00 EST": "2015-11-07T17:00:00Z",
+    "Sat, 07 Nov 2015 12:00:00 EDT": "2015-11-07T16:00:00Z",
+    "Sat, 07 Nov 2015 12:00:00 CST": "2015-11-07T18:00:00Z",
+    "Sat, 07 Nov 2015 12:00:00 MDT": "2015-11-07T18:00:00Z",
+    "Fri, 20 Feb 2015 09:51:15 UTC": "2015-02-20T09:51:15Z",
+    "Fri, 20 Feb 2015 09:51:15 UT": "2015-02-20T09:51:15Z",
+    "Fri, 20 Feb 2015 09:51:15 Z": "2015-02-20T09:51:15Z",
+    "Fri, 20 Feb 2015 09:51:15 CET": "2015-02-20T08:51:15Z",
+    "Fri, 20 Jul 2015 09:51:15 CEST": "2015-07-20T07:51:15Z",
+    "Fri, 20 Jul 2015 09:51:15 BST": "2015-07-20T08:51:15Z",
+    "Fri, 20 Feb 2015 09:51:15 JST": "2015-02-20T00:51:15Z",
+    "Fri, 20 Feb 2015 09:51:15 AEST": "2015-02-19T23:51:15Z",
+    "Fri, 20 Feb 2015 09:51:15 IST": "2015-02-20T04:21:15Z",
+    # military letters other than Z carry no reliable offset (RFC 2822 4.3): read as UTC
+    "Fri, 20 Feb 2015 09:51:15 A": "2015-02-20T09:51:15Z",
+    "Fri, 20 Feb 2015 09:51:15 N": "2015-02-20T09:51:15Z",
+    # lowercase, missing weekday, wrong weekday, extra whitespace and commas
+    "mon, 02 jan 2006 15:04:05 gmt": "2006-01-02T15:04:05Z",
+    "02 Jan 2006 15:04:05 +0000": "2006-01-02T15:04:05Z",
+    "Sun, 02 Jan 2006 15:04:05 +0000": "2006-01-02T15:04:05Z",
+    "  Mon,   2 Jan  2006   15:04:05   GMT  ": "2006-01-02T15:04:05Z",
+    "Mon,, 02 Jan, 2006, 15:04:05 GMT": "2006-01-02T15:04:05Z",
+    "Wed, 03 Jan 2018 13:47:00 GMT\r\n      ": "2018-01-03T13:47:00Z",
+    "Sat, 23 Jan 2016 15:40:37 +0000 (UTC)": "2016-01-23T15:40:37Z",
+    # 2-digit years (RFC 2822: < 50 is 20xx), missing seconds, single-digit day and hour,
+    # HHMM time, offsets with a colon or hours only, "GMT+hhmm"
+    "03 Apr 02 1500 GMT": "2002-04-03T15:00:00Z",
+    "Thu, 01 Jan 70 00:00:00 GMT": "1970-01-01T00:00:00Z",
+    "Mon, 2 Jan 2006 3:04 +0100": "2006-01-02T02:04:00Z",
+    "Mon, 02 Jan 2006 15:04:05 +01:00": "2006-01-02T14:04:05Z",
+    "Mon, 02 Jan 2006 15:04:05 -05": "2006-01-02T20:04:05Z",
+    "Mon, 02 Jan 2006 15:04:05 GMT+0200": "2006-01-02T13:04:05Z",
+    "Mon Jan 02 2006 15:04:05 GMT-0700": "2006-01-02T22:04:05Z",
+    "Sunday, 06-Nov-94 08:49:37 GMT": "1994-11-06T08:49:37Z",
+    "Sun Jan  4 16:29:06 PST 2004": "2004-01-05T00:29:06Z",
+    "January 2, 2006 3:04 PM": "2006-01-02T15:04:00Z",
+    "2 September 2019 10:00 am": "2019-09-02T10:00:00Z",
+    "1st Jan 2020 12:00 +0000": "2020-01-01T12:00:00Z",
+    # a date without a time is midnight UTC
+    "01 Jan 2024": "2024-01-01T00:00:00Z",
+    # localized RFC 822 (Portuguese, Spanish, German, French names)
+    "Seg, 24 Set 2018 19:42:40 -0300": "2018-09-24T22:42:40Z",
+    "sáb, 1 dez 2018 10:00:00 -0200": "2018-12-01T12:00:00Z",
+    "mar 24 sep 2018 10:00 +0200": "2018-09-24T08:00:00Z",
+    "Mo, 03 Okt 2022 10:00:00 +0200": "2022-10-03T08:00:00Z",
+    "3 févr 2022 10:00 +0100": "2022-02-03T09:00:00Z",
+    # ISO 8601 / W3CDTF / RFC 3339
+    "2017-06-15T10:29:47-07:00": "2017-06-15T17:29:47Z",
+    "2016-02-01T17:54:50+01:00": "2016-02-01T16:54:50Z",
+    "2017-09-14T18:03:34.000Z": "2017-09-14T18:03:34Z",
+    "2024-01-02T03:04:05.123456789Z": "2024-01-02T03:04:05Z",
+    "2024-01-02T03:04:05Z": "2024-01-02T03:04:05Z",
+    "2024-01-02t03:04:05z": "2024-01-02T03:04:05Z",
+    "2024-01-02 03:04:05": "2024-01-02T03:04:05Z",
+    "2024-01-02T03:04+02:00": "2024-01-02T01:04:00Z",
+    "2024-01-02T03:04:05+0530": "2024-01-01T21:34:05Z",
+    "2024-01-02T03:04:05 GMT": "2024-01-02T03:04:05Z",
+    "2024-01-02T03:04:05 EST": "2024-01-02T08:04:05Z",
+    "2024-1-2 3:04:05": "2024-01-02T03:04:05Z",
+    "2024-01-02": "2024-01-02T00:00:00Z",
+    "20240102T030405Z": "2024-01-02T03:04:05Z",
+    # feedparser's handlers as the last resort (Greek, Perforce), result checked against input
+    "Κυρ, 11 Ιούλ 2004 12:00:00 EST": "2004-07-11T17:00:00Z",
+    "Fri, 2006/09/15 08:19:53 EDT": "2006-09-15T12:19:53Z",
+}
+
+NOT_DATES = [
+    "",
+    "   ",
+    "garbage",
+    "yesterday",
+    "12",
+    "2024",  # a year alone: the day would be invented
+    "2024-02",  # a year and month: same
+    "Mon, 31 Feb 2024 10:00:00 GMT",  # Feb 31
+    "Mon, 30 Feb 2024",
+    "2024-02-30T10:00:00Z",
+    "2024-13-01",
+    "Mon, 01 Jan 2024 25:00:00 GMT",
+    "Mon, 01 Jan 2024 10:61:00 GMT",
+    "Mon, 01 Jan 2024 10:00:00 +2400",
+    "32 Jan 2024",
+    "01/02/2024",  # day/month order unknowable
+    "Jan Feb 2024",
+    "Mon, 01 Jan 2024 10:00:00 GMT" + "x" * 300,  # absurdly long
+    "9999-12-31T23:59:59-14:00",  # beyond datetime's range once converted to UTC
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), REAL_WORLD_DATES.items())
+def test_real_world_dates(text: str, expected: str) -> None:
+    moment = parse_date(text)
+    assert moment is not None, text
+    assert moment.utcoffset() == timedelta(0)
+    assert format_timestamp(moment) == expected
+
+
+@pytest.mark.parametrize("text", NOT_DATES)
+def test_garbage_and_out_of_range_give_none(text: str) -> None:
+    assert parse_date(text) is None
+
+
+def test_cjk_date_is_never_read_as_november() -> None:
+    """feedparser alone reads '2024年1月2日' as 2024-11-01; the guard must refuse that."""
+    moment = parse_date("2024年1月2日")
+    assert moment is None or (moment.year, moment.month, moment.day) == (2024, 1, 2)
+
+
+def test_fractional_seconds_are_kept_below_the_second() -> None:
+    assert parse_date("2024-01-02T03:04:05.25Z") == datetime(2024, 1, 2, 3, 4, 5, 250000, UTC)
+
+
+def test_zone_table_has_no_surprises() -> None:
+    """Every named zone is a whole number of quarter hours within +-14 h; Z is UTC."""
+    assert ZONE_MINUTES["z"] == 0
+    assert not {"j", "z"} & MILITARY_ZONES
+    for name, minutes in ZONE_MINUTES.items():
+        assert name == name.lower()
+        assert -14 * 60 <= minutes <= 14 * 60, name
+        assert minutes % 15 == 0, name
+
+
+def test_no_month_name_means_two_months() -> None:
+    seen: dict[str, int] = {}
+    for number, names in enumerate(MONTH_NAMES, start=1):
+        for name in names:
+            assert seen.setdefault(name, number) == number, name
+
+
+@given(st.text(max_size=80))
+def test_arbitrary_text_never_raises(text: str) -> None:
+    moment = parse_date(text)
+    assert moment is None or moment.utcoffset() == timedelta(0)
+
+
+@given(
+    st.datetimes(min_value=datetime(1900, 1, 1), max_value=datetime(2200, 1, 1)),
+    st.sampled_from(["%a, %d %b %Y %H:%M:%S GMT", "%Y-%m-%dT%H:%M:%SZ", "%d %b %Y %H:%M:%S +0000"]),
+)
+def test_formatted_datetimes_round_trip(moment: datetime, pattern: str) -> None:
+    expected = moment.replace(microsecond=0, tzinfo=UTC)
+    assert parse_date(moment.strftime(pattern)) == expected

@@ -1,0 +1,623 @@
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import re
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from feedcollector.errors import ParseError
+from feedcollector.html import absolutize, resolve_url
+from feedcollector.models import ParsedFeed, ParsedItem
+from feedcollector.parse import parse_feed
+from feedcollector.timestamps import format_timestamp
+
+from .conftest import CORPUS
+
+RSS_PARSER = CORPUS / "rss-parser" / "test"
+BASE_URL = "https://feeds.example.test/path/feed.xml"
+
+LATIN1_INPUTS = {"encoding", "uolNoticias"}
+"""Inputs stored in ISO-8859-1; the decode stage would hand them over as UTF-8, so do we."""
+LATIN1_OUTPUTS = {"encoding"}
+"""Expected outputs stored in ISO-8859-1 (the corpus README says so)."""
+NOT_A_FEED = {"unrecognized"}
+
+KNOWN_DIFFERENCES: dict[tuple[str, str], str] = {
+    ("uolNoticias", "title"): (
+        "upstream read the ISO-8859-1 bytes as UTF-8, so its titles hold U+FFFD (corpus README)"
+    ),
+    ("uolNoticias", "content"): "same U+FFFD damage in upstream's content",
+    ("uolNoticias", "date"): (
+        "the dates are Portuguese ('Seg, 24 Set 2018 ...'): JavaScript's Date gives up, we read "
+        "the localized month name"
+    ),
+    ("xml2js-options", "content"): (
+        "upstream was run with xml2js emptyTag='EMPTY', so empty descriptions read 'EMPTY'"
+    ),
+    ("reddit-atom", "content"): (
+        "the descriptions hold inline (unescaped) XHTML; upstream's xml2js rebuild wraps it in a "
+        "<div> and drops the text between elements ('submitted byto'); we serialize the elements"
+    ),
+    ("reddit-home", "content"): (
+        "Atom type='xhtml' content: upstream serializes the <content> element itself (a wrapper "
+        "<div type='xhtml' xml:base=...> around the XHTML div); we give the div's inner XHTML"
+    ),
+}
+"""(feed stem, field) -> why our value differs from rss-parser's there, justifiably."""
+
+
+def _corpus_stems() -> list[str]:
+    return sorted(path.stem for path in (RSS_PARSER / "input").iterdir())
+
+
+def _input_bytes(stem: str) -> bytes:
+    path = next((RSS_PARSER / "input").glob(f"{stem}.*"))
+    data = path.read_bytes()
+    if stem in LATIN1_INPUTS:
+        return data.decode("latin-1").encode("utf-8")
+    data.decode("utf-8")  # every other input must already be UTF-8, as decode would hand it over
+    return data
+
+
+def _expected(stem: str) -> dict[str, Any] | None:
+    path = RSS_PARSER / "output" / f"{stem}.json"
+    if not path.exists():
+        return None
+    text = path.read_bytes().decode("latin-1" if stem in LATIN1_OUTPUTS else "utf-8")
+    feed: dict[str, Any] = json.loads(text)["feed"]
+    return feed
+
+
+def _normalize_html(html: str | None, base: str) -> str | None:
+    """Make upstream's raw HTML comparable with ours.
+
+    - relative URLs resolved against the same base ours were (upstream keeps them relative);
+    - CR LF / CR -> LF: XML parsers must normalize line ends (XML 1.0, 2.11), xml2js does not.
+    """
+    if html is None or not html.strip():
+        return None
+    return absolutize(html.replace("\r\n", "\n").replace("\r", "\n"), base)
+
+
+def _differences(stem: str, feed: ParsedFeed, expected: dict[str, Any]) -> dict[str, list[str]]:
+    base = feed.link or BASE_URL
+    found: dict[str, list[str]] = {}
+
+    def differ(field: str, theirs: object, ours: object) -> None:
+        if theirs != ours:
+            found.setdefault(field, []).append(f"{theirs!r} != {ours!r}")
+
+    differ("feed title", (expected.get("title") or "").strip() or None, feed.title)
+    their_link = expected.get("link")
+    differ(
+        "feed link", resolve_url(their_link.strip(), BASE_URL) if their_link else None, feed.link
+    )
+    their_items: list[dict[str, Any]] = expected.get("items", [])
+    differ("item count", len(their_items), len(feed.items))
+    for theirs, ours in zip(their_items, feed.items, strict=False):
+        _compare_item(theirs, ours, base, differ)
+    return found
+
+
+def _compare_item(theirs: dict[str, Any], ours: ParsedItem, base: str, differ: Any) -> None:
+    title = (theirs.get("title") or "").strip() or None
+    differ("title", title, ours.title)
+    link = theirs.get("link")
+    link = resolve_url(link.strip(), base) if link and link.strip() else None
+    differ("link", link, ours.link)
+    raw_guid = theirs.get("guid", theirs.get("id"))
+    if isinstance(raw_guid, dict):
+        raw_guid = raw_guid.get("_")
+    # the chain: guid/id, else link, else md5(title + raw pubDate)
+    fallback = hashlib.md5(((title or "") + (ours.raw_pub_date or "")).encode()).hexdigest()
+    differ("guid", (raw_guid or "").strip() or link or fallback, ours.guid)
+    iso = theirs.get("isoDate")
+    differ("date", iso[:19] + "Z" if iso else None, stamp(ours.pub_date))
+    content = theirs.get("content:encoded", theirs.get("content", theirs.get("summary")))
+    differ("content", _normalize_html(content, base), ours.content_html)
+
+
+@pytest.mark.parametrize("stem", _corpus_stems())
+def test_rss_parser_corpus(stem: str) -> None:
+    data = _input_bytes(stem)
+    if stem in NOT_A_FEED:
+        with pytest.raises(ParseError, match=r"^parse: "):
+            parse_feed(data, BASE_URL)
+        return
+    feed = parse_feed(data, BASE_URL)
+    assert not feed.format.endswith("-fallback"), "every corpus feed is well-formed XML"
+    expected = _expected(stem)
+    if expected is None:  # no upstream output for this input: count the items ourselves
+        assert len(feed.items) == len(re.findall(rb"<(?:item|entry)[\s>]", data)) > 0
+        return
+    found = _differences(stem, feed, expected)
+    known = {field for (known_stem, field) in KNOWN_DIFFERENCES if known_stem == stem}
+    unexpected = {field: cases[:3] for field, cases in found.items() if field not in known}
+    assert not unexpected, f"new differences from rss-parser: {unexpected}"
+    assert known <= found.keys(), f"listed differences no longer occur: {known - found.keys()}"
+
+
+def test_corpus_is_complete() -> None:
+    """Guard against a silently empty or moved corpus making the test above vacuous."""
+    assert len(_corpus_stems()) >= 31
+    total = sum(len((_expected(stem) or {}).get("items", [])) for stem in _corpus_stems())
+    assert total >= 1200
+
+
+# ---------------------------------------------------------------------------- targeted rules
+
+
+def rss(
+    items: str, channel: str = "<title>T</title><link>http://site.example/blog/</link>"
+) -> bytes:
+    return (
+        '<?xml version="1.0" encoding="UTF-8"?>'
+        '<rss version="2.0" xmlns:content="http://purl.org/rss/1.0/modules/content/"'
+        ' xmlns:dc="http://purl.org/dc/elements/1.1/"'
+        ' xmlns:sy="http://purl.org/rss/1.0/modules/syndication/">'
+        f"<channel>{channel}{items}</channel></rss>"
+    ).encode()
+
+
+def atom(entries: str, head: str = '<title>A</title><link href="http://site.example/"/>') -> bytes:
+    return f'<feed xmlns="http://www.w3.org/2005/Atom">{head}{entries}</feed>'.encode()
+
+
+def only_item(data: bytes, base_url: str = BASE_URL) -> ParsedItem:
+    feed = parse_feed(data, base_url)
+    assert len(feed.items) == 1
+    return feed.items[0]
+
+
+def stamp(moment: datetime | None) -> str | None:
+    return None if moment is None else format_timestamp(moment)
+
+
+def md5(text: str) -> str:
+    return hashlib.md5(text.encode("utf-8")).hexdigest()
+
+
+def test_guid_chain_rss() -> None:
+    item = only_item(rss("<item><guid> g-1 </guid><link>http://x.example/1</link></item>"))
+    assert item.guid == "g-1"
+    item = only_item(rss("<item><guid></guid><link>/posts/2</link></item>"))
+    assert item.guid == item.link == "http://site.example/posts/2"
+    raw = "Tue, 10 Jun 2003 04:00:00 GMT"
+    item = only_item(rss(f"<item><title> Hello </title><pubDate>{raw}</pubDate></item>"))
+    assert item.guid == md5("Hello" + raw)
+    item = only_item(rss("<item><title>No date</title></item>"))
+    assert item.guid == md5("No date")
+
+
+def test_md5_fallback_uses_the_raw_date_text_even_when_unreadable() -> None:
+    raw = "  sometime last week "
+    item = only_item(rss(f"<item><title>T</title><pubDate>{raw}</pubDate></item>"))
+    assert item.pub_date is None
+    assert item.raw_pub_date == raw
+    assert item.guid == md5("T" + raw)
+
+
+def test_md5_fallback_hashes_the_pubdate_text_whichever_date_was_read() -> None:
+    """The GUID must not change if a later parser version reads the pubDate after all."""
+    item = only_item(
+        rss("<item><title>T</title><pubDate>Lun 3</pubDate><dc:date>2020-01-01</dc:date></item>")
+    )
+    assert stamp(item.pub_date) == "2020-01-01T00:00:00Z"
+    assert item.guid == md5("T" + "Lun 3")
+
+
+def test_guid_chain_atom() -> None:
+    item = only_item(atom('<entry><id>urn:x:1</id><link href="/a"/></entry>'))
+    assert item.guid == "urn:x:1"
+    item = only_item(
+        atom('<entry><link rel="self" href="/self"/><link rel="alternate" href="/alt"/></entry>')
+    )
+    assert item.guid == item.link == "http://site.example/alt"
+    item = only_item(atom('<entry><link rel="enclosure" href="/file.mp3"/></entry>'))
+    assert item.link == "http://site.example/file.mp3"
+    raw = "2024-01-02T03:04:05Z"
+    item = only_item(atom(f"<entry><title>X</title><updated>{raw}</updated></entry>"))
+    assert item.guid == md5("X" + raw)
+
+
+def test_content_encoded_wins_over_description() -> None:
+    item = only_item(
+        rss(
+            "<item><description>short</description>"
+            "<content:encoded><![CDATA[<p>full</p>]]></content:encoded></item>"
+        )
+    )
+    assert item.content_html == "<p>full</p>"
+    item = only_item(
+        rss("<item><content:encoded>  </content:encoded><description>desc</description></item>")
+    )
+    assert item.content_html == "desc"
+    item = only_item(rss("<item><title>t</title></item>"))
+    assert item.content_html is None
+
+
+def test_content_namespace_without_trailing_slash_still_counts() -> None:
+    data = (
+        b'<rss xmlns:content="http://purl.org/rss/1.0/modules/content"><channel><item>'
+        b"<description>d</description><content:encoded>c</content:encoded></item></channel></rss>"
+    )
+    assert only_item(data).content_html == "c"
+
+
+def test_atom_content_wins_over_summary() -> None:
+    item = only_item(
+        atom(
+            '<entry><summary>s</summary><content type="html">&lt;b&gt;c&lt;/b&gt;</content></entry>'
+        )
+    )
+    assert item.content_html == "<b>c</b>"
+    item = only_item(
+        atom('<entry><summary>s</summary><content src="http://x.example/out-of-line"/></entry>')
+    )
+    assert item.content_html == "s"
+
+
+def test_cdata_and_escaped_content_give_the_same_html() -> None:
+    html = '<p class="x">Fish &amp; chips <img src="http://x.example/a.png"></p>'
+    escaped = html.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    from_cdata = only_item(rss(f"<item><description><![CDATA[{html}]]></description></item>"))
+    from_text = only_item(rss(f"<item><description>{escaped}</description></item>"))
+    assert from_cdata.content_html == from_text.content_html == html
+
+
+def test_relative_urls_in_content_become_absolute_and_the_rest_stays_byte_identical() -> None:
+    html = (
+        "<p>Hi <a href='/about'>me</a>\n<img  src=\"pics/a.png\" alt='A'>"
+        '<img srcset="s.png 1x, /l.png 2x"><a href="https://x.example/">abs</a>'
+        '<a href="#top">top</a><a href="mailto:m@x.example">m</a><!-- <img src="c.png"> --></p>'
+    )
+    item = only_item(rss(f"<item><description><![CDATA[{html}]]></description></item>"))
+    assert item.content_html == (
+        html.replace("'/about'", "'http://site.example/about'")
+        .replace('"pics/a.png"', '"http://site.example/blog/pics/a.png"')
+        .replace(
+            '"s.png 1x, /l.png 2x"',
+            '"http://site.example/blog/s.png 1x, http://site.example/l.png 2x"',
+        )
+    )
+
+
+def test_base_is_xml_base_else_feed_link_else_fetch_url() -> None:
+    entry = (
+        '<entry xml:base="sub/"><id>1</id><link href="page"/>'
+        '<content type="html" xml:base="deeper/">&lt;img src="c.png"&gt;</content>'
+        '<summary type="html">&lt;img src="s.png"&gt;</summary></entry>'
+    )
+    data = atom(entry, head='<link href="http://ignored.example/"/>').replace(
+        b"<feed ", b'<feed xml:base="http://base.example/root/" '
+    )
+    item = only_item(data)
+    assert item.link == "http://base.example/root/sub/page"
+    assert item.content_html == '<img src="http://base.example/root/sub/deeper/c.png">'
+    summary_only = data.replace(
+        b'<content type="html" xml:base="deeper/">&lt;img src="c.png"&gt;</content>', b""
+    )
+    assert only_item(summary_only).content_html == '<img src="http://base.example/root/sub/s.png">'
+    # no xml:base: the feed's link (itself made absolute against the fetch URL)
+    relative_link = rss("<item><link>p</link></item>", channel="<link>/blog/</link>")
+    assert (
+        only_item(relative_link, "https://fetched.example/feed").link
+        == "https://fetched.example/blog/p"
+    )
+    # no xml:base and no feed link: the fetch URL
+    no_link = rss("<item><link>p</link></item>", channel="<title>T</title>")
+    assert (
+        only_item(no_link, "https://fetched.example/feeds/rss").link
+        == "https://fetched.example/feeds/p"
+    )
+
+
+def test_atom_xhtml_content_is_the_inner_xhtml_of_the_div() -> None:
+    entry = (
+        '<entry><id>1</id><content type="xhtml"><div xmlns="http://www.w3.org/1999/xhtml">'
+        'Hi &amp; <p class="a">x<br/><img src="i.png"/></p> tail</div></content></entry>'
+    )
+    item = only_item(atom(entry))
+    assert item.content_html == (
+        'Hi &amp; <p class="a">x<br/><img src="http://site.example/i.png"/></p> tail'
+    )
+
+
+def test_rss_1_0_rdf() -> None:
+    data = b"""<?xml version="1.0"?>
+<rdf:RDF xmlns:rdf="http://www.w3.org/1999/02/22-rdf-syntax-ns#" xmlns="http://purl.org/rss/1.0/"
+ xmlns:dc="http://purl.org/dc/elements/1.1/" xmlns:sy="http://purl.org/rss/1.0/modules/syndication/">
+<channel rdf:about="http://site.example/"><title>RDF</title><link>http://site.example/</link>
+<sy:updatePeriod>daily</sy:updatePeriod><sy:updateFrequency>4</sy:updateFrequency></channel>
+<item rdf:about="http://site.example/1"><title>One</title><link>http://site.example/1</link>
+<description>first</description><dc:date>2017-06-15T10:29:47-07:00</dc:date></item>
+<item rdf:about="http://site.example/2"><title>Two</title><link>/2</link></item>
+</rdf:RDF>"""
+    feed = parse_feed(data, BASE_URL)
+    assert (feed.format, feed.title, feed.link, feed.ttl_minutes) == (
+        "rdf",
+        "RDF",
+        "http://site.example/",
+        360,
+    )
+    first, second = feed.items
+    assert (first.guid, first.title, first.content_html) == (
+        "http://site.example/1",
+        "One",
+        "first",
+    )
+    assert stamp(first.pub_date) == "2017-06-15T17:29:47Z"
+    assert second.guid == "http://site.example/2"
+
+
+def test_ttl_and_syndication_period() -> None:
+    assert parse_feed(rss("", channel="<ttl> 45 </ttl>"), BASE_URL).ttl_minutes == 45
+    sy = "<sy:updatePeriod>hourly</sy:updatePeriod><sy:updateFrequency>2</sy:updateFrequency>"
+    assert parse_feed(rss("", channel=sy), BASE_URL).ttl_minutes == 30
+    assert parse_feed(rss("", channel="<ttl>soon</ttl>"), BASE_URL).ttl_minutes is None
+    assert parse_feed(rss("", channel="<title>T</title>"), BASE_URL).ttl_minutes is None
+
+
+def test_dates_pubdate_then_dc_date_and_atom_published_then_updated() -> None:
+    item = only_item(
+        rss("<item><pubDate>bad</pubDate><dc:date>2020-05-06T07:08:09Z</dc:date></item>")
+    )
+    assert stamp(item.pub_date) == "2020-05-06T07:08:09Z"
+    assert item.raw_pub_date == "bad"  # the pubDate text, even though dc:date was read
+    item = only_item(
+        atom(
+            "<entry><updated>2020-01-01T00:00:00Z</updated>"
+            "<published>2019-01-01T00:00:00+01:00</published></entry>"
+        )
+    )
+    assert stamp(item.pub_date) == "2018-12-31T23:00:00Z"
+    item = only_item(rss("<item><pubDate>not a date</pubDate></item>"))
+    assert (item.pub_date, item.raw_pub_date) == (None, "not a date")
+
+
+def test_titles_resolve_entities_and_trim() -> None:
+    item = only_item(rss("<item><title>\n  Fish &amp; chips &#233;t&#xE9; </title></item>"))
+    assert item.title == "Fish & chips été"
+    item = only_item(atom('<entry><title type="html">&lt;b&gt;Bold&lt;/b&gt; move</title></entry>'))
+    assert item.title == "<b>Bold</b> move"
+    item = only_item(
+        atom(
+            '<entry><title type="xhtml"><div xmlns="http://www.w3.org/1999/xhtml">'
+            "An <em>XHTML</em> title</div></title></entry>"
+        )
+    )
+    assert item.title == "An XHTML title"
+    assert parse_feed(rss("", channel="<title>  </title>"), BASE_URL).title is None
+
+
+def test_undefined_html_entities_and_stray_ampersands_are_repaired() -> None:
+    data = rss(
+        "<item><title>Caf&eacute;&nbsp;Bar & Grill &unknownentity;</title>"
+        "<description>A &amp; B &copy; 2024</description>"
+        "<content:encoded><![CDATA[<p>&nbsp;kept as written & raw</p>]]></content:encoded></item>"
+    )
+    feed = parse_feed(data, BASE_URL)
+    assert feed.format == "rss"  # repaired, then read by the strict parser
+    item = feed.items[0]
+    assert item.title == "Café\xa0Bar & Grill &unknownentity;"
+    assert item.content_html == "<p>&nbsp;kept as written & raw</p>"
+
+
+def test_entities_of_an_unloaded_external_dtd_are_kept_not_dropped() -> None:
+    data = (
+        b'<!DOCTYPE rss PUBLIC "-//Netscape Communications//DTD RSS 0.91//EN"'
+        b' "http://my.netscape.com/publish/formats/rss-0.91.dtd">'
+        b'<rss version="0.91"><channel><title>Caf&eacute; &mystery;</title>'
+        b"<item><title>x</title><description>caf&eacute; &lt;b&gt;</description></item>"
+        b"</channel></rss>"
+    )
+    feed = parse_feed(data, BASE_URL)
+    assert feed.title == "Café &mystery;"
+    assert feed.items[0].content_html == "café <b>"
+
+
+def test_undeclared_namespace_prefixes_are_repaired() -> None:
+    data = (
+        b'<rss version="2.0"><channel><title>T</title><item><title>x</title>'
+        b'<media:content url="http://x.example/v.mp4"/>'
+        b"<content:encoded>full</content:encoded><description>short</description>"
+        b"</item></channel></rss>"
+    )
+    feed = parse_feed(data, BASE_URL)
+    assert feed.format == "rss"
+    assert feed.items[0].content_html == "full"
+
+
+def test_declared_latin1_but_utf8_bytes_are_read_as_utf8() -> None:
+    """The decode stage hands over UTF-8 and may leave the old declaration in place."""
+    data = '<?xml version="1.0" encoding="ISO-8859-1"?><rss><channel><title>Notícias</title></channel></rss>'
+    assert parse_feed(data.encode("utf-8"), BASE_URL).title == "Notícias"
+
+
+def test_leading_whitespace_and_bom_before_the_declaration() -> None:
+    data = b"\xef\xbb\xbf\n\n  " + rss("<item><title>x</title></item>")
+    feed = parse_feed(data, BASE_URL)
+    assert (feed.format, feed.items[0].title) == ("rss", "x")
+
+
+def test_broken_xml_falls_back_and_still_yields_items() -> None:
+    data = b"""<?xml version="1.0"?><rss version="2.0"><channel><title>Broken</title>
+<link>http://site.example/blog/</link>
+<item><title>One</title><link>/one</link><description>unclosed <br> tag</description>
+<pubDate>Tue, 10 Jun 2003 04:00:00 GMT</pubDate></item>
+<item><title>Two</title><guid>g2</guid><description>&lt;img src="i.png"&gt;</description></item>
+</channel></rss>"""
+    feed = parse_feed(data, BASE_URL)
+    assert feed.format == "rss-fallback"
+    assert feed.title == "Broken"
+    one, two = feed.items
+    assert (one.title, one.link, one.guid) == (
+        "One",
+        "http://site.example/one",
+        "http://site.example/one",
+    )
+    assert stamp(one.pub_date) == "2003-06-10T04:00:00Z"
+    assert "unclosed" in (one.content_html or "")
+    assert (two.guid, two.content_html) == ("g2", '<img src="http://site.example/blog/i.png">')
+
+
+def test_truncated_atom_falls_back() -> None:
+    data = atom('<entry><id>e1</id><title>A</title><link href="/a"/></entry><entry><title>B')
+    feed = parse_feed(data[: -len(b"</feed>")], BASE_URL)
+    assert feed.format == "atom-fallback"
+    assert feed.items[0].guid == "e1"
+    assert feed.items[0].link == "http://site.example/a"
+
+
+def test_external_entities_are_never_resolved(tmp_path: Path) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOP-SECRET-CONTENT")
+    doctype = f'<!DOCTYPE rss [<!ENTITY xxe SYSTEM "{secret.as_uri()}">]>'
+    well_formed = (
+        f'{doctype}<rss version="2.0"><channel><title>t &xxe;</title>'
+        "<item><title>&xxe;</title><description>a &xxe; b</description></item></channel></rss>"
+    )
+    broken = well_formed.replace("</channel>", "<unclosed></channel>")
+    for data in (well_formed, broken):
+        try:
+            feed = parse_feed(data.encode(), BASE_URL)
+        except ParseError:
+            continue
+        rendered = repr(feed)
+        assert "TOP-SECRET-CONTENT" not in rendered
+
+
+BILLION_LAUGHS = (
+    '<?xml version="1.0"?><!DOCTYPE lolz [<!ENTITY lol "lol">'
+    + "".join(
+        f'<!ENTITY lol{n} "{("&lol" + str(n - 1) + ";") * 10 if n > 1 else "&lol;" * 10}">'
+        for n in range(1, 10)
+    )
+    + "]>"
+)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        '<rss version="2.0"><channel><title>&lol9;</title><item><title>&lol9;</title></item></channel></rss>',
+        '<rss version="2.0"><channel><title>&lol9;</title><item><title>&lol9;<broken></item></channel></rss>',
+    ],
+)
+def test_billion_laughs_is_bounded(body: str) -> None:
+    started = time.monotonic()
+    try:
+        feed = parse_feed((BILLION_LAUGHS + body).encode(), BASE_URL)
+    except ParseError:
+        pass
+    else:
+        assert len(repr(feed)) < 10_000  # not expanded
+    assert time.monotonic() - started < 30  # did not hang
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"   \n",
+        b"just some text",
+        b"<html><head><title>Moved</title></head><body><a href='/x'>here</a></body></html>",
+        b"<?xml version='1.0'?><note><to>x</to></note>",
+        b'<rss version="2.0"><item><title>no channel</title></item></rss>',
+        b"\x00\x01\x02\xff\xfe",
+        b'{"not": "a feed"}',
+        b"{broken json",
+        b'{"version": "https://jsonfeed.org/version/1.1", "items": "nope"}',
+    ],
+)
+def test_things_that_are_not_feeds_raise_parse_error(data: bytes) -> None:
+    with pytest.raises(ParseError, match=r"^parse: "):
+        parse_feed(data, BASE_URL)
+
+
+def test_json_feed() -> None:
+    document = {
+        "version": "https://jsonfeed.org/version/1.1",
+        "title": " JSON ",
+        "home_page_url": "https://site.example/blog/",
+        "items": [
+            {
+                "id": "1",
+                "url": "/p/1",
+                "title": "One",
+                "content_html": '<img src="a.png">',
+                "date_published": "2024-01-02T03:04:05+01:00",
+            },
+            {"id": 2, "content_text": "a < b", "title": "Two"},
+            {"url": "https://site.example/3"},
+            "not an item",
+        ],
+    }
+    feed = parse_feed(json.dumps(document).encode(), BASE_URL)
+    assert (feed.format, feed.title, feed.link) == ("json", "JSON", "https://site.example/blog/")
+    one, two, three = feed.items
+    assert (one.guid, one.link, one.content_html) == (
+        "1",
+        "https://site.example/p/1",
+        '<img src="https://site.example/blog/a.png">',
+    )
+    assert stamp(one.pub_date) == "2024-01-02T02:04:05Z"
+    assert (two.guid, two.content_html) == ("2", "a &lt; b")
+    assert three.guid == "https://site.example/3"
+
+
+def test_item_link_relative_becomes_absolute() -> None:
+    item = only_item(rss("<item><link>\n  ../up/there \n</link></item>"))
+    assert item.link == "http://site.example/up/there"
+
+
+SMALL_FEED = rss(
+    "<item><title>One</title><link>/1</link><description><![CDATA[<img src='a.png'>]]>"
+    "</description><pubDate>Tue, 10 Jun 2003 04:00:00 GMT</pubDate></item>"
+)
+
+
+@settings(suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(st.binary(max_size=400))
+def test_arbitrary_bytes_raise_nothing_but_parse_error(data: bytes) -> None:
+    with contextlib.suppress(ParseError):
+        parse_feed(data, BASE_URL)
+
+
+@settings(suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(st.integers(0, len(SMALL_FEED)), st.integers(0, 40), st.binary(max_size=20))
+def test_damaged_feeds_raise_nothing_but_parse_error(start: int, length: int, junk: bytes) -> None:
+    data = SMALL_FEED[:start] + junk + SMALL_FEED[start + length :]
+    try:
+        feed = parse_feed(data, BASE_URL)
+    except ParseError:
+        return
+    for item in feed.items:
+        assert item.guid
+
+
+XML_TEXT = st.text(
+    alphabet=st.characters(blacklist_categories=("Cs", "Cn", "Cc"), whitelist_characters="\t\n"),
+    max_size=200,
+)
+"""Text XML can carry (no surrogates, noncharacters or control characters but tab/newline)."""
+
+
+@settings(suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(XML_TEXT)
+def test_any_text_comes_back_exactly(text: str) -> None:
+    escaped = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    data = rss(f"<item><title>{escaped}</title><description>{escaped}</description></item>")
+    item = only_item(data)
+    assert item.title == (text.strip() or None)
+    assert item.content_html == (
+        absolutize(text, "http://site.example/blog/") if text.strip() else None
+    )
