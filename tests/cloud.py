@@ -6,6 +6,9 @@
   (so a test can count ``DeleteObjects`` calls); fixture ``s3_server`` yields a fresh bucket.
 - :class:`FakeProxy` is a scripted HTTP server for faults the real Worker cannot be made to
   produce on demand (500s, slowness, garbage).
+- :class:`FaultyRelay` puts the real Worker behind a relay that injects those faults into
+  chosen requests only (say, the batch storing a feed's items), so a fault lands mid-cycle.
+- :func:`write_cloud_config` and :func:`cloud_environ` set a collector up on the cloud pair.
 
 Without Node or ``worker/node_modules`` the D1 tests skip with the fix (``npm ci`` in worker/),
 unless ``CI`` is set: CI must run them, so there they fail.
@@ -14,6 +17,7 @@ unless ``CI`` is set: CI must run them, so there they fail.
 from __future__ import annotations
 
 import asyncio
+import http.client
 import io
 import json
 import os
@@ -31,7 +35,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlsplit
 
 import boto3
 import pytest
@@ -353,3 +357,140 @@ def fake_proxy() -> Iterator[FakeProxy]:
         yield fake
     finally:
         fake.close()
+
+
+DROP = "drop"
+"""A :class:`FaultyRelay` rule's answer: cut this connection unanswered and stop listening."""
+
+
+class FaultyRelay:
+    """The real Worker behind a relay that turns chosen requests into faults, mid-cycle.
+
+    ``rule(path, payload)`` returns None to forward the request to ``upstream`` untouched, a
+    :class:`FakeReply` to answer instead of the Worker (500, 401, or a ``delay_s`` longer than the
+    client's timeout; the Worker never sees those), or :data:`DROP` to close the connection
+    without an answer and stop listening, so every later request is refused, as when the proxy
+    goes down. ``port`` lets a new relay come back at the address of one that went down.
+    """
+
+    def __init__(
+        self,
+        upstream: str,
+        rule: Callable[[str, dict[str, Any]], FakeReply | str | None] | None = None,
+        *,
+        port: int = 0,
+    ) -> None:
+        self.upstream = upstream
+        self.rule = rule
+        self.faults: list[tuple[str, dict[str, Any]]] = []
+        relay = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: object) -> None:
+                return None
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                if not relay._open:  # down: kept-alive connections die too
+                    self.close_connection = True
+                    return
+                payload = json.loads(body)
+                fault = relay.rule(self.path, payload) if relay.rule else None
+                if fault is None:
+                    status, content_type, answer = relay._forward(self.path, body, self.headers)
+                    reply = FakeReply(status, answer, content_type=content_type)
+                else:
+                    relay.faults.append((self.path, payload))
+                    if fault == DROP:
+                        self.close_connection = True
+                        relay.close()
+                        return
+                    assert isinstance(fault, FakeReply)
+                    reply = fault
+                    time.sleep(reply.delay_s)
+                try:
+                    self.send_response(reply.status)
+                    self.send_header("Content-Type", reply.content_type)
+                    self.send_header("Content-Length", str(len(reply.body)))
+                    self.end_headers()
+                    self.wfile.write(reply.body)
+                except (BrokenPipeError, ConnectionResetError):
+                    self.close_connection = True  # the client stopped waiting (timeout faults)
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self._httpd.daemon_threads = True
+        self._open = True
+        threading.Thread(target=self._httpd.serve_forever, args=(0.05,), daemon=True).start()
+
+    @property
+    def port(self) -> int:
+        return int(self._httpd.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _forward(self, path: str, body: bytes, headers: Any) -> tuple[int, str, bytes]:
+        connection = http.client.HTTPConnection(urlsplit(self.upstream).netloc, timeout=60)
+        try:
+            connection.request(
+                "POST",
+                path,
+                body=body,
+                headers={
+                    "Authorization": headers.get("Authorization", ""),
+                    "Content-Type": "application/json",
+                },
+            )
+            response = connection.getresponse()
+            content_type = response.getheader("Content-Type") or "application/json"
+            return response.status, content_type, response.read()
+        finally:
+            connection.close()
+
+    def close(self) -> None:
+        if self._open:
+            self._open = False
+            self._httpd.shutdown()
+            self._httpd.server_close()
+
+
+def items_batch(path: str, payload: dict[str, Any]) -> bool:
+    """True for the batch that stores a feed's items (the one a storage fault should hit)."""
+    statements = payload.get("statements") or []
+    return path == "/batch" and any(
+        s.get("sql", "").startswith("INSERT OR IGNORE INTO items") for s in statements
+    )
+
+
+def cloud_environ(token: str) -> dict[str, str]:
+    """The secrets a cloud-shape collector reads from its environment."""
+    return {
+        "FEEDCOLLECTOR_D1_TOKEN": token,
+        "AWS_ACCESS_KEY_ID": S3_ACCESS_KEY,
+        "AWS_SECRET_ACCESS_KEY": S3_SECRET_KEY,
+    }
+
+
+def write_cloud_config(
+    folder: Path,
+    *,
+    proxy_url: str,
+    s3_endpoint: str,
+    bucket: str,
+    database_timeout: str = "30s",
+    extra_toml: str = "",
+) -> Path:
+    """A config for the cloud pair (D1 through the proxy, S3) next to an existing feeds.yaml."""
+    config = folder / "feedcollector.toml"
+    config.write_text(
+        'feeds_file = "feeds.yaml"\n'
+        f'[database]\nbackend = "d1"\nurl = "{proxy_url}"\ntimeout = "{database_timeout}"\n'
+        f'[storage]\nbackend = "s3"\nendpoint = "{s3_endpoint}"\nbucket = "{bucket}"\n'
+        f'region = "{S3_REGION}"\n'
+        "[images]\nallow_private_addresses = true\n" + extra_toml,
+        encoding="utf-8",
+    )
+    return config

@@ -1,13 +1,23 @@
-"""Real bytes for tests: RSS/Atom documents in any encoding, and a genuine PNG image."""
+"""Real bytes for tests: RSS/Atom documents in any encoding, a genuine PNG image, and hostile
+servers and bodies (endless, dripping, resetting, compression bombs)."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import itertools
+import socket
 import struct
+import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from xml.sax.saxutils import escape
+
+import brotli
+import zstandard
 
 
 @dataclass(frozen=True)
@@ -95,3 +105,111 @@ def write_project(
         encoding="utf-8",
     )
     return config
+
+
+# --- hostile servers and bodies (tests/test_hostile.py, tests/test_crash.py) --------------------
+
+Handler = Callable[[BaseHTTPRequestHandler], None]
+"""A FeedServer route handler: it writes the whole response itself."""
+
+
+def _start(request: BaseHTTPRequestHandler, content_type: str, **headers: str) -> None:
+    request.send_response(200)
+    request.send_header("Content-Type", content_type)
+    for name, value in headers.items():
+        request.send_header(name.replace("_", "-"), value)
+    request.end_headers()
+
+
+def endless_body(content_type: str, *, limit: int = 2**30) -> Handler:
+    """No Content-Length, no chunking: the body runs until the client hangs up (or 1 GiB)."""
+    piece = b"<p>" + b"x" * (64 * 1024 - 7) + b"</p>\n"
+
+    def handler(request: BaseHTTPRequestHandler) -> None:
+        request.close_connection = True
+        request.send_response(200)
+        request.send_header("Content-Type", content_type)
+        request.send_header("Connection", "close")
+        request.end_headers()
+        with contextlib.suppress(OSError):
+            for _ in range(limit // len(piece)):
+                request.wfile.write(piece)
+
+    return handler
+
+
+def chunked_body(content_type: str, head: bytes, filler: bytes, total: int, tail: bytes) -> Handler:
+    """``head``, then ``filler`` repeated up to ``total`` bytes, then ``tail``, chunked."""
+
+    def handler(request: BaseHTTPRequestHandler) -> None:
+        request.close_connection = True
+        _start(request, content_type, Transfer_Encoding="chunked")
+        with contextlib.suppress(OSError):
+            sent = 0
+            for piece in (head, *itertools.repeat(filler, max(0, total // len(filler))), tail):
+                request.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                sent += len(piece)
+            request.wfile.write(b"0\r\n\r\n")
+
+    return handler
+
+
+def dripping_body(content_type: str, *, every_s: float = 0.2, for_s: float = 60.0) -> Handler:
+    """Promises 1 MB, then sends one byte per ``every_s``: reads never time out."""
+
+    def handler(request: BaseHTTPRequestHandler) -> None:
+        request.close_connection = True
+        _start(request, content_type, Content_Length="1000000")
+        with contextlib.suppress(OSError):
+            for _ in range(int(for_s / every_s)):
+                request.wfile.write(b"<")
+                request.wfile.flush()
+                time.sleep(every_s)
+
+    return handler
+
+
+def dripping_headers(*, every_s: float = 0.2, for_s: float = 60.0) -> Handler:
+    """Slowloris in reverse: a status line, then one more header line per ``every_s``."""
+
+    def handler(request: BaseHTTPRequestHandler) -> None:
+        request.close_connection = True
+        with contextlib.suppress(OSError):
+            request.wfile.write(b"HTTP/1.1 200 OK\r\n")
+            for n in range(int(for_s / every_s)):
+                request.wfile.write(b"X-Drip-%d: x\r\n" % n)
+                request.wfile.flush()
+                time.sleep(every_s)
+
+    return handler
+
+
+def reset_connection(request: BaseHTTPRequestHandler) -> None:
+    """Answers the request with a TCP reset (SO_LINGER 0, then close)."""
+    request.close_connection = True
+    request.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    request.connection.close()
+
+
+def not_http(request: BaseHTTPRequestHandler) -> None:
+    request.close_connection = True
+    request.wfile.write(b"SSH-2.0-OpenSSH_9.6\r\nthis is not HTTP\r\n\r\n")
+
+
+@functools.cache
+def compression_bomb(encoding: str, size: int = 256 * 2**20) -> bytes:
+    """``size`` zero bytes compressed with ``encoding`` (gzip, br, zstd): tiny on the wire."""
+    block = b"\0" * (64 * 2**20)
+    if encoding == "gzip":
+        member = zlib.compressobj(9, zlib.DEFLATED, 31)
+        one = member.compress(block) + member.flush()
+        return one * (size // len(block))
+    if encoding == "br":
+        compressor = brotli.Compressor(quality=1)
+        parts = [compressor.process(block) for _ in range(size // len(block))]
+        return b"".join(parts) + compressor.finish()
+    if encoding == "zstd":
+        writer = zstandard.ZstdCompressor(level=1).compressobj()
+        parts = [writer.compress(block) for _ in range(size // len(block))]
+        return b"".join(parts) + writer.flush()
+    raise ValueError(encoding)

@@ -70,15 +70,16 @@ def object_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Liv
 
 def test_migrations_apply_once_and_are_idempotent(database: Live[Database]) -> None:
     db = database.backend
-    assert database.run(migrate(db)) == [latest_version()]
+    all_versions = list(range(1, latest_version() + 1))
+    assert database.run(migrate(db)) == all_versions
     assert database.run(migrate(db)) == []
     rows = database.run(
         db.query("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
     )
     names = {row["name"] for row in rows}
     assert {"feeds", "items", "image_tasks", "schema_migrations"} <= names
-    versions = database.run(db.query("SELECT version FROM schema_migrations"))
-    assert versions == [{"version": latest_version()}]
+    versions = database.run(db.query("SELECT version FROM schema_migrations ORDER BY version"))
+    assert versions == [{"version": v} for v in all_versions]
 
 
 def test_query_binds_parameters_and_returns_dict_rows(table: Live[Database]) -> None:

@@ -1,19 +1,20 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import hashlib
+from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from feedcollector import store
+from feedcollector import spill, store, store_images
 from feedcollector.backends.sqlite import SQLiteDatabase
-from feedcollector.database import CountingDatabase, Database
+from feedcollector.database import CountingDatabase, Database, Row, SqlValue, Statement
 from feedcollector.errors import DatabaseError
 from feedcollector.models import FeedSpec, ItemRecord
 from feedcollector.schedule import feed_id_for
-from feedcollector.schema import migrate
+from feedcollector.schema import latest_version, migrate
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 LEASE = timedelta(minutes=15)
@@ -325,7 +326,9 @@ def test_image_tasks_count_attempts_and_fail_at_three(db: Database) -> None:
 
     def claim_tasks(now: datetime) -> list:  # type: ignore[type-arg]
         return run(
-            store.claim_image_tasks(db, now=now, lease=LEASE, limit=10, after=store.TaskCursor())
+            store_images.claim_image_tasks(
+                db, now=now, lease=LEASE, limit=10, after=store_images.TaskCursor()
+            )
         )
 
     for cycle in range(3):
@@ -338,11 +341,15 @@ def test_image_tasks_count_attempts_and_fail_at_three(db: Database) -> None:
             assert task.guid == "g1"
             if task.original_url.endswith("ok.png") and cycle == 0:
                 results.append(
-                    store.ImageResult(task.id, f"images/{feed.id}/x/{task.position}.png", None)
+                    store_images.ImageResult(
+                        task.id, f"images/{feed.id}/x/{task.position}.png", None
+                    )
                 )
             elif task.original_url.endswith("bad.png"):
-                results.append(store.ImageResult(task.id, None, f"image: HTTP 404 (try {cycle})"))
-        run(store.record_image_results(db, results, moment))
+                results.append(
+                    store_images.ImageResult(task.id, None, f"image: HTTP 404 (try {cycle})")
+                )
+        run(store_images.record_image_results(db, results, moment))
     rows = run(
         db.query(
             "SELECT original_url, status, attempts, r2_key, last_error FROM image_tasks ORDER BY position"
@@ -365,3 +372,145 @@ def test_image_tasks_count_attempts_and_fail_at_three(db: Database) -> None:
         },
     ]
     assert claim_tasks(NOW + timedelta(days=1)) == []
+
+
+def sized(guid: str, size: int, *images: str) -> ItemRecord:
+    """An item whose content_html is exactly ``size`` bytes of UTF-8 (with multi-byte text)."""
+    head = "".join(f'<img src="{u}">' for u in images) + "<p>"
+    filler = "é" * ((size - len(head.encode()) - 4) // 2)
+    html = head + filler + "</p>"
+    html += "x" * (size - len(html.encode()))
+    return ItemRecord(
+        id=f"id-{guid}",
+        guid=guid,
+        link=None,
+        title=f"Title {guid}",
+        pub_date="2026-02-28T10:00:00Z",
+        content_html=html,
+        image_urls=images,
+    )
+
+
+def test_plan_spill_moves_only_oversized_content_out_and_keeps_its_images() -> None:
+    records = [
+        sized("small", 1000),
+        sized("limit", 5000),
+        sized("big", 5001, "https://img.example/a.png"),
+        item("empty"),
+    ]
+    plan = spill.plan_spill("feed1", records, inline_limit=5000, batch_budget=10**9)
+    assert [r.content_html for r in plan.records] == [
+        records[0].content_html,
+        records[1].content_html,
+        None,
+        "",
+    ]
+    big = plan.records[2]
+    assert big.content_key == spill.content_key("feed1", "big")
+    assert big.content_key == f"content/feed1/{hashlib.md5(b'big').hexdigest()[:8]}.html"
+    assert big.image_urls == ("https://img.example/a.png",), "images come from the full HTML"
+    assert [r.content_key for r in plan.records if r is not big] == [None, None, None]
+    (spilled,) = plan.spilled
+    assert spilled.key == big.content_key
+    assert spilled.data == records[2].content_html.encode("utf-8")  # type: ignore[union-attr]
+    assert "5001 bytes" in spilled.reason
+
+
+def test_plan_spill_keeps_the_batch_under_its_budget_by_spilling_the_largest_first() -> None:
+    records = [sized(f"g{n}", size) for n, size in enumerate([300, 900, 500, 700, 100])]
+    plan = spill.plan_spill("f", records, inline_limit=1000, batch_budget=1200)
+    inline = [r.guid for r in plan.records if r.content_html is not None]
+    assert inline == ["g0", "g2", "g4"]
+    assert sum(len(r.content_html.encode()) for r in plan.records if r.content_html) <= 1200
+    assert [s.guid for s in plan.spilled] == ["g1", "g3"]
+    assert all("budget" in s.reason for s in plan.spilled)
+    untouched = spill.plan_spill("f", records, inline_limit=1000, batch_budget=2500)
+    assert untouched.spilled == ()
+    assert untouched.records == tuple(records)
+
+
+def test_spilled_items_are_stored_with_null_content_and_their_key(db: Database) -> None:
+    run(store.sync_feeds(db, [FeedSpec("https://a.example/")], NOW))
+    (feed,) = claim(db)
+    plan = spill.plan_spill(
+        feed.id,
+        [sized("big", 3000, "https://img.example/1.png"), sized("small", 10)],
+        inline_limit=2000,
+    )
+    assert sorted(run(store.save_items(db, feed, plan.records, success()))) == [
+        "id-big",
+        "id-small",
+    ]
+    rows = run(db.query("SELECT guid, content_html, content_key FROM items ORDER BY guid"))
+    assert rows == [
+        {"guid": "big", "content_html": None, "content_key": spill.content_key(feed.id, "big")},
+        {"guid": "small", "content_html": plan.records[1].content_html, "content_key": None},
+    ]
+    tasks = run(db.query("SELECT item_id, original_url FROM image_tasks"))
+    assert tasks == [{"item_id": "id-big", "original_url": "https://img.example/1.png"}]
+
+
+class PauseBeforeAlter:
+    """A real database whose ``ALTER TABLE`` batch waits until the test lets it go."""
+
+    def __init__(self, inner: Database) -> None:
+        self.inner = inner
+        self.reached = asyncio.Event()
+        self.go_on = asyncio.Event()
+
+    async def query(self, sql: str, params: Sequence[SqlValue] = ()) -> list[Row]:
+        return await self.inner.query(sql, params)
+
+    async def batch(self, statements: Sequence[Statement]) -> list[list[Row]]:
+        if any(s.sql.startswith("ALTER TABLE") for s in statements):
+            self.reached.set()
+            await self.go_on.wait()
+        return await self.inner.batch(statements)
+
+    async def exec(self, sql: str) -> None:
+        await self.inner.exec(sql)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+def test_two_collectors_migrating_at_once_both_start(tmp_path: Path) -> None:
+    """The second ``ALTER TABLE ... ADD COLUMN`` fails; its migrate sees the version and goes on."""
+
+    async def race() -> tuple[list[int], list[int], list[Row], list[Row]]:
+        first = PauseBeforeAlter(SQLiteDatabase(tmp_path / "shared.db"))
+        second = SQLiteDatabase(tmp_path / "shared.db")
+        try:
+            slow = asyncio.create_task(migrate(first))
+            await first.reached.wait()
+            fast = await migrate(second)
+            first.go_on.set()
+            late = await slow
+            versions = await second.query("SELECT version FROM schema_migrations ORDER BY 1")
+            columns = await second.query("SELECT name FROM pragma_table_info('items')")
+            return late, fast, versions, columns
+        finally:
+            await first.close()
+            await second.close()
+
+    late, fast, versions, columns = asyncio.run(race())
+    assert (late[0], fast[0]) == (1, 2)
+    assert 2 not in late, "the collector that lost the race did not apply migration 2"
+    assert versions == [{"version": v} for v in range(1, latest_version() + 1)]
+    assert sum(c["name"] == "content_key" for c in columns) == 1
+
+
+def test_a_migration_that_fails_unrecorded_still_raises(tmp_path: Path) -> None:
+    """Only "someone else applied it" is forgiven: here the column exists but no one recorded it."""
+
+    async def broken() -> None:
+        database = SQLiteDatabase(tmp_path / "broken.db")
+        try:
+            await migrate(database)
+            await database.query("DELETE FROM schema_migrations WHERE version = 2")
+            await migrate(database)
+        finally:
+            await database.close()
+
+    with pytest.raises(DatabaseError, match="duplicate column name: content_key"):
+        asyncio.run(broken())

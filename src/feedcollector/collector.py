@@ -60,6 +60,7 @@ class Collector:
         images = self.settings.images
         return ImageLimits(
             timeout_s=images.timeout.total_seconds(),
+            deadline_s=images.deadline.total_seconds(),
             max_bytes=images.max_bytes,
             allow_private_addresses=images.allow_private_addresses,
         )

@@ -207,6 +207,8 @@ class ImageSettings(BaseModel):
     concurrency: AtLeastOne = 8
     max_bytes: ByteSize = 25 * 2**20
     timeout: Duration = timedelta(seconds=30)
+    deadline: Duration = timedelta(minutes=2)
+    """The whole download, redirects and body included (a dripping server cannot hold a slot)."""
 
 
 class RetentionSettings(BaseModel):

@@ -33,6 +33,11 @@ from .models import FeedSpec
 YAML_EXAMPLE = "feeds:\n  - url: https://example.com/feed.xml\n    interval: 30m"
 JSON_EXAMPLE = '{"feeds": [\n  {"url": "https://example.com/feed.xml", "interval": "30m"}\n]}'
 ENTRY_KEYS = ("url", "interval", "title")
+MAX_DOCUMENT_VALUES = 500_000
+"""Values (mappings, lists, scalars) a feeds document may expand to. YAML aliases repeat what
+an anchor holds, nine aliases of nine aliases... (a "billion laughs"): that must end in a
+message, not a hang."""
+FLAT_LIST_FIX = 'Write "feeds:" followed by a flat list of entries, without nested anchors.'
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +100,8 @@ def _read_feeds_text(path: Path, display: str, kind: str) -> str:
 def _parse_yaml(text: str, display: str) -> _Node:
     try:
         document = YAML(typ="rt").load(text)
+    except RecursionError as exc:
+        raise _too_deep(display) from exc
     except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line, column = (mark.line + 1, mark.column + 1) if mark is not None else (None, None)
@@ -106,11 +113,37 @@ def _parse_yaml(text: str, display: str) -> _Node:
         raise config_error(display, [Problem(what, fix, line=line, column=column)]) from exc
     except YAMLError as exc:
         raise config_error(display, [Problem(f"YAML error: {exc}", "Fix the file.")]) from exc
-    return _yaml_node(document, 1, 1)
+    try:
+        return _yaml_node(document, 1, 1, _ExpansionBudget(display))
+    except RecursionError as exc:
+        raise _too_deep(display) from exc
 
 
-def _yaml_node(value: object, line: int, column: int) -> _Node:
+def _too_deep(display: str) -> ConfigError:
+    what = "the file nests lists or mappings too deeply to be a feeds file"
+    return config_error(display, [Problem(what, FLAT_LIST_FIX)])
+
+
+class _ExpansionBudget:
+    """Counts the values built from a YAML document, so aliases cannot expand it without end."""
+
+    def __init__(self, display: str) -> None:
+        self.display = display
+        self.left = MAX_DOCUMENT_VALUES
+
+    def spend(self) -> None:
+        self.left -= 1
+        if self.left < 0:
+            what = (
+                f"the file expands to more than {MAX_DOCUMENT_VALUES} values (its aliases "
+                "repeat anchors inside anchors)"
+            )
+            raise config_error(self.display, [Problem(what, FLAT_LIST_FIX)])
+
+
+def _yaml_node(value: object, line: int, column: int, budget: _ExpansionBudget) -> _Node:
     """Turn ruamel's round-trip data into plain nodes; its ``lc`` positions are 0-based."""
+    budget.spend()
     if isinstance(value, CommentedMap):
         members: dict[str, _Node] = {}
         for key, item in value.items():
@@ -118,13 +151,13 @@ def _yaml_node(value: object, line: int, column: int) -> _Node:
                 key_line, key_column = value.lc.key(key)
             except KeyError:  # merged in from an anchor: no position of its own
                 key_line, key_column = line - 1, column - 1
-            members[str(key)] = _yaml_node(item, key_line + 1, key_column + 1)
+            members[str(key)] = _yaml_node(item, key_line + 1, key_column + 1, budget)
         return _Node(members, line, column)
     if isinstance(value, CommentedSeq):
         items = []
         for index, item in enumerate(value):
             item_line, item_column = value.lc.item(index)
-            items.append(_yaml_node(item, item_line + 1, item_column + 1))
+            items.append(_yaml_node(item, item_line + 1, item_column + 1, budget))
         return _Node(items, line, column)
     if isinstance(value, str):
         return _Node(str(value), line, column)
@@ -138,6 +171,8 @@ def _yaml_node(value: object, line: int, column: int) -> _Node:
 def _parse_json(text: str, display: str) -> _Node:
     try:
         json.loads(text)
+    except RecursionError as exc:
+        raise _too_deep(display) from exc
     except json.JSONDecodeError as exc:
         fix = (
             'Fix the syntax there: keys and text in "double quotes", commas between entries '
@@ -146,7 +181,10 @@ def _parse_json(text: str, display: str) -> _Node:
         problem = Problem(f"JSON syntax error: {exc.msg}", fix, line=exc.lineno, column=exc.colno)
         raise config_error(display, [problem]) from exc
     walker = _JsonWalker(text)
-    root, _ = walker.node(0)
+    try:
+        root, _ = walker.node(0)
+    except RecursionError as exc:
+        raise _too_deep(display) from exc
     if walker.problems:
         raise config_error(display, walker.problems)
     return root

@@ -253,3 +253,11 @@ async def _send(
         return await client.send(request, stream=True, follow_redirects=False)
     except httpx.HTTPError as exc:
         raise describe_http_error(exc, str(url), timeout_s) from exc
+    except httpx.InvalidURL as exc:
+        # httpx prepares the next request of a redirect even when it is not following it, and
+        # a Location it cannot rebuild (``data:...``, ``javascript:...``) fails right there.
+        raise TransferError(
+            "redirect",
+            f"redirect from {url} to a Location that is no usable URL refused ({exc}): "
+            "only http and https are supported",
+        ) from exc

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from functools import lru_cache
 from html import unescape
 from urllib.parse import urljoin, urlsplit
 
@@ -57,8 +58,21 @@ URL_ATTRIBUTE_SUFFIXES = (
     "usemap", "codebase", "manifest", "icon",
 )  # fmt: skip
 """Every name in URL_ATTRIBUTES ends with one of these (the pre-check relies on it)."""
-_MAYBE_RELATIVE_VALUE_RE = re.compile(r"=\s*[\"']?\s*(?![a-z][a-z0-9+.\-]*:|#|[\"'\s>])")
-"""On lowercased HTML: an attribute value that is not empty, not a fragment and has no scheme."""
+_RELATIVE_VALUE_START = r"\s*[\"']?\s*(?![a-z][a-z0-9+.\-]*:|#|[\"'\s>])"
+"""After an ``=``: a value that is not empty, not a fragment and has no scheme."""
+_RELATIVE_VALUE_START_RE = re.compile(_RELATIVE_VALUE_START, re.IGNORECASE)
+_CANDIDATE_EQUALS_RE = re.compile(
+    "=(?:(?:"
+    + "|".join(f"(?<={suffix}=)" for suffix in URL_ATTRIBUTE_SUFFIXES)
+    + f")(?={_RELATIVE_VALUE_START})|(?<=srcset=)|(?<=\\s=))",
+    re.IGNORECASE,
+)
+"""The ``=`` of an attribute that may need rewriting: a name ending like a URL attribute's
+with a value that looks relative, a name ending in ``srcset``, or a space before the ``=``
+(then Python reads the name). A literal ``=`` start and lookbehinds for the names let the
+engine skip ``alt=``, ``class=``, absolute ``href=`` and the like without Python seeing them,
+and without a lowercased copy of the HTML."""
+_ATTRIBUTE_VALUE_RE = re.compile(r"\s*(?:\"([^\"]*)\"|'([^']*)'|([^\s>]+))")
 _UNSAFE_UNQUOTED_RE = re.compile(r"[\s\"'=<>`]")
 _SRCSET_URL_RE = re.compile(r"[\s,]*(?P<url>[^\s,][^\s]*)")
 _DESCRIPTOR_RE = re.compile(r"[^,(]*(?:\([^)]*\)[^,(]*)*")
@@ -75,12 +89,19 @@ def absolutize(html: str, base: str) -> str:
 
 
 def rewrite_url_attributes(html: str, base: str) -> str:
-    """The full pass of :func:`absolutize`, without its pre-check (``base`` must be absolute)."""
+    """The full pass of :func:`absolutize`, without its pre-check (``base`` must be absolute).
+
+    Every tag is walked (comments and raw text must be skipped), but only a tag holding the
+    ``=`` of a candidate attribute (:data:`_CANDIDATE_EQUALS_RE`, found in one C-level scan)
+    has its attributes read; the walk stops after the last candidate.
+    """
+    candidates = [match.start() for match in _CANDIDATE_EQUALS_RE.finditer(html)]
     resolve = _resolver(base)
     pieces: list[str] = []
     done = 0
     position = 0
-    while True:
+    next_candidate = 0
+    while next_candidate < len(candidates):
         match = _MARKUP_RE.search(html, position)
         if match is None:
             break
@@ -88,12 +109,15 @@ def rewrite_url_attributes(html: str, base: str) -> str:
         name = match["name"]
         if name is None:
             continue
-        attrs_start = match.start("attrs")
-        rewritten = _rewrite_attributes(match["attrs"], resolve)
-        if rewritten is not None:
-            pieces.append(html[done:attrs_start])
-            pieces.append(rewritten)
-            done = match.end("attrs")
+        attrs_start, attrs_end = match.span("attrs")
+        while next_candidate < len(candidates) and candidates[next_candidate] < attrs_start:
+            next_candidate += 1  # an "=" in text, a comment or raw text
+        if next_candidate < len(candidates) and candidates[next_candidate] < attrs_end:
+            rewritten = _rewrite_attributes(match["attrs"], resolve)
+            if rewritten is not None:
+                pieces.append(html[done:attrs_start])
+                pieces.append(rewritten)
+                done = attrs_end
         if name.lower() in RAW_TEXT_ELEMENTS:
             close = re.compile(rf"</{re.escape(name)}[\s/>]", re.IGNORECASE).search(html, position)
             position = close.start() if close is not None else len(html)
@@ -113,8 +137,8 @@ def image_sources(html: str) -> list[str]:
     if "<" not in html:
         return []
     sources: list[str] = []
-    for node in LexborHTMLParser(html).css("img"):
-        value = node.attributes.get("src")
+    for node in LexborHTMLParser(html).tags("img"):
+        value = node.attrs.get("src")
         if value is None:
             continue
         value = value.strip()
@@ -127,25 +151,39 @@ def _may_need_rewriting(html: str) -> bool:
     """Cheap pre-check: could any URL attribute hold a relative URL?
 
     False only when nothing can need rewriting; a false positive merely costs a full pass.
-    One regex with a literal ``=`` start finds the values that might be relative; a C-level
-    suffix test drops those whose attribute cannot be a URL attribute (``class=``, the ``=`` of
-    query strings), and only the rest get their name read back. A ``srcset`` always counts
-    (its later candidates are not checked here). Measured faster than any single regex naming
-    the attributes.
+    One regex finds the ``=`` of every attribute that might be a URL or srcset attribute
+    (:data:`_CANDIDATE_EQUALS_RE`); only those get their name read back and their value
+    looked at. A srcset value is read whole: a relative candidate may follow an absolute one.
     """
-    lowered = html.lower()
-    if "srcset" in lowered:
-        return True
-    for match in _MAYBE_RELATIVE_VALUE_RE.finditer(lowered):
+    for match in _CANDIDATE_EQUALS_RE.finditer(html):
         end = match.start()
-        while end > 0 and lowered[end - 1].isspace():
+        while end > 0 and html[end - 1].isspace():
             end -= 1
-        if not lowered.endswith(URL_ATTRIBUTE_SUFFIXES, 0, end):
-            continue
         start = end
-        while start > 0 and not _ends_name(lowered[start - 1]):
+        while start > 0 and not _ends_name(html[start - 1]):
             start -= 1
-        if lowered[start:end] in URL_ATTRIBUTES:
+        name = html[start:end].lower()
+        if name in URL_ATTRIBUTES:
+            if _RELATIVE_VALUE_START_RE.match(html, match.end()) is not None:
+                return True
+        elif name in SRCSET_ATTRIBUTES and _srcset_may_need_rewriting(html, match.end()):
+            return True
+    return False
+
+
+def _srcset_may_need_rewriting(html: str, value_at: int) -> bool:
+    """Could the srcset value at ``value_at`` hold a relative candidate?
+
+    Every candidate starts the value or follows a comma, so the first token of every
+    comma-separated piece of the decoded value covers them all (a comma inside a URL or a
+    descriptor only adds pieces, i.e. false positives).
+    """
+    value = _ATTRIBUTE_VALUE_RE.match(html, value_at)
+    if value is None:
+        return False
+    for piece in unescape(value[1] or value[2] or value[3] or "").split(","):
+        tokens = piece.split(None, 1)
+        if tokens and is_relative_url(tokens[0]):
             return True
     return False
 
@@ -170,8 +208,12 @@ def resolve_url(value: str, base: str) -> str:
     return _resolver(base)(stripped) or value
 
 
+@lru_cache(maxsize=256)
 def is_absolute_url(url: str) -> bool:
-    """True when ``url`` has a scheme and a host, so it can serve as a base."""
+    """True when ``url`` has a scheme and a host, so it can serve as a base.
+
+    Cached: every item of a feed asks about the same base or two.
+    """
     try:
         parts = urlsplit(url)
     except ValueError:
@@ -205,21 +247,25 @@ def _rewrite_attributes(attrs: str, resolve: Callable[[str], str | None]) -> str
     pieces: list[str] = []
     done = 0
     for attr in _ATTR_RE.finditer(attrs):
-        if attr["eq"] is None:
+        name, equals, double_quoted, single_quoted, unquoted = attr.groups()
+        if equals is None:
             continue
-        name = attr["name"].lower()
+        name = name.lower()
         if name in URL_ATTRIBUTES:
             rewrite = _rewrite_url
         elif name in SRCSET_ATTRIBUTES:
             rewrite = _rewrite_srcset
         else:
             continue
-        group = "dq" if attr["dq"] is not None else "sq" if attr["sq"] is not None else "uq"
-        raw = attr[group]
+        if double_quoted is not None:
+            raw, quote, group = double_quoted, '"', "dq"
+        elif single_quoted is not None:
+            raw, quote, group = single_quoted, "'", "sq"
+        else:
+            raw, quote, group = unquoted, "", "uq"
         new = rewrite(raw, resolve)
         if new is None:
             continue
-        quote = {"dq": '"', "sq": "'", "uq": ""}[group]
         value_start, value_end = attr.span(group)
         if quote:
             value_start, value_end = value_start - 1, value_end + 1

@@ -12,7 +12,7 @@ import asyncio
 import logging
 from datetime import timedelta
 
-from . import store
+from . import store_images
 from .collector import Collector
 from .errors import ImageError, StorageError
 from .images import download_image, object_key
@@ -27,10 +27,10 @@ IMAGE_LEASE = timedelta(minutes=15)
 async def download_pending_images(collector: Collector, report: CycleReport) -> None:
     """Work through the pending tasks (new and retries) page by page, each task once a cycle."""
     limit = asyncio.Semaphore(collector.settings.images.concurrency)
-    cursor = store.TaskCursor()
+    cursor = store_images.TaskCursor()
     try:
         while not collector.stopping.is_set():
-            tasks = await store.claim_image_tasks(
+            tasks = await store_images.claim_image_tasks(
                 collector.db,
                 now=collector.clock(),
                 lease=IMAGE_LEASE,
@@ -39,17 +39,17 @@ async def download_pending_images(collector: Collector, report: CycleReport) -> 
             )
             if not tasks:
                 return
-            cursor = store.TaskCursor(tasks[-1].created_at, tasks[-1].id)
+            cursor = store_images.TaskCursor(tasks[-1].created_at, tasks[-1].id)
             outcomes = await asyncio.gather(*(_attempt(collector, task, limit) for task in tasks))
-            results = [o for o in outcomes if isinstance(o, store.ImageResult)]
-            await store.record_image_results(collector.db, results, collector.clock())
+            results = [o for o in outcomes if isinstance(o, store_images.ImageResult)]
+            await store_images.record_image_results(collector.db, results, collector.clock())
             _count(report, tasks, results)
             unfinished = [
                 task.id
                 for task, outcome in zip(tasks, outcomes, strict=True)
-                if not isinstance(outcome, store.ImageResult)
+                if not isinstance(outcome, store_images.ImageResult)
             ]
-            await store.release_image_tasks(collector.db, unfinished)
+            await store_images.release_image_tasks(collector.db, unfinished)
             for outcome in outcomes:
                 if isinstance(outcome, StorageError):
                     raise outcome
@@ -59,7 +59,7 @@ async def download_pending_images(collector: Collector, report: CycleReport) -> 
 
 async def _attempt(
     collector: Collector, task: ImageTask, limit: asyncio.Semaphore
-) -> store.ImageResult | StorageError | None:
+) -> store_images.ImageResult | StorageError | None:
     """The task's result; a StorageError to stop the stage; None if skipped on shutdown."""
     async with limit:
         if collector.stopping.is_set():
@@ -70,21 +70,23 @@ async def _attempt(
             )
         except ImageError as exc:
             log.info("image %s (item %s): %s", task.original_url, task.item_id, exc)
-            return store.ImageResult(task.id, None, str(exc))
+            return store_images.ImageResult(task.id, None, str(exc))
         key = object_key(task.feed_id, task.guid, task.position, image.ext)
         try:
             await collector.objects.put(key, image.data, image.content_type)
         except StorageError as exc:
             return exc
-        return store.ImageResult(task.id, key, None)
+        return store_images.ImageResult(task.id, key, None)
 
 
-def _count(report: CycleReport, tasks: list[ImageTask], results: list[store.ImageResult]) -> None:
+def _count(
+    report: CycleReport, tasks: list[ImageTask], results: list[store_images.ImageResult]
+) -> None:
     attempts = {task.id: task.attempts for task in tasks}
     for result in results:
         if result.r2_key is not None:
             report.images_stored += 1
-        elif attempts[result.task_id] + 1 >= store.MAX_IMAGE_ATTEMPTS:
+        elif attempts[result.task_id] + 1 >= store_images.MAX_IMAGE_ATTEMPTS:
             report.images_failed += 1
         else:
             report.images_retry_later += 1

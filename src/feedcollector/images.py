@@ -69,6 +69,26 @@ UNTYPED_MEDIA_TYPES = frozenset(
     }
 )
 """Content-Types that say nothing, so the bytes decide whether this is an image."""
+SIGNED_IMAGE_TYPES = frozenset(
+    {
+        "image/jpeg",
+        "image/jpg",
+        "image/pjpeg",
+        "image/png",
+        "image/x-png",
+        "image/apng",
+        "image/gif",
+        "image/webp",
+        "image/bmp",
+        "image/x-bmp",
+        "image/x-ms-bmp",
+        "image/tiff",
+    }
+)
+"""Formats whose files always start with a signature :func:`sniff_image_type` knows, so a
+body of this declared type without one is not an image (an HTML page behind a lying header)."""
+ISO_MEDIA_TYPES = frozenset({"image/avif", "image/heic", "image/heif"})
+"""Share the ``ftyp`` box, whose brands overlap: between these the header is believed."""
 _BMP_HEADER_SIZES = frozenset({12, 40, 52, 56, 64, 108, 124})
 
 
@@ -109,7 +129,11 @@ def extension_for(content_type: str | None, url: str) -> str:
     by_type = EXTENSION_BY_TYPE.get(media_type(content_type))
     if by_type is not None:
         return by_type
-    suffix = PurePosixPath(urlsplit(url).path).suffix.lower().lstrip(".")
+    try:
+        path = urlsplit(url).path
+    except ValueError:  # e.g. an unbalanced "[" in the host
+        return "bin"
+    suffix = PurePosixPath(path).suffix.lower().lstrip(".")
     return EXTENSION_BY_SUFFIX.get(suffix, "bin")
 
 
@@ -137,6 +161,22 @@ def sniff_image_type(data: bytes) -> str | None:
     if _looks_like_svg(data[:4096]):
         return "image/svg+xml"
     return None
+
+
+def settle_image_type(declared: str, sniffed: str | None) -> str | None:
+    """The media type to store an image under, or None when the bytes are not an image.
+
+    The bytes win over the header: a known signature decides (a PNG sent as image/jpeg is
+    stored as .png), and a header naming a format that always has a signature, over bytes
+    without one, is a lie. Formats without a reliable signature keep their declared type.
+    """
+    if sniffed is not None:
+        if declared in ISO_MEDIA_TYPES and sniffed in ISO_MEDIA_TYPES:
+            return declared
+        return sniffed
+    if not declared.startswith("image/") or declared in SIGNED_IMAGE_TYPES:
+        return None
+    return declared
 
 
 def _looks_like_svg(head: bytes) -> bool:
@@ -193,8 +233,13 @@ async def _accept_image(response: httpx.Response, limits: ImageLimits) -> Downlo
     data = await read_body(response, max_bytes=limits.max_bytes)
     if not data:
         raise ImageError(f"image: {final_url} answered with an empty body")
-    content_type = declared if declared.startswith("image/") else sniff_image_type(data)
+    content_type = settle_image_type(declared, sniff_image_type(data))
     if content_type is None:
+        if declared.startswith("image/"):
+            raise ImageError(
+                f"image: {final_url} declares {declared} but its bytes are not an image "
+                f"(they start with {data[:16]!r})"
+            )
         raise ImageError(
             f"image: {final_url} answered with {declared or 'no Content-Type'} and its bytes "
             "are not a known image format"

@@ -110,3 +110,6 @@ class ItemRecord:
     pub_date: str
     content_html: str | None
     image_urls: tuple[str, ...]
+    content_key: str | None = None
+    """Object key holding the HTML when it was too big to store inline (``content_html``
+    is then None); see :mod:`feedcollector.spill`."""

@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import hashlib
 from datetime import datetime
-from typing import NamedTuple
+from typing import NamedTuple, TypeGuard
 
 from .dates import parse_date
 from .html import absolutize, is_absolute_url, resolve_url
 from .models import ParsedItem
+
+MAX_ITEMS_PER_FEED = 10_000
+"""Items read from one document, the first ones in document order. Feeds are untrusted: a
+20 MiB body of tiny items is 800k of them (about 1 GB of objects and one enormous batch), while
+real feeds, podcasts included, stay well under this."""
 
 SYNDICATION_PERIOD_MINUTES = {
     "hourly": 60,
@@ -56,9 +61,9 @@ def finish_item(raw: RawEntry) -> ParsedItem:
     pub_date, raw_pub_date = choose_date(raw.dates)
     guid = _blank_to_none(raw.guid) or link or fallback_guid(title, raw_pub_date)
     content = raw.content
-    if content is not None and content.strip():
+    if has_text(content):
         content_html: str | None = absolutize(content, raw.content_base or raw.base)
-    elif raw.description is not None and raw.description.strip():
+    elif has_text(raw.description):
         content_html = absolutize(raw.description, raw.description_base or raw.base)
     else:
         content_html = None
@@ -70,6 +75,12 @@ def finish_item(raw: RawEntry) -> ParsedItem:
         pub_date=pub_date,
         raw_pub_date=raw_pub_date,
     )
+
+
+def has_text(value: str | None) -> TypeGuard[str]:
+    """Not None and not blank; ``isspace`` stops at the first visible character, while
+    ``strip`` would copy a whole content body to find out."""
+    return value is not None and value != "" and not value.isspace()
 
 
 def fallback_guid(title: str | None, raw_pub_date: str | None) -> str:

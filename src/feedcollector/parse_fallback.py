@@ -25,7 +25,7 @@ import feedparser
 from .errors import ParseError
 from .html import resolve_url
 from .models import ParsedFeed, ParsedItem
-from .parse_common import RawEntry, feed_base, finish_item, ttl_minutes
+from .parse_common import MAX_ITEMS_PER_FEED, RawEntry, feed_base, finish_item, ttl_minutes
 
 PREDEFINED_ENTITIES = frozenset({b"amp", b"lt", b"gt", b"quot", b"apos"})
 
@@ -136,7 +136,9 @@ def parse_with_feedparser(data: bytes, base_url: str) -> ParsedFeed:
     return ParsedFeed(
         title=_stripped(_string(_key(feed, "title"))),
         link=feed_link,
-        items=tuple(_entry(entry, default_base, base_url) for entry in entries),
+        items=tuple(
+            _entry(entry, default_base, base_url) for entry in entries[:MAX_ITEMS_PER_FEED]
+        ),
         format=_format_name(version) + "-fallback",
         ttl_minutes=ttl_minutes(
             _string(_key(feed, "ttl")),

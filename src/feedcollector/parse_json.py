@@ -12,7 +12,7 @@ from html import escape
 
 from .errors import ParseError
 from .models import ParsedFeed, ParsedItem
-from .parse_common import RawEntry, feed_base, finish_item
+from .parse_common import MAX_ITEMS_PER_FEED, RawEntry, feed_base, finish_item
 
 JSON_FEED_VERSION_PREFIX = "https://jsonfeed.org/version/"
 
@@ -36,7 +36,11 @@ def parse_json_feed(data: bytes, base_url: str) -> ParsedFeed:
     return ParsedFeed(
         title=title.strip() or None if title is not None else None,
         link=feed_link,
-        items=tuple(_item(entry, default_base) for entry in items if isinstance(entry, dict)),
+        items=tuple(
+            _item(entry, default_base)
+            for entry in items[:MAX_ITEMS_PER_FEED]
+            if isinstance(entry, dict)
+        ),
         format="json",
     )
 

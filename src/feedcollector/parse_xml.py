@@ -20,7 +20,14 @@ from lxml import etree
 from .errors import ParseError
 from .html import resolve_url
 from .models import ParsedFeed, ParsedItem
-from .parse_common import RawEntry, feed_base, finish_item, ttl_minutes
+from .parse_common import (
+    MAX_ITEMS_PER_FEED,
+    RawEntry,
+    feed_base,
+    finish_item,
+    has_text,
+    ttl_minutes,
+)
 from .parse_text import markup_of, serialize_inner, text_of, xhtml_container
 
 XML_BASE = "{http://www.w3.org/XML/1998/namespace}base"
@@ -173,6 +180,7 @@ def _read_rss(
     feed_link, default_base = feed_base(_text(found.get("link")), chain or base_url)
     outer = channel.getparent() if items else None  # RDF: items are siblings of the channel
     walk_root = outer if outer is not None else channel
+    del all_items[MAX_ITEMS_PER_FEED:]
     entries = tuple(
         _rss_item(item, found, chain, default_base, base_url)
         for item, (found, _) in _item_fields(walk_root, all_items, _RSS_ITEM, RSS_ITEM_WILDCARDS)
@@ -234,6 +242,7 @@ def _rss_item(
     description = found.get("description")
     pub_date = found.get("pub_date")
     dc_date = found.get("dc_date")
+    content_html = None if content is None else markup_of(content)
     if dc_date is None:
         dates: tuple[str, ...] = () if pub_date is None else (text_of(pub_date),)
     else:
@@ -243,8 +252,12 @@ def _rss_item(
             title=None if title is None else text_of(title),
             link=None if link is None else text_of(link),
             guid=None if guid is None else text_of(guid),
-            content=None if content is None else markup_of(content),
-            description=None if description is None else markup_of(description),
+            content=content_html,
+            description=(
+                markup_of(description)
+                if description is not None and not has_text(content_html)
+                else None
+            ),
             dates=dates,
             base=chain or default_base,
             content_base=_own_base(content, chain, base_url),
@@ -270,6 +283,7 @@ def _read_atom(feed: etree._Element, chain: str | None, base_url: str) -> Parsed
             found[key] = child
     feed_link, default_base = feed_base(_atom_link(links, chain, base_url), chain or base_url)
     title = found.get("title")
+    del entries[MAX_ITEMS_PER_FEED:]
     return ParsedFeed(
         title=_stripped(_atom_text(title)) if title is not None else None,
         link=feed_link,
@@ -295,13 +309,18 @@ def _atom_entry(
     content = found.get("content")
     summary = found.get("summary")
     dates = tuple(text_of(found[key]) for key in ("published", "updated") if key in found)
+    content_html = _atom_markup(content) if content is not None else None
     return finish_item(
         RawEntry(
             title=_atom_text(title) if title is not None else None,
             link=_atom_link(links, chain, base_url),
             guid=_text(found.get("id")),
-            content=_atom_markup(content) if content is not None else None,
-            description=_atom_markup(summary) if summary is not None else None,
+            content=content_html,
+            description=(
+                _atom_markup(summary)
+                if summary is not None and not has_text(content_html)
+                else None
+            ),
             dates=dates,
             base=chain or default_base,
             content_base=_own_base(content, chain, base_url),

@@ -1,8 +1,8 @@
 """The collection cycle: the only module that knows the order of the stages.
 
-config -> schedule -> fetch -> backup -> decode -> parse -> store -> images. ``refresh_feed``
-reads one feed's whole refresh top to bottom; ``run_cycle`` runs it for every due feed with
-bounded concurrency, then downloads the pending images.
+config -> schedule -> fetch -> backup -> decode -> parse -> spill -> store -> images.
+``refresh_feed`` reads one feed's whole refresh top to bottom; ``run_cycle`` runs it for every
+due feed with bounded concurrency, then downloads the pending images.
 
 Failure policy (seed section 8): fetch and parse failures count against the feed (backoff);
 a database or object-store failure aborts that feed's work for this cycle without touching
@@ -25,7 +25,7 @@ from .decode import decode_feed
 from .errors import FetchError, ParseError, StorageError
 from .fetch import fetch_feed
 from .image_stage import download_pending_images
-from .models import Feed
+from .models import Feed, ItemRecord, ParsedFeed
 from .normalize import item_records
 from .parse import parse_feed
 from .report import CycleReport, FeedOutcome
@@ -35,6 +35,7 @@ from .schedule import (
     next_fetch_after_failure,
     next_fetch_after_success,
 )
+from .spill import plan_spill, write_spilled
 
 log = logging.getLogger("feedcollector")
 
@@ -96,23 +97,17 @@ async def refresh_feed(collector: Collector, feed: Feed) -> FeedOutcome:
         outcome.bytes = len(response.body)
         await write_backup(collector.objects, feed.id, response.body, fetched_at)
         try:
-            decoded = decode_feed(response.body, response.content_type)
-            parsed = parse_feed(decoded.data, response.final_url)
+            parsed, records = read_feed_body(
+                response.body, response.content_type, response.final_url, feed.url, fetched_at
+            )
         except ParseError as exc:
             return await _fail(collector, outcome, exc, response.status, began)
-
-        records, undated = item_records(parsed.items, fetched_at)
-        for item in undated:
-            log.warning(
-                "parse: unreadable pubDate %r in feed %s, item %r: stored with the fetch time",
-                item.raw_pub_date,
-                feed.url,
-                item.title,
-            )
+        plan = plan_spill(feed.id, records)
+        await write_spilled(collector.objects, feed.url, plan.spilled)
         new_ids = await store.save_items(
             collector.db,
             feed,
-            records,
+            plan.records,
             store.FetchSuccess(
                 title=parsed.title,
                 etag=response.etag,
@@ -137,6 +132,31 @@ async def refresh_feed(collector: Collector, feed: Feed) -> FeedOutcome:
         outcome.error = str(exc)
         await _release(collector, feed)
         return outcome.finish(began)
+
+
+def read_feed_body(
+    body: bytes,
+    content_type: str | None,
+    document_url: str,
+    feed_url: str,
+    fetched_at: datetime,
+    *,
+    warn_undated: bool = True,
+) -> tuple[ParsedFeed, list[ItemRecord]]:
+    """Decode, parse and normalize one body: the path of every fetch and of every replayed
+    backup (:mod:`.restore`). Raises ParseError; an unreadable pubDate is dated ``fetched_at``
+    and logged (seed section 5) unless ``warn_undated`` is off (a replay repeats no warnings)."""
+    decoded = decode_feed(body, content_type)
+    parsed = parse_feed(decoded.data, document_url)
+    records, undated = item_records(parsed.items, fetched_at)
+    for item in undated if warn_undated else ():
+        log.warning(
+            "parse: unreadable pubDate %r in feed %s, item %r: stored with the fetch time",
+            item.raw_pub_date,
+            feed_url,
+            item.title,
+        )
+    return parsed, records
 
 
 async def _fail(

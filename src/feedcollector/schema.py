@@ -1,14 +1,17 @@
 """The database schema as numbered migrations, applied automatically on open.
 
-The same SQL runs on SQLite and on D1 (which is SQLite). Statements are sent through
-``batch`` (D1's ``exec`` splits on newlines, and a batch is its only transaction). Every
-statement is idempotent, so two collectors migrating at once cannot break each other.
+The same SQL runs on SQLite and on D1 (which is SQLite). Each migration is one ``batch``
+(D1's ``exec`` splits on newlines, and a batch is its only transaction) that also records its
+version, so it applies whole or not at all. Two collectors may migrate at once: ``CREATE ...
+IF NOT EXISTS`` cannot clash, and a statement that can (``ALTER TABLE ... ADD COLUMN``) fails
+only for the one that came second, which then finds the version recorded and carries on.
 Timestamps are ``YYYY-MM-DDTHH:MM:SSZ`` text, always supplied by the caller.
 """
 
 from __future__ import annotations
 
 from .database import Database, Statement
+from .errors import DatabaseError
 from .timestamps import format_timestamp, utc_now
 
 MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
@@ -66,6 +69,30 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
             "CREATE INDEX IF NOT EXISTS image_tasks_status ON image_tasks (status, created_at)",
         ),
     ),
+    (
+        2,
+        "items.content_key: the object holding content_html too big to store inline",
+        ("ALTER TABLE items ADD COLUMN content_key TEXT",),
+    ),
+    (
+        3,
+        "item_tombstones (expired items are not re-ingested) and maintenance (daily cleanup)",
+        (
+            """CREATE TABLE IF NOT EXISTS item_tombstones (
+                feed_id TEXT NOT NULL,
+                guid TEXT NOT NULL,
+                deleted_at TEXT NOT NULL,
+                PRIMARY KEY (feed_id, guid)
+            ) WITHOUT ROWID""",
+            "CREATE INDEX IF NOT EXISTS item_tombstones_deleted_at ON item_tombstones (deleted_at)",
+            """CREATE TABLE IF NOT EXISTS maintenance (
+                task TEXT PRIMARY KEY,
+                last_done_at TEXT,
+                lease_owner TEXT,
+                lease_until TEXT
+            )""",
+        ),
+    ),
 )
 
 
@@ -85,9 +112,19 @@ async def migrate(db: Database) -> list[int]:
             "VALUES (?, ?, ?)",
             (version, description, format_timestamp(utc_now())),
         )
-        await db.batch([*(Statement(" ".join(sql.split())) for sql in statements), record])
+        try:
+            await db.batch([*(Statement(" ".join(sql.split())) for sql in statements), record])
+        except DatabaseError:
+            if not await _recorded(db, version):
+                raise
+            continue  # another collector applied it between our check and our batch
         applied.append(version)
     return applied
+
+
+async def _recorded(db: Database, version: int) -> bool:
+    rows = await db.query("SELECT 1 AS done FROM schema_migrations WHERE version = ?", (version,))
+    return bool(rows)
 
 
 def latest_version() -> int:

@@ -1,9 +1,10 @@
 """The long-running scheduler behind ``feedcollector run``.
 
-Each cycle re-reads the feeds file, refreshes the due feeds and downloads pending images, then
-sleeps until the next feed falls due (at most ``POLL_INTERVAL``, so feeds added to the file are
-picked up quickly). Ctrl-C or SIGTERM stops claiming new work, lets in-flight feeds finish and
-write their state, then returns; a second Ctrl-C exits at once.
+Each cycle re-reads the feeds file, refreshes the due feeds and downloads pending images, runs
+the retention cleanup when the last one is a day old, then sleeps until the next feed falls
+due (at most ``POLL_INTERVAL``, so feeds added to the file are picked up quickly). Ctrl-C or
+SIGTERM stops claiming new work, lets in-flight feeds finish and write their state, then
+returns; a second Ctrl-C exits at once.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ import signal
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from . import store
+from . import retention, store
 from .collector import Collector
 from .errors import ConfigError, StorageError
 from .pipeline import run_cycle
+from .retention import CleanupReport
 from .timestamps import parse_timestamp
 
 log = logging.getLogger("feedcollector")
@@ -36,10 +38,50 @@ async def run_forever(collector: Collector) -> None:
                 log.error("%s (this cycle skipped; fix the file, the next cycle re-reads it)", exc)
             except StorageError as exc:
                 log.error("%s (this cycle skipped; the next cycle retries)", exc)
+            await cleanup_if_due(collector)
             await _sleep_until_due(collector)
     finally:
         restore()
     log.info("run: stopped cleanly")
+
+
+async def run_once(collector: Collector) -> None:
+    """``run --once``: one cycle, then the daily cleanup if it is due (for cron set-ups).
+
+    SIGTERM (a timer unit stopping) and Ctrl-C finish the in-flight feeds here too."""
+    restore = _stop_on_signals(collector.stopping)
+    try:
+        await run_cycle(collector)
+        await cleanup_if_due(collector)
+    finally:
+        restore()
+
+
+async def cleanup_if_due(collector: Collector) -> CleanupReport | None:
+    """The daily retention run, by whichever collector claims it first once a day is over.
+
+    A failure leaves the claim in place until its lease expires, so it is retried within the
+    hour rather than on every cycle.
+    """
+    if collector.stopping.is_set():
+        return None
+    now = collector.clock()
+    try:
+        if not await retention.claim_cleanup(collector.db, now=now, owner=collector.owner):
+            return None
+        retain = collector.settings.retention
+        report = await retention.run_cleanup(
+            collector.db,
+            collector.objects,
+            now=now,
+            item_days=retain.item_days,
+            backup_days=retain.backup_days,
+        )
+        await retention.record_cleanup(collector.db, started_at=now)
+    except StorageError as exc:
+        log.error("%s (cleanup stopped; it is tried again within the hour)", exc)
+        return None
+    return report
 
 
 async def _sleep_until_due(collector: Collector) -> None:

@@ -4,6 +4,10 @@ The rules of the seed live here: ``INSERT OR IGNORE`` on ``UNIQUE(feed_id, guid)
 pre-query, all of a feed's writes in one transactional batch, and image tasks created only for
 items that were new in that batch. Claims use a lease (``UPDATE ... RETURNING``) so several
 collectors can share one database without fetching a feed twice.
+
+An item's ``content_html`` is stored inline unless it is too big for a D1 row or for the batch
+(see :mod:`feedcollector.spill`): then it is NULL and ``content_key`` names the object holding
+the HTML, written before the batch. The image-task queries live in :mod:`.store_images`.
 """
 
 from __future__ import annotations
@@ -12,8 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from .database import Database, Row, SqlValue, Statement
-from .models import Feed, FeedSpec, ImageTask, ItemRecord
+from .database import Database, Row, Statement
+from .models import Feed, FeedSpec, ItemRecord
 from .schedule import KnownFeed, feed_id_for, interval_seconds_of, plan_feed_sync
 from .timestamps import format_timestamp
 
@@ -26,11 +30,13 @@ _FEED_COLUMNS = (
 )
 
 
-def _chunks(values: Sequence[str], size: int = MAX_PARAMS - 4) -> list[Sequence[str]]:
+def chunked(values: Sequence[str], size: int = MAX_PARAMS - 4) -> list[Sequence[str]]:
+    """Slices small enough to bind, with room for a few other parameters."""
     return [values[i : i + size] for i in range(0, len(values), size)]
 
 
-def _marks(count: int) -> str:
+def placeholders(count: int) -> str:
+    """``?, ?, ?`` for an ``IN (...)`` list."""
     return ", ".join("?" * count)
 
 
@@ -154,9 +160,9 @@ async def active_feed_ids(db: Database, urls: Sequence[str] | None = None) -> li
         rows = await db.query("SELECT id FROM feeds WHERE active = 1 ORDER BY url")
         return [row["id"] for row in rows]
     ids: list[str] = []
-    for chunk in _chunks(urls):
+    for chunk in chunked(urls):
         rows = await db.query(
-            f"SELECT id FROM feeds WHERE active = 1 AND url IN ({_marks(len(chunk))})",
+            f"SELECT id FROM feeds WHERE active = 1 AND url IN ({placeholders(len(chunk))})",
             tuple(chunk),
         )
         ids += [row["id"] for row in rows]
@@ -169,7 +175,7 @@ async def claim_feeds_by_id(
     """Lease the given feeds regardless of schedule (skipping ones another collector holds)."""
     rows = await db.query(
         "UPDATE feeds SET lease_owner = ?, lease_until = ? "
-        f"WHERE id IN ({_marks(len(ids))}) AND (lease_until IS NULL OR lease_until <= ?) "
+        f"WHERE id IN ({placeholders(len(ids))}) AND (lease_until IS NULL OR lease_until <= ?) "
         f"RETURNING {_FEED_COLUMNS}",
         (owner, format_timestamp(now + lease), *ids, format_timestamp(now)),
     )
@@ -210,7 +216,9 @@ def _item_statements(feed_id: str, items: Sequence[ItemRecord], stamp: str) -> l
         statements.append(
             Statement(
                 "INSERT OR IGNORE INTO items (id, feed_id, guid, link, title, pub_date, "
-                "content_html, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                "content_html, content_key, created_at) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ? "
+                "WHERE NOT EXISTS (SELECT 1 FROM item_tombstones WHERE feed_id = ? AND guid = ?) "
+                "RETURNING id",
                 (
                     item.id,
                     feed_id,
@@ -219,7 +227,10 @@ def _item_statements(feed_id: str, items: Sequence[ItemRecord], stamp: str) -> l
                     item.title,
                     item.pub_date,
                     item.content_html,
+                    item.content_key,
                     stamp,
+                    feed_id,
+                    item.guid,
                 ),
             )
         )
@@ -301,109 +312,3 @@ async def record_failure(
         "last_status = ?, lease_owner = NULL, lease_until = NULL WHERE id = ?",
         (failures, format_timestamp(next_fetch_at), error[:2000], status, feed_id),
     )
-
-
-# --- image tasks --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class TaskCursor:
-    created_at: str = ""
-    id: str = ""
-
-
-async def claim_image_tasks(
-    db: Database, *, now: datetime, lease: timedelta, limit: int, after: TaskCursor
-) -> list[ImageTask]:
-    """Lease up to ``limit`` pending tasks past ``after`` (new ones and retries alike)."""
-    claimed = await db.query(
-        "UPDATE image_tasks SET lease_until = ? WHERE id IN ("
-        " SELECT id FROM image_tasks WHERE status = 'pending'"
-        " AND (lease_until IS NULL OR lease_until <= ?)"
-        " AND (created_at > ? OR (created_at = ? AND id > ?))"
-        " ORDER BY created_at, id LIMIT ?) RETURNING id",
-        (
-            format_timestamp(now + lease),
-            format_timestamp(now),
-            after.created_at,
-            after.created_at,
-            after.id,
-            limit,
-        ),
-    )
-    tasks: list[ImageTask] = []
-    for chunk in _chunks([row["id"] for row in claimed]):
-        rows = await db.query(
-            "SELECT t.id, t.item_id, t.original_url, t.position, t.attempts, t.created_at, "
-            "i.feed_id, i.guid FROM image_tasks t JOIN items i ON i.id = t.item_id "
-            f"WHERE t.id IN ({_marks(len(chunk))})",
-            tuple(chunk),
-        )
-        tasks += [
-            ImageTask(
-                id=row["id"],
-                item_id=row["item_id"],
-                feed_id=row["feed_id"],
-                guid=row["guid"],
-                original_url=row["original_url"],
-                position=int(row["position"]),
-                attempts=int(row["attempts"]),
-                created_at=row["created_at"],
-            )
-            for row in rows
-        ]
-    tasks.sort(key=lambda t: (t.created_at, t.id))
-    return tasks
-
-
-@dataclass(frozen=True, slots=True)
-class ImageResult:
-    task_id: str
-    r2_key: str | None
-    error: str | None
-
-
-MAX_IMAGE_ATTEMPTS = 3
-
-
-async def record_image_results(db: Database, results: Sequence[ImageResult], now: datetime) -> None:
-    """Every attempt counts; a success sets ``r2_key``, the third failure marks ``failed``."""
-    if not results:
-        return
-    stamp = format_timestamp(now)
-    statements: list[Statement] = []
-    for result in results:
-        if result.r2_key is not None:
-            statements.append(
-                Statement(
-                    "UPDATE image_tasks SET status = 'success', r2_key = ?, "
-                    "attempts = attempts + 1, last_error = NULL, updated_at = ?, "
-                    "lease_until = NULL WHERE id = ?",
-                    (result.r2_key, stamp, result.task_id),
-                )
-            )
-        else:
-            params: tuple[SqlValue, ...] = (
-                MAX_IMAGE_ATTEMPTS,
-                (result.error or "unknown error")[:2000],
-                stamp,
-                result.task_id,
-            )
-            statements.append(
-                Statement(
-                    "UPDATE image_tasks SET attempts = attempts + 1, "
-                    "status = CASE WHEN attempts + 1 >= ? THEN 'failed' ELSE 'pending' END, "
-                    "last_error = ?, updated_at = ?, lease_until = NULL WHERE id = ?",
-                    params,
-                )
-            )
-    await db.batch(statements)
-
-
-async def release_image_tasks(db: Database, task_ids: Sequence[str]) -> None:
-    """Hand back tasks whose attempt was aborted by an infrastructure failure (not charged)."""
-    for chunk in _chunks(task_ids):
-        await db.query(
-            f"UPDATE image_tasks SET lease_until = NULL WHERE id IN ({_marks(len(chunk))})",
-            tuple(chunk),
-        )

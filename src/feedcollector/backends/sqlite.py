@@ -31,8 +31,26 @@ class SQLiteDatabase:
             if self.path != ":memory:":
                 self._conn.execute("PRAGMA journal_mode = WAL")
                 self._conn.execute("PRAGMA synchronous = NORMAL")
+                self._check_writable()
         except (sqlite3.Error, OSError) as exc:
-            raise DatabaseError(f"database: cannot open SQLite file {self.path}: {exc}") from exc
+            raise DatabaseError(
+                f"database: cannot open SQLite file {self.path} for writing: {exc}. The file and "
+                "its folder must be writable by this user, on a file system that is neither "
+                "read-only nor full."
+            ) from exc
+
+    def _check_writable(self) -> None:
+        """Fail at open, not in the middle of a cycle, when the file cannot be written.
+
+        SQLite opens a file it may not write read-only without a word; rewriting the header's
+        ``user_version`` with its own value, rolled back, is the cheapest real write.
+        """
+        version = int(self._conn.execute("PRAGMA user_version").fetchone()[0])
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            self._conn.execute(f"PRAGMA user_version = {version}")
+        finally:
+            self._conn.execute("ROLLBACK")
 
     async def query(self, sql: str, params: Sequence[SqlValue] = ()) -> list[Row]:
         try:

@@ -1,0 +1,288 @@
+"""OPML import and export: move subscriptions between feedcollector and other readers.
+
+Import merges an OPML file (Feedly, Inoreader, NetNewsWire, ... nested folders included) into
+the feeds file, the single source of truth: new feeds are appended, feeds already there are
+skipped (URLs compared the way the feeds file compares them), and the existing file keeps its
+comments, order and formatting (ruamel.yaml round trip; JSON feeds files are rewritten with
+two-space indentation). The title a reader gave a feed becomes its ``title:``, and for YAML a
+comment names the reader's folder. The merged file is checked by the feeds-file loader before
+it replaces the old one, so an import never leaves a file the collector cannot read.
+
+Export writes OPML 2.0 of the feeds file. The XML is read with lxml first (no network, no
+external entities) so malformed OPML gets a message with its line; listparser then reads the
+outlines.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from email.utils import format_datetime
+from pathlib import Path
+
+import listparser
+from lxml import etree
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+from .config_values import Problem, check_http_url, config_error
+from .database import Database
+from .errors import ConfigError
+from .feeds_file import _duplicate_key as feed_url_key
+from .feeds_file import load_feeds
+from .models import FeedSpec
+
+EXPORT_TITLE = "feedcollector subscriptions"
+_REEXPORT = "Export the OPML file again from your reader, or fix it there."
+_FIRST_DASH_RE = re.compile(r"^( *)- ", re.MULTILINE)
+_POSITION_RE = re.compile(r", line (?P<line>\d+), column (?P<column>\d+)$")
+
+
+@dataclass(frozen=True, slots=True)
+class OpmlFeed:
+    """One subscription read from OPML."""
+
+    url: str
+    title: str | None = None
+    folder: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class OpmlDocument:
+    feeds: tuple[OpmlFeed, ...]
+    skipped: tuple[str, ...]
+    """Outlines that name a feed we cannot subscribe to, with the reason."""
+
+
+@dataclass(frozen=True, slots=True)
+class ImportResult:
+    added: tuple[OpmlFeed, ...]
+    already_present: tuple[OpmlFeed, ...]
+    skipped: tuple[str, ...]
+
+    def summary(self, feeds_file: Path) -> str:
+        return (
+            f"import-opml: {len(self.added)} feeds added to {feeds_file}, "
+            f"{len(self.already_present)} already there, {len(self.skipped)} skipped"
+        )
+
+
+# --- reading OPML -------------------------------------------------------------------------
+
+
+def read_opml(data: bytes, display: str) -> OpmlDocument:
+    """Parse OPML bytes; a file that is not well-formed OPML raises ConfigError with its line."""
+    parser = etree.XMLParser(
+        resolve_entities=False, no_network=True, load_dtd=False, huge_tree=False
+    )
+    try:
+        root = etree.fromstring(data, parser)
+    except etree.XMLSyntaxError as exc:
+        where = _POSITION_RE.search(exc.msg)
+        message = exc.msg[: where.start()] if where else exc.msg
+        what = f"the OPML file is not well-formed XML ({message})"
+        line, column = (int(where["line"]), int(where["column"])) if where else (None, None)
+        raise config_error(display, [Problem(what, _REEXPORT, line=line, column=column)]) from exc
+    name = etree.QName(root).localname
+    line = root.sourceline if isinstance(root.sourceline, int) else None
+    if name != "opml":
+        what = f"the root element is <{name}>, not <opml>: this is not an OPML file"
+        raise config_error(display, [Problem(what, _REEXPORT, line=line)])
+    if root.find("body") is None:
+        what = "the OPML file has no <body> (the element holding the subscriptions)"
+        raise config_error(display, [Problem(what, _REEXPORT, line=line)])
+    # Re-serialized as UTF-8 with a declaration: listparser misreads undeclared non-ASCII.
+    parsed = listparser.parse(etree.tostring(root, encoding="UTF-8", xml_declaration=True))
+    feeds: list[OpmlFeed] = []
+    skipped: list[str] = []
+    for entry in parsed.feeds:
+        raw_url = str(entry.get("url") or "")
+        try:
+            url = check_http_url(_from_feed_scheme(raw_url))
+        except ValueError as exc:
+            skipped.append(f'"{raw_url}": the address {exc}')
+            continue
+        name = str(entry.get("title") or "").strip()
+        title = None if name in ("", raw_url.strip(), url) else name
+        categories = entry.get("categories") or [[]]
+        feeds.append(OpmlFeed(url, title, tuple(str(c) for c in categories[0])))
+    return OpmlDocument(tuple(feeds), tuple(skipped))
+
+
+def _from_feed_scheme(url: str) -> str:
+    """``feed://host/x`` and ``feed:https://host/x`` (old desktop readers) as http(s) URLs."""
+    text = url.strip()
+    if text.lower().startswith("feed:"):
+        rest = text[5:]
+        return rest if rest.lower().startswith(("http://", "https://")) else f"http:{rest}"
+    return text
+
+
+# --- merging into the feeds file ----------------------------------------------------------
+
+
+def plan_import(
+    existing: Sequence[FeedSpec], incoming: Sequence[OpmlFeed]
+) -> tuple[list[OpmlFeed], list[OpmlFeed]]:
+    """(to add, already present), in OPML order; duplicates within the OPML count once (pure)."""
+    seen = {feed_url_key(spec.url) for spec in existing}
+    added: list[OpmlFeed] = []
+    present: list[OpmlFeed] = []
+    for feed in incoming:
+        key = feed_url_key(feed.url)
+        if key in seen:
+            present.append(feed)
+            continue
+        seen.add(key)
+        added.append(feed)
+    return added, present
+
+
+def import_opml(opml_path: Path, feeds_file: Path) -> ImportResult:
+    """Merge the subscriptions of ``opml_path`` into ``feeds_file`` (created if missing)."""
+    try:
+        data = opml_path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(
+            f"config: cannot read the OPML file {opml_path} ({exc.strerror}). Check the path."
+        ) from exc
+    document = read_opml(data, str(opml_path))
+    text = _read_text(feeds_file)
+    existing = load_feeds(feeds_file) if text.strip() else []
+    added, present = plan_import(existing, document.feeds)
+    if added:
+        merged = (
+            merge_json(text, added)
+            if feeds_file.suffix.lower() == ".json"
+            else merge_yaml(text, added)
+        )
+        _replace_checked(feeds_file, merged)
+    return ImportResult(tuple(added), tuple(present), document.skipped)
+
+
+def _read_text(feeds_file: Path) -> str:
+    """The feeds file's text; empty when it does not exist yet (the import creates it)."""
+    try:
+        return feeds_file.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        return ""
+    except (OSError, UnicodeDecodeError):
+        load_feeds(feeds_file)  # raises the loader's ConfigError, naming the file and fix
+        raise
+
+
+def merge_yaml(text: str, added: Sequence[OpmlFeed]) -> str:
+    """The YAML feeds file with ``added`` appended; comments, order and quoting are kept."""
+    yaml = YAML(typ="rt")
+    yaml.preserve_quotes = True
+    yaml.width = 4096
+    dash = _FIRST_DASH_RE.search(text)
+    offset = len(dash.group(1)) if dash else 2
+    yaml.indent(mapping=2, sequence=offset + 2, offset=offset)
+    document = yaml.load(text) if text.strip() else None
+    if document is None:
+        document = CommentedMap()
+    if document.get("feeds") is None:
+        document["feeds"] = CommentedSeq()
+    feeds = document["feeds"]
+    folder: tuple[str, ...] = ()
+    for feed in added:
+        entry = CommentedMap()
+        entry["url"] = feed.url
+        if feed.title:
+            entry["title"] = feed.title
+        feeds.append(entry)
+        if feed.folder and feed.folder != folder:
+            label = " / ".join(feed.folder)
+            feeds.yaml_set_comment_before_after_key(
+                len(feeds) - 1, before=f"{label} (imported from OPML)", indent=offset
+            )
+        folder = feed.folder
+    out = _StringSink()
+    yaml.dump(document, out)
+    return out.text
+
+
+def merge_json(text: str, added: Sequence[OpmlFeed]) -> str:
+    """The JSON feeds file with ``added`` appended (key order kept; JSON has no comments)."""
+    document = json.loads(text) if text.strip() else {}
+    feeds = document.get("feeds") or []
+    for feed in added:
+        feeds.append({"url": feed.url, **({"title": feed.title} if feed.title else {})})
+    document["feeds"] = feeds
+    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+
+
+class _StringSink:
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+
+    def write(self, data: str | bytes) -> None:
+        self.parts.append(data.decode("utf-8") if isinstance(data, bytes) else data)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+def _replace_checked(feeds_file: Path, text: str) -> None:
+    """Write next to the file, check it with the feeds-file loader, then rename into place."""
+    folder = feeds_file.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, temp_name = tempfile.mkstemp(prefix=".import-", suffix=feeds_file.suffix, dir=folder)
+    temp = Path(temp_name)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        try:
+            load_feeds(temp)
+        except ConfigError as exc:
+            raise ConfigError(
+                f"import-opml: the merged feeds file would not load, {feeds_file} is left "
+                f"unchanged: {exc}"
+            ) from exc
+        if feeds_file.exists():
+            os.chmod(temp, feeds_file.stat().st_mode & 0o777)
+        os.replace(temp, feeds_file)
+    finally:
+        temp.unlink(missing_ok=True)
+
+
+# --- export -------------------------------------------------------------------------------
+
+
+def export_opml(
+    specs: Sequence[FeedSpec],
+    *,
+    now: datetime,
+    titles: Mapping[str, str] | None = None,
+    title: str = EXPORT_TITLE,
+) -> bytes:
+    """OPML 2.0 of the feeds file; a feed's name is its ``title:``, else ``titles[url]``.
+
+    A feed without a name gets its URL as ``text`` (required by OPML) and no ``title``; an
+    import reads a name equal to the URL as no name, so the round trip adds no titles."""
+    known = titles or {}
+    root = etree.Element("opml", version="2.0")
+    head = etree.SubElement(root, "head")
+    etree.SubElement(head, "title").text = title
+    etree.SubElement(head, "dateCreated").text = format_datetime(now, usegmt=True)
+    body = etree.SubElement(root, "body")
+    for spec in specs:
+        name = spec.title or known.get(spec.url)
+        outline = etree.SubElement(body, "outline", type="rss", text=name or spec.url)
+        if name:
+            outline.set("title", name)
+        outline.set("xmlUrl", spec.url)
+    return bytes(etree.tostring(root, xml_declaration=True, encoding="UTF-8", pretty_print=True))
+
+
+async def channel_titles(db: Database) -> dict[str, str]:
+    """Feed URL -> the title the feed itself gives (for naming exported outlines)."""
+    rows = await db.query("SELECT url, title FROM feeds WHERE title IS NOT NULL")
+    return {row["url"]: row["title"] for row in rows}

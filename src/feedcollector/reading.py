@@ -1,0 +1,286 @@
+"""Reading items back: the way in for downstream tools (a reader, AI dedup, pipelines).
+
+``content_html`` is immutable and keeps the feed's original image URLs. At read time
+:func:`render_item_html` swaps the ``src`` of every image archived successfully for its public
+object URL (``[storage] public_base_url`` on S3/R2, a ``file://`` URL for the local folder),
+so the item displays even after the source site is gone (seed section 6). ``pending`` and
+``failed`` images keep their original URL, and so do all images when the store has no public
+URL. Only ``src`` values of ``<img>`` tags change, compared after decoding character references
+(``&amp;``) exactly as the image stage read them; an ``<img>`` whose ``src`` is replaced loses
+its ``srcset``, which browsers would otherwise prefer and which points at the originals.
+Optional sanitizing (nh3) is for display: scripts, event handlers and ``javascript:`` URLs go.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import AsyncIterator, Iterable, Mapping
+from dataclasses import dataclass, fields
+from datetime import UTC, datetime
+
+import nh3
+
+from .config_values import parse_duration
+from .database import Database, Row, SqlValue
+from .objectstore import ObjectStore
+from .timestamps import format_timestamp
+
+PAGE_SIZE = 200
+MAX_QUOTED_VALUE = 1 << 20
+"""An attribute value longer than this ends the tag match (bounds the cost of a stray quote)."""
+RAW_TEXT_ELEMENTS = frozenset({"script", "style", "textarea", "title", "xmp"})
+DROPPED_WITH_SRC = frozenset({"srcset", "data-srcset", "sizes"})
+
+_MARKUP_RE = re.compile(
+    r"<!--.*?(?:-->|\Z)"
+    r"|<[!?/][^>]*(?:>|\Z)"
+    r"|<(?P<name>[a-zA-Z][^\s/>]*)"
+    rf"(?P<attrs>(?:[^>\"']|\"[^\"]{{0,{MAX_QUOTED_VALUE}}}\"|'[^']{{0,{MAX_QUOTED_VALUE}}}')*)>",
+    re.DOTALL,
+)
+_ATTR_RE = re.compile(
+    r"\s*(?P<name>[^\s\"'>/=]+)"
+    r"(?:\s*=\s*(?:\"(?P<dq>[^\"]*)\"|'(?P<sq>[^']*)'|(?P<uq>[^\s>]+)))?"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredImage:
+    """One image task as a reader needs it."""
+
+    position: int
+    original_url: str
+    status: str
+    r2_key: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class StoredItem:
+    """An ``items`` row with its feed's URL (``content_html`` may live in the object store)."""
+
+    id: str
+    feed_id: str
+    feed_url: str
+    guid: str
+    link: str | None
+    title: str | None
+    pub_date: str | None
+    created_at: str
+    content_html: str | None
+    content_key: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ReadItem:
+    """An item ready to show: its HTML loaded, images listed, and rendered for display."""
+
+    item: StoredItem
+    content_html: str | None
+    """The stored HTML, unchanged (loaded from the object store when it was spilled)."""
+    images: tuple[StoredImage, ...]
+    rendered_html: str | None
+    """``content_html`` with archived images pointing at their public object URLs."""
+
+
+# --- rendering (pure) ---------------------------------------------------------------------
+
+
+def public_image_urls(images: Iterable[StoredImage], objects: ObjectStore) -> dict[str, str]:
+    """Original URL -> public object URL, for the ``success`` images that have one."""
+    urls: dict[str, str] = {}
+    for image in images:
+        if image.status != "success" or not image.r2_key or image.original_url in urls:
+            continue
+        public = objects.public_url(image.r2_key)
+        if public:
+            urls[image.original_url] = public
+    return urls
+
+
+def render_item_html(
+    content_html: str,
+    tasks: Iterable[StoredImage],
+    objects: ObjectStore,
+    *,
+    sanitize: bool = False,
+) -> str:
+    """The item's HTML for display; the stored ``content_html`` itself is never changed.
+
+    Sanitizing runs first, on the feed's HTML alone, so that our own ``file://`` URLs (which
+    nh3 would refuse) are added after it.
+    """
+    text = sanitize_html(content_html) if sanitize else content_html
+    return replace_image_sources(text, public_image_urls(tasks, objects))
+
+
+def sanitize_html(content_html: str) -> str:
+    """HTML safe to display: no scripts, event handlers or ``javascript:`` URLs (nh3's
+    defaults, which keep text formatting, links and images)."""
+    return nh3.clean(content_html)
+
+
+def parse_since(text: str, now: datetime) -> datetime:
+    """``2026-03-01``, ``2026-03-01T08:00:00Z`` (any ISO 8601; naive means UTC) or a duration
+    back from ``now`` (``7d``, ``12h``); raises ValueError with what is accepted."""
+    value = text.strip()
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        try:
+            return now - parse_duration(value)
+        except ValueError:
+            raise ValueError(
+                f"--since must be a date (2026-03-01), a UTC time (2026-03-01T08:00:00Z) or a "
+                f'duration back from now (7d, 12h), got "{value}"'
+            ) from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def replace_image_sources(content_html: str, replacements: Mapping[str, str]) -> str:
+    """Swap ``<img src>`` values found in ``replacements`` (keys are decoded, trimmed URLs)."""
+    if not replacements or "<" not in content_html:
+        return content_html
+    pieces: list[str] = []
+    done = 0
+    position = 0
+    while (match := _MARKUP_RE.search(content_html, position)) is not None:
+        position = match.end()
+        name = (match["name"] or "").lower()
+        if name == "img":
+            attrs = _replace_src(match["attrs"], replacements)
+            if attrs is not None:
+                pieces += [content_html[done : match.start("attrs")], attrs]
+                done = match.end("attrs")
+        elif name in RAW_TEXT_ELEMENTS:
+            close = re.compile(rf"</{name}[\s/>]", re.IGNORECASE).search(content_html, position)
+            position = close.start() if close is not None else len(content_html)
+    if not pieces:
+        return content_html
+    pieces.append(content_html[done:])
+    return "".join(pieces)
+
+
+def _replace_src(attrs: str, replacements: Mapping[str, str]) -> str | None:
+    """The attribute text with ``src`` replaced and srcset dropped, or None when unchanged."""
+    found = [(m, m["name"].lower()) for m in _ATTR_RE.finditer(attrs)]
+    source = next((m for m, name in found if name == "src"), None)
+    if source is None:
+        return None
+    raw = source["dq"] if source["dq"] is not None else source["sq"] or source["uq"] or ""
+    new = replacements.get(html.unescape(raw).strip())
+    if new is None:
+        return None
+    pieces: list[str] = []
+    done = 0
+    for match, name in found:
+        if match is source:
+            replacement = f' src="{html.escape(new, quote=True)}"'
+        elif name in DROPPED_WITH_SRC:
+            replacement = ""
+        else:
+            continue
+        pieces += [attrs[done : match.start()], replacement]
+        done = match.end()
+    pieces.append(attrs[done:])
+    return "".join(pieces)
+
+
+# --- reading from the database ------------------------------------------------------------
+
+_ITEM_COLUMNS = (
+    "i.id, i.feed_id, f.url AS feed_url, i.guid, i.link, i.title, i.pub_date, i.created_at, "
+    "i.content_html, i.content_key"
+)
+
+
+def _item(row: Row) -> StoredItem:
+    return StoredItem(**{field.name: row[field.name] for field in fields(StoredItem)})
+
+
+async def find_feed_id(db: Database, feed_url: str) -> str | None:
+    rows = await db.query("SELECT id FROM feeds WHERE url = ?", (feed_url,))
+    return rows[0]["id"] if rows else None
+
+
+async def iter_items(
+    db: Database,
+    *,
+    feed_url: str | None = None,
+    since: datetime | None = None,
+    limit: int | None = None,
+    newest_first: bool = False,
+    page_size: int = PAGE_SIZE,
+) -> AsyncIterator[StoredItem]:
+    """Items in ``(created_at, id)`` order, page by page (keyset), so memory stays flat.
+
+    ``since`` keeps items with ``created_at >= since`` (inclusive: a consumer resuming from the
+    last ``created_at`` it saw skips the ids it already has). An unknown ``feed_url`` yields
+    nothing.
+    """
+    order = "DESC" if newest_first else "ASC"
+    beyond = "<" if newest_first else ">"
+    filters = ["1 = 1"]
+    params: list[SqlValue] = []
+    if feed_url is not None:
+        filters.append("f.url = ?")
+        params.append(feed_url)
+    if since is not None:
+        filters.append("i.created_at >= ?")
+        params.append(format_timestamp(since))
+    sql = (
+        f"SELECT {_ITEM_COLUMNS} FROM items i JOIN feeds f ON f.id = i.feed_id "  # noqa: S608
+        f"WHERE {' AND '.join(filters)} AND (? = '' OR i.created_at {beyond} ? OR "
+        f"(i.created_at = ? AND i.id {beyond} ?)) "
+        f"ORDER BY i.created_at {order}, i.id {order} LIMIT ?"
+    )
+    remaining = limit
+    cursor = ("", "")
+    while remaining is None or remaining > 0:
+        size = page_size if remaining is None else min(page_size, remaining)
+        rows = await db.query(sql, (*params, cursor[0], cursor[0], cursor[0], cursor[1], size))
+        for row in rows:
+            yield _item(row)
+        if len(rows) < size:
+            return
+        cursor = (rows[-1]["created_at"], rows[-1]["id"])
+        if remaining is not None:
+            remaining -= len(rows)
+
+
+async def item_images(db: Database, item_id: str) -> tuple[StoredImage, ...]:
+    rows = await db.query(
+        "SELECT position, original_url, status, r2_key FROM image_tasks WHERE item_id = ? "
+        "ORDER BY position",
+        (item_id,),
+    )
+    return tuple(StoredImage(**row) for row in rows)
+
+
+async def load_content(objects: ObjectStore, item: StoredItem) -> str | None:
+    """The item's HTML: inline, or from the object store when it was too big for the row."""
+    if item.content_html is not None or item.content_key is None:
+        return item.content_html
+    return (await objects.get(item.content_key)).decode("utf-8")
+
+
+async def read_item(
+    db: Database, objects: ObjectStore, item_id: str, *, sanitize: bool = False
+) -> ReadItem | None:
+    """One item with its HTML rendered for display, or None when there is no such item."""
+    rows = await db.query(
+        f"SELECT {_ITEM_COLUMNS} FROM items i JOIN feeds f ON f.id = i.feed_id "  # noqa: S608
+        "WHERE i.id = ?",
+        (item_id,),
+    )
+    if not rows:
+        return None
+    item = _item(rows[0])
+    content = await load_content(objects, item)
+    images = await item_images(db, item.id)
+    rendered = (
+        render_item_html(content, images, objects, sanitize=sanitize)
+        if content is not None
+        else None
+    )
+    return ReadItem(item, content, images, rendered)

@@ -1,0 +1,256 @@
+"""Recovery: replay the raw XML backups through the normal decode -> parse -> store path.
+
+Every non-304 body was kept at ``backups/{feed_id}/{fetched_at}.xml`` and feed ids derive from
+URLs (``schedule.feed_id_for``), so a lost or damaged database can be rebuilt from the object
+store (seed section 7). For each feed of the feeds file and of the database (or one, ``--feed``)
+the backups are replayed oldest first with the same functions a fetch uses
+(:func:`.pipeline.read_feed_body`, spilling, and the items ``INSERT OR IGNORE`` of the store),
+dated by the timestamp in their key: an item gets the ``created_at`` of the first backup that
+lists it, and an undated item that backup's time, as on the original fetch.
+
+Restore never touches a feed's schedule or validators (``last_fetched_at``, ETag, ...); it only
+creates the row of a feeds-file feed the database lacks, and fills in a missing title. It is
+idempotent: the insert ignores known GUIDs, so a second run recovers nothing. Tombstoned items
+stay deleted. A recovered item's images that are already archived under their deterministic
+keys are linked to those objects again instead of being downloaded anew. Within a feed, a backup
+identical to the previous one is skipped, and GUIDs already replayed are not sent again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from .backups import PREFIX as BACKUP_PREFIX
+from .backups import backup_time, feed_backups
+from .database import Database, Statement
+from .errors import ConfigError, ParseError
+from .feeds_file import _duplicate_key as feed_url_key
+from .images import object_key
+from .models import FeedSpec, ItemRecord
+from .objectstore import ObjectStore
+from .pipeline import read_feed_body
+from .schedule import feed_id_for, interval_seconds_of
+from .spill import plan_spill, write_spilled
+from .store import _item_statements as item_statements
+from .timestamps import format_timestamp
+
+log = logging.getLogger("feedcollector")
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreTarget:
+    """A feed whose backups are replayed; ``spec`` is its feeds-file entry, if it has one."""
+
+    feed_id: str
+    url: str
+    spec: FeedSpec | None
+    in_database: bool
+
+
+@dataclass(slots=True)
+class RestoreReport:
+    feeds: int = 0
+    feeds_created: int = 0
+    backups: int = 0
+    backups_unchanged: int = 0
+    backups_unreadable: int = 0
+    items_recovered: int = 0
+    images_relinked: int = 0
+    unknown_feed_folders: int = 0
+
+    def summary(self) -> str:
+        text = (
+            f"restore: {self.items_recovered} items recovered from {self.backups} backups of "
+            f"{self.feeds} feeds ({self.backups_unchanged} identical to the previous one, "
+            f"{self.backups_unreadable} unreadable); {self.images_relinked} images linked to "
+            f"their archived objects; {self.feeds_created} feed rows created"
+        )
+        if self.unknown_feed_folders:
+            text += (
+                f"; {self.unknown_feed_folders} backup folders belong to feeds in neither the "
+                "feeds file nor the database (their URLs are unknown) and were not replayed"
+            )
+        return text
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreProgress:
+    """Reported after every backup (``feed_done`` False) and after every feed (True)."""
+
+    feed_url: str
+    feeds_done: int
+    feeds_total: int
+    items_recovered: int
+    feed_done: bool
+
+
+ProgressCallback = Callable[[RestoreProgress], None]
+
+
+def restore_targets(
+    specs: Sequence[FeedSpec], known: Mapping[str, str], feed_url: str | None = None
+) -> list[RestoreTarget]:
+    """The feeds to replay: feeds file and database (``known``: url -> id), or just one (pure).
+
+    Raises ConfigError when ``feed_url`` is in neither.
+    """
+    targets: dict[str, RestoreTarget] = {}
+    for spec in specs:
+        key = feed_url_key(spec.url)
+        feed_id = known.get(spec.url, feed_id_for(spec.url))
+        targets[key] = RestoreTarget(feed_id, spec.url, spec, spec.url in known)
+    for url, feed_id in known.items():
+        targets.setdefault(feed_url_key(url), RestoreTarget(feed_id, url, None, True))
+    if feed_url is None:
+        return sorted(targets.values(), key=lambda t: t.url)
+    target = targets.get(feed_url_key(feed_url.strip()))
+    if target is None:
+        raise ConfigError(
+            f"restore: {feed_url} is neither in the feeds file nor in the database, so its "
+            "backups cannot be found. Give the feed's URL exactly as it is subscribed."
+        )
+    return [target]
+
+
+async def restore_from_backups(
+    db: Database,
+    objects: ObjectStore,
+    specs: Sequence[FeedSpec],
+    *,
+    now: datetime,
+    feed_url: str | None = None,
+    since: datetime | None = None,
+    progress: ProgressCallback | None = None,
+) -> RestoreReport:
+    """Replay the backups (taken at or after ``since``) of every feed, or of ``feed_url``."""
+    rows = await db.query("SELECT id, url FROM feeds")
+    targets = restore_targets(specs, {row["url"]: row["id"] for row in rows}, feed_url)
+    report = RestoreReport(feeds=len(targets))
+    for done, target in enumerate(targets, start=1):
+
+        def tick(feed_done: bool = False, url: str = target.url, done: int = done) -> None:
+            if progress is not None:
+                total = len(targets)
+                progress(RestoreProgress(url, done, total, report.items_recovered, feed_done))
+
+        if not target.in_database and target.spec is not None:
+            report.feeds_created += await _create_feed(db, target.spec, now)
+        await _restore_feed(db, objects, target, since, report, tick)
+        tick(feed_done=True)
+    if feed_url is None:
+        known_ids = {target.feed_id for target in targets}
+        report.unknown_feed_folders = len(await _backup_feed_ids(objects) - known_ids)
+    log.info("%s", report.summary())
+    return report
+
+
+async def _create_feed(db: Database, spec: FeedSpec, now: datetime) -> int:
+    """The feeds-file feed's row, as registration would insert it (due at once)."""
+    stamp = format_timestamp(now)
+    rows = await db.query(
+        "INSERT OR IGNORE INTO feeds (id, url, config_title, title, interval_seconds, "
+        "next_fetch_at, created_at, active) VALUES (?, ?, ?, ?, ?, ?, ?, 1) RETURNING id",
+        (
+            feed_id_for(spec.url),
+            spec.url,
+            spec.title,
+            spec.title,
+            interval_seconds_of(spec),
+            stamp,
+            stamp,
+        ),
+    )
+    return len(rows)
+
+
+async def _restore_feed(
+    db: Database,
+    objects: ObjectStore,
+    target: RestoreTarget,
+    since: datetime | None,
+    report: RestoreReport,
+    tick: Callable[[], None],
+) -> None:
+    previous: bytes | None = None
+    replayed: set[str] = set()
+    async for key in feed_backups(objects, target.feed_id):
+        taken = backup_time(key)
+        if taken is None or (since is not None and taken < since):
+            continue
+        body = await objects.get(key)
+        report.backups += 1
+        digest = hashlib.sha256(body).digest()
+        if digest == previous:
+            report.backups_unchanged += 1
+            tick()
+            continue
+        previous = digest
+        try:
+            parsed, records = read_feed_body(
+                body, None, target.url, target.url, taken, warn_undated=False
+            )
+        except ParseError as exc:
+            report.backups_unreadable += 1
+            log.info("restore: %s of %s is not readable, skipped: %s", key, target.url, exc)
+            tick()
+            continue
+        fresh = [record for record in records if record.guid not in replayed]
+        replayed.update(record.guid for record in records)
+        plan = plan_spill(target.feed_id, fresh)
+        await write_spilled(objects, target.url, plan.spilled)
+        statements = item_statements(target.feed_id, plan.records, format_timestamp(taken))
+        statements.append(
+            Statement(
+                "UPDATE feeds SET title = ? WHERE id = ? AND title IS NULL",
+                (parsed.title, target.feed_id),
+            )
+        )
+        results = await db.batch(statements)
+        new_ids = {rows[0]["id"] for rows in results if rows and "id" in rows[0]}
+        report.items_recovered += len(new_ids)
+        recovered = [r for r in plan.records if r.id in new_ids and r.image_urls]
+        report.images_relinked += await _relink_images(
+            db, objects, target.feed_id, recovered, taken
+        )
+        tick()
+
+
+async def _relink_images(
+    db: Database,
+    objects: ObjectStore,
+    feed_id: str,
+    records: Sequence[ItemRecord],
+    taken: datetime,
+) -> int:
+    """Mark the new tasks whose image is already archived as ``success`` with that key."""
+    statements: list[Statement] = []
+    stamp = format_timestamp(taken)
+    for record in records:
+        folder = object_key(feed_id, record.guid, 0, "x").rsplit("/", 1)[0] + "/"
+        async for key in objects.list(folder):
+            position = key[len(folder) :].split(".", 1)[0]
+            if not position.isdigit() or int(position) >= len(record.image_urls):
+                continue
+            statements.append(
+                Statement(
+                    "UPDATE image_tasks SET status = 'success', r2_key = ?, updated_at = ? "
+                    "WHERE item_id = ? AND position = ? AND status = 'pending'",
+                    (key, stamp, record.id, int(position)),
+                )
+            )
+    if statements:
+        await db.batch(statements)
+    return len(statements)
+
+
+async def _backup_feed_ids(objects: ObjectStore) -> set[str]:
+    """The feed ids that have a backup folder (a set of ids only: one per feed)."""
+    ids: set[str] = set()
+    async for key in objects.list(BACKUP_PREFIX):
+        if backup_time(key) is not None:
+            ids.add(key[len(BACKUP_PREFIX) :].split("/", 1)[0])
+    return ids

@@ -1,0 +1,347 @@
+"""Retention: delete raw XML backups and old items (with their images) on time, daily.
+
+Seed section 9: items older than ``item_days`` by ``created_at`` go with their images, objects
+first (``DeleteObjects``, at most 1000 keys a call), then the ``image_tasks`` and ``items``
+rows in one batch. Backups older than ``backup_days`` by the timestamp in their key go too; on
+R2 a bucket lifecycle rule does that better (README), and this sweep stays as the safety net.
+
+Items are handled a page at a time (keyset on ``(created_at, id)``), and each page is one
+range of the ``items_created_at`` index, so every statement binds a handful of parameters (D1
+allows 100) and memory holds one page's object keys, whatever the volume. Each page's batch
+also writes a tombstone ``(feed_id, guid, deleted_at)`` per item: a feed that still lists an
+expired item must not bring it back (see :mod:`.tombstones`). Decisions are pure functions of
+their inputs; the clock is a parameter.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from .backups import PREFIX as BACKUP_PREFIX
+from .backups import backup_time
+from .database import Database, SqlValue, Statement
+from .objectstore import MAX_KEYS_PER_DELETE, ObjectStore
+from .timestamps import format_timestamp
+from .tombstones import expire_tombstones
+
+log = logging.getLogger("feedcollector")
+
+ITEM_PAGE_SIZE = 500
+"""Expired items handled per page (one key query, one object delete pass, one batch)."""
+SAMPLE_SIZE = 5
+"""Keys of each kind shown by ``cleanup --dry-run``."""
+
+
+# --- decisions (pure) ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionCutoffs:
+    """What is old enough to go, as of ``now``."""
+
+    now: datetime
+    items_before: str
+    """Items whose ``created_at`` is earlier than this expire."""
+    backups_before: datetime
+    """Backups whose key timestamp is earlier than this expire."""
+
+
+def retention_cutoffs(now: datetime, *, item_days: int, backup_days: int) -> RetentionCutoffs:
+    return RetentionCutoffs(
+        now=now,
+        items_before=format_timestamp(now - timedelta(days=item_days)),
+        backups_before=now - timedelta(days=backup_days),
+    )
+
+
+def is_expired_backup(key: str, before: datetime) -> bool:
+    """True for a backup key whose timestamp is before ``before``; other keys never expire."""
+    taken = backup_time(key)
+    return taken is not None and taken < before
+
+
+def delete_chunks(keys: Sequence[str], size: int = MAX_KEYS_PER_DELETE) -> list[Sequence[str]]:
+    """Slices of at most ``size`` keys: S3 and R2 refuse a DeleteObjects of more than 1000."""
+    if not 1 <= size <= MAX_KEYS_PER_DELETE:
+        raise ValueError(f"retention: delete chunk size must be 1..{MAX_KEYS_PER_DELETE}")
+    return [keys[i : i + size] for i in range(0, len(keys), size)]
+
+
+@dataclass(frozen=True, slots=True)
+class ItemCursor:
+    """A keyset position in ``(created_at, id)`` order; the empty cursor is before everything."""
+
+    created_at: str = ""
+    id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ItemPage:
+    """The expired items after ``after`` up to and including ``last``."""
+
+    after: ItemCursor
+    last: ItemCursor
+    count: int
+
+    def where(self, before: str, alias: str = "") -> tuple[str, tuple[SqlValue, ...]]:
+        """A WHERE condition (with its parameters) selecting exactly this page's items."""
+        c, i = f"{alias}created_at", f"{alias}id"
+        sql = (
+            f"{c} < ? AND ({c} > ? OR ({c} = ? AND {i} > ?)) "
+            f"AND ({c} < ? OR ({c} = ? AND {i} <= ?))"
+        )
+        params: tuple[SqlValue, ...] = (
+            before,
+            self.after.created_at,
+            self.after.created_at,
+            self.after.id,
+            self.last.created_at,
+            self.last.created_at,
+            self.last.id,
+        )
+        return sql, params
+
+
+def item_page_statements(page: ItemPage, before: str, deleted_at: str) -> list[Statement]:
+    """The page's one batch: tombstones first, then image tasks, then the items (FK order)."""
+    where, params = page.where(before)
+    return [
+        Statement(
+            "INSERT OR IGNORE INTO item_tombstones (feed_id, guid, deleted_at) "  # noqa: S608
+            f"SELECT feed_id, guid, ? FROM items WHERE {where}",
+            (deleted_at, *params),
+        ),
+        Statement(
+            f"DELETE FROM image_tasks WHERE item_id IN (SELECT id FROM items WHERE {where})",  # noqa: S608 (fixed text)
+            params,
+        ),
+        Statement(f"DELETE FROM items WHERE {where}", params),  # noqa: S608 (fixed text)
+    ]
+
+
+# --- the report ---------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class CleanupReport:
+    """Counters and a few sample keys (never whole lists: memory stays flat)."""
+
+    cutoffs: RetentionCutoffs
+    dry_run: bool = False
+    backups: int = 0
+    items: int = 0
+    image_objects: int = 0
+    content_objects: int = 0
+    tombstones_dropped: int = 0
+    tombstones_kept: int = 0
+    sample_backups: list[str] = field(default_factory=list)
+    sample_items: list[str] = field(default_factory=list)
+    sample_objects: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        verb = "would delete" if self.dry_run else "deleted"
+        cut = self.cutoffs
+        return (
+            f"cleanup{' (dry run)' if self.dry_run else ''}: {verb} {self.backups} backups "
+            f"older than {format_timestamp(cut.backups_before)}, {self.items} items created "
+            f"before {cut.items_before} with {self.image_objects} image objects and "
+            f"{self.content_objects} content objects; tombstones: {self.tombstones_dropped} "
+            f"{'to drop' if self.dry_run else 'dropped'}, {self.tombstones_kept} kept "
+            "(their feed may still list the item)"
+        )
+
+    def samples(self) -> list[tuple[str, list[str]]]:
+        return [
+            ("backups", self.sample_backups),
+            ("items (feed_id guid)", self.sample_items),
+            ("image and content objects", self.sample_objects),
+        ]
+
+
+def _sample(target: list[str], values: Sequence[str]) -> None:
+    target.extend(values[: max(0, SAMPLE_SIZE - len(target))])
+
+
+# --- backups ------------------------------------------------------------------------------
+
+
+async def sweep_backups(
+    objects: ObjectStore,
+    report: CleanupReport,
+    *,
+    delete_chunk: int = MAX_KEYS_PER_DELETE,
+) -> None:
+    """Delete every backup older than the cutoff, streaming the listing in delete-sized chunks."""
+    before = report.cutoffs.backups_before
+    pending: list[str] = []
+    async for key in objects.list(BACKUP_PREFIX):
+        if not is_expired_backup(key, before):
+            continue
+        report.backups += 1
+        _sample(report.sample_backups, [key])
+        pending.append(key)
+        if len(pending) >= delete_chunk:
+            await _delete_objects(objects, pending, report.dry_run, delete_chunk)
+            pending = []
+    await _delete_objects(objects, pending, report.dry_run, delete_chunk)
+
+
+async def _delete_objects(
+    objects: ObjectStore, keys: Sequence[str], dry_run: bool, chunk: int
+) -> None:
+    if dry_run:
+        return
+    for part in delete_chunks(keys, chunk):
+        await objects.delete_many(part)
+
+
+# --- items --------------------------------------------------------------------------------
+
+
+async def expire_items(
+    db: Database,
+    objects: ObjectStore,
+    report: CleanupReport,
+    *,
+    page_size: int = ITEM_PAGE_SIZE,
+    delete_chunk: int = MAX_KEYS_PER_DELETE,
+) -> None:
+    """Delete expired items page by page: objects first, then one batch of rows per page."""
+    before = report.cutoffs.items_before
+    deleted_at = format_timestamp(report.cutoffs.now)
+    cursor = ItemCursor()
+    while True:
+        page = await _next_item_page(db, before, cursor, page_size, report)
+        if page is None:
+            return
+        image_keys, content_keys = await _page_object_keys(db, page, before)
+        report.items += page.count
+        report.image_objects += len(image_keys)
+        report.content_objects += len(content_keys)
+        _sample(report.sample_objects, [*image_keys, *content_keys])
+        if not report.dry_run:
+            await _delete_objects(objects, [*image_keys, *content_keys], False, delete_chunk)
+            await db.batch(item_page_statements(page, before, deleted_at))
+        cursor = page.last
+
+
+async def _next_item_page(
+    db: Database, before: str, after: ItemCursor, size: int, report: CleanupReport
+) -> ItemPage | None:
+    rows = await db.query(
+        "SELECT created_at, id, feed_id, guid FROM items WHERE created_at < ? "
+        "AND (created_at > ? OR (created_at = ? AND id > ?)) ORDER BY created_at, id LIMIT ?",
+        (before, after.created_at, after.created_at, after.id, size),
+    )
+    if not rows:
+        return None
+    _sample(report.sample_items, [f"{row['feed_id']} {row['guid']}" for row in rows])
+    last = ItemCursor(rows[-1]["created_at"], rows[-1]["id"])
+    return ItemPage(after=after, last=last, count=len(rows))
+
+
+async def _page_object_keys(
+    db: Database, page: ItemPage, before: str
+) -> tuple[list[str], list[str]]:
+    """The r2_keys of the page's ``success`` image tasks, and its spilled content objects."""
+    where, params = page.where(before, "i.")
+    image_rows = await db.query(
+        "SELECT t.r2_key FROM image_tasks t JOIN items i ON i.id = t.item_id "  # noqa: S608
+        f"WHERE t.status = 'success' AND t.r2_key IS NOT NULL AND {where}",
+        params,
+    )
+    content_rows = await db.query(
+        f"SELECT i.content_key FROM items i WHERE i.content_key IS NOT NULL AND {where}",  # noqa: S608
+        params,
+    )
+    return [r["r2_key"] for r in image_rows], [r["content_key"] for r in content_rows]
+
+
+# --- the whole cleanup --------------------------------------------------------------------
+
+
+async def run_cleanup(
+    db: Database,
+    objects: ObjectStore,
+    *,
+    now: datetime,
+    item_days: int,
+    backup_days: int,
+    dry_run: bool = False,
+) -> CleanupReport:
+    """Backups, then items with their objects, then old tombstones; ``dry_run`` only counts."""
+    report = CleanupReport(
+        retention_cutoffs(now, item_days=item_days, backup_days=backup_days), dry_run=dry_run
+    )
+    await sweep_backups(objects, report)
+    await expire_items(db, objects, report)
+    sweep = await expire_tombstones(
+        db, objects, before=report.cutoffs.items_before, dry_run=dry_run
+    )
+    report.tombstones_dropped, report.tombstones_kept = sweep.dropped, sweep.kept
+    log.info("%s", report.summary())
+    return report
+
+
+# --- the daily run ------------------------------------------------------------------------
+
+CLEANUP_TASK = "cleanup"
+CLEANUP_EVERY = timedelta(days=1)
+CLEANUP_LEASE = timedelta(hours=1)
+"""A claimed cleanup that crashed or failed is tried again by anyone after this long."""
+
+
+async def claim_cleanup(
+    db: Database,
+    *,
+    now: datetime,
+    owner: str,
+    every: timedelta = CLEANUP_EVERY,
+    lease: timedelta = CLEANUP_LEASE,
+) -> bool:
+    """Take the day's cleanup if it is due and nobody holds it (one winner among collectors).
+
+    The time of the last cleanup lives in the ``maintenance`` table, so restarts and several
+    collectors sharing the database agree on it.
+    """
+    stamp = format_timestamp(now)
+    results = await db.batch(
+        [
+            Statement("INSERT OR IGNORE INTO maintenance (task) VALUES (?)", (CLEANUP_TASK,)),
+            Statement(
+                "UPDATE maintenance SET lease_owner = ?, lease_until = ? WHERE task = ? "
+                "AND (last_done_at IS NULL OR last_done_at <= ?) "
+                "AND (lease_until IS NULL OR lease_until <= ?) RETURNING task",
+                (
+                    owner,
+                    format_timestamp(now + lease),
+                    CLEANUP_TASK,
+                    format_timestamp(now - every),
+                    stamp,
+                ),
+            ),
+        ]
+    )
+    return bool(results[1])
+
+
+async def record_cleanup(db: Database, *, started_at: datetime) -> None:
+    """Remember when the last cleanup (daily or manual) started, and free the lease."""
+    await db.batch(
+        [
+            Statement("INSERT OR IGNORE INTO maintenance (task) VALUES (?)", (CLEANUP_TASK,)),
+            Statement(
+                "UPDATE maintenance SET last_done_at = ?, lease_owner = NULL, lease_until = NULL "
+                "WHERE task = ?",
+                (format_timestamp(started_at), CLEANUP_TASK),
+            ),
+        ]
+    )
+
+
+async def last_cleanup_at(db: Database) -> str | None:
+    rows = await db.query("SELECT last_done_at FROM maintenance WHERE task = ?", (CLEANUP_TASK,))
+    return rows[0]["last_done_at"] if rows else None

@@ -1,0 +1,124 @@
+"""The image-task queries: lease pending downloads, record each attempt, hand back aborted ones.
+
+Tasks are created by :func:`feedcollector.store.save_items` in the feed's own batch; here they
+are claimed with a lease (``UPDATE ... RETURNING``) so several collectors never download the
+same image twice, and every attempt is counted: the third failure marks a task ``failed``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from .database import Database, SqlValue, Statement
+from .models import ImageTask
+from .store import chunked, placeholders
+from .timestamps import format_timestamp
+
+# The SQL here interpolates only "?" placeholder lists (``noqa: S608``), never values.
+
+
+@dataclass(frozen=True, slots=True)
+class TaskCursor:
+    created_at: str = ""
+    id: str = ""
+
+
+async def claim_image_tasks(
+    db: Database, *, now: datetime, lease: timedelta, limit: int, after: TaskCursor
+) -> list[ImageTask]:
+    """Lease up to ``limit`` pending tasks past ``after`` (new ones and retries alike)."""
+    claimed = await db.query(
+        "UPDATE image_tasks SET lease_until = ? WHERE id IN ("
+        " SELECT id FROM image_tasks WHERE status = 'pending'"
+        " AND (lease_until IS NULL OR lease_until <= ?)"
+        " AND (created_at > ? OR (created_at = ? AND id > ?))"
+        " ORDER BY created_at, id LIMIT ?) RETURNING id",
+        (
+            format_timestamp(now + lease),
+            format_timestamp(now),
+            after.created_at,
+            after.created_at,
+            after.id,
+            limit,
+        ),
+    )
+    tasks: list[ImageTask] = []
+    for chunk in chunked([row["id"] for row in claimed]):
+        marks = placeholders(len(chunk))
+        rows = await db.query(
+            "SELECT t.id, t.item_id, t.original_url, t.position, t.attempts, t.created_at, "  # noqa: S608
+            "i.feed_id, i.guid FROM image_tasks t JOIN items i ON i.id = t.item_id "
+            f"WHERE t.id IN ({marks})",
+            tuple(chunk),
+        )
+        tasks += [
+            ImageTask(
+                id=row["id"],
+                item_id=row["item_id"],
+                feed_id=row["feed_id"],
+                guid=row["guid"],
+                original_url=row["original_url"],
+                position=int(row["position"]),
+                attempts=int(row["attempts"]),
+                created_at=row["created_at"],
+            )
+            for row in rows
+        ]
+    tasks.sort(key=lambda t: (t.created_at, t.id))
+    return tasks
+
+
+@dataclass(frozen=True, slots=True)
+class ImageResult:
+    task_id: str
+    r2_key: str | None
+    error: str | None
+
+
+MAX_IMAGE_ATTEMPTS = 3
+
+
+async def record_image_results(db: Database, results: Sequence[ImageResult], now: datetime) -> None:
+    """Every attempt counts; a success sets ``r2_key``, the third failure marks ``failed``."""
+    if not results:
+        return
+    stamp = format_timestamp(now)
+    statements: list[Statement] = []
+    for result in results:
+        if result.r2_key is not None:
+            statements.append(
+                Statement(
+                    "UPDATE image_tasks SET status = 'success', r2_key = ?, "
+                    "attempts = attempts + 1, last_error = NULL, updated_at = ?, "
+                    "lease_until = NULL WHERE id = ?",
+                    (result.r2_key, stamp, result.task_id),
+                )
+            )
+        else:
+            params: tuple[SqlValue, ...] = (
+                MAX_IMAGE_ATTEMPTS,
+                (result.error or "unknown error")[:2000],
+                stamp,
+                result.task_id,
+            )
+            statements.append(
+                Statement(
+                    "UPDATE image_tasks SET attempts = attempts + 1, "
+                    "status = CASE WHEN attempts + 1 >= ? THEN 'failed' ELSE 'pending' END, "
+                    "last_error = ?, updated_at = ?, lease_until = NULL WHERE id = ?",
+                    params,
+                )
+            )
+    await db.batch(statements)
+
+
+async def release_image_tasks(db: Database, task_ids: Sequence[str]) -> None:
+    """Hand back tasks whose attempt was aborted by an infrastructure failure (not charged)."""
+    for chunk in chunked(task_ids):
+        marks = placeholders(len(chunk))
+        await db.query(
+            f"UPDATE image_tasks SET lease_until = NULL WHERE id IN ({marks})",  # noqa: S608
+            tuple(chunk),
+        )

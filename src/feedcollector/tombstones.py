@@ -1,0 +1,145 @@
+"""Tombstones: an expired item that its feed still lists is not stored (or downloaded) again.
+
+Retention deletes an item after ``item_days``, but many feeds (podcasts, full-archive blogs)
+list old entries for years; without a memory of the deletion the next fetch would insert the
+item again as new and download its images again. So retention leaves a tombstone
+``(feed_id, guid, deleted_at)`` per deleted item, and the items ``INSERT`` skips a GUID with a
+tombstone (``store._item_statements``). This goes beyond the seed.
+
+Tombstones expire too, or they would grow forever. One that is older than ``item_days`` is
+checked against its feed's newest raw backup (the feed's current content, also when it has
+answered 304 since): it is dropped unless that backup still lists the GUID. When the feed has
+no readable backup (failing or unchanged for longer than the backups are kept) it is kept,
+since we cannot tell. A feed removed from the feeds file (or unknown) cannot re-ingest, so its
+old tombstones are dropped; putting it back may bring back items it still lists.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .backups import feed_backups
+from .database import Database, Statement
+from .decode import decode_feed
+from .errors import ObjectNotFoundError, ParseError
+from .objectstore import ObjectStore
+from .parse import parse_feed
+from .store import chunked, placeholders
+
+log = logging.getLogger("feedcollector")
+
+TOMBSTONE_PAGE_SIZE = 500
+FEED_PAGE_SIZE = 100
+
+
+@dataclass(frozen=True, slots=True)
+class FeedListing:
+    """What we know of a feed when deciding about its old tombstones."""
+
+    subscribed: bool
+    """The feed is active in the feeds file, so it is fetched and could re-ingest."""
+    listed: frozenset[str] | None
+    """GUIDs of its newest readable backup; None when there is none (then keep everything)."""
+
+
+def tombstones_to_drop(guids: Sequence[str], listing: FeedListing) -> list[str]:
+    """The old tombstones of one feed that can go (pure)."""
+    if not listing.subscribed:
+        return list(guids)
+    if listing.listed is None:
+        return []
+    return [guid for guid in guids if guid not in listing.listed]
+
+
+@dataclass(frozen=True, slots=True)
+class TombstoneSweep:
+    dropped: int = 0
+    kept: int = 0
+
+
+async def expire_tombstones(
+    db: Database,
+    objects: ObjectStore,
+    *,
+    before: str,
+    dry_run: bool,
+    page_size: int = TOMBSTONE_PAGE_SIZE,
+) -> TombstoneSweep:
+    """Drop tombstones deleted before ``before`` that their feed no longer lists."""
+    dropped = kept = 0
+    feed_cursor = ""
+    while True:
+        rows = await db.query(
+            "SELECT DISTINCT feed_id FROM item_tombstones WHERE deleted_at < ? AND feed_id > ? "
+            "ORDER BY feed_id LIMIT ?",
+            (before, feed_cursor, FEED_PAGE_SIZE),
+        )
+        if not rows:
+            return TombstoneSweep(dropped, kept)
+        for row in rows:
+            listing = await feed_listing(db, objects, row["feed_id"])
+            sweep = await _sweep_feed(
+                db, row["feed_id"], listing, before=before, dry_run=dry_run, page_size=page_size
+            )
+            dropped += sweep.dropped
+            kept += sweep.kept
+        feed_cursor = rows[-1]["feed_id"]
+
+
+async def feed_listing(db: Database, objects: ObjectStore, feed_id: str) -> FeedListing:
+    """Whether the feed is subscribed, and the GUIDs its newest backup lists (if readable)."""
+    rows = await db.query("SELECT url, active FROM feeds WHERE id = ?", (feed_id,))
+    if not rows or not rows[0]["active"]:
+        return FeedListing(subscribed=False, listed=None)
+    url = rows[0]["url"]
+    newest: str | None = None
+    async for key in feed_backups(objects, feed_id):
+        newest = key
+    if newest is None:
+        return FeedListing(subscribed=True, listed=None)
+    try:
+        body = await objects.get(newest)
+        parsed = parse_feed(decode_feed(body, None).data, url)
+    except (ObjectNotFoundError, ParseError) as exc:
+        log.info("cleanup: cannot read %s (%s); the tombstones of %s are kept", newest, exc, url)
+        return FeedListing(subscribed=True, listed=None)
+    return FeedListing(subscribed=True, listed=frozenset(item.guid for item in parsed.items))
+
+
+async def _sweep_feed(
+    db: Database,
+    feed_id: str,
+    listing: FeedListing,
+    *,
+    before: str,
+    dry_run: bool,
+    page_size: int,
+) -> TombstoneSweep:
+    dropped = kept = 0
+    cursor = ""
+    while True:
+        rows = await db.query(
+            "SELECT guid FROM item_tombstones WHERE feed_id = ? AND deleted_at < ? AND guid > ? "
+            "ORDER BY guid LIMIT ?",
+            (feed_id, before, cursor, page_size),
+        )
+        if not rows:
+            return TombstoneSweep(dropped, kept)
+        guids = [row["guid"] for row in rows]
+        drop = tombstones_to_drop(guids, listing)
+        dropped += len(drop)
+        kept += len(guids) - len(drop)
+        if drop and not dry_run:
+            await db.batch(
+                [
+                    Statement(
+                        "DELETE FROM item_tombstones WHERE feed_id = ? "  # noqa: S608
+                        f"AND guid IN ({placeholders(len(chunk))})",
+                        (feed_id, *chunk),
+                    )
+                    for chunk in chunked(drop)
+                ]
+            )
+        cursor = guids[-1]

@@ -1,0 +1,811 @@
+"""Whole collection cycles on the cloud pair: the real Proxy Worker under Miniflare with a local
+D1, and moto's S3 server, both on 127.0.0.1, with a real feed server and a clock the test moves.
+
+The scenarios of the embedded pair run on both pairs (``shape`` fixture); the fault tests break
+the Worker or S3 in the middle of a cycle (through :class:`~tests.cloud.FaultyRelay`, by
+stopping a server, or with a trigger inside D1) and check that the feed's work was aborted
+cleanly and that the next cycle completes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import sqlite3
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from feedcollector import store
+from feedcollector.collector import open_collector
+from feedcollector.config import Settings, load_settings
+from feedcollector.errors import DatabaseError
+from feedcollector.models import FeedSpec, ItemRecord
+from feedcollector.pipeline import run_cycle
+from feedcollector.report import CycleReport
+from feedcollector.schedule import feed_id_for
+from feedcollector.schema import migrate
+from feedcollector.spill import BATCH_CONTENT_BUDGET, INLINE_CONTENT_LIMIT, content_key
+
+from . import cloud
+from .cloud import (
+    DROP,
+    D1Proxy,
+    FakeReply,
+    FaultyRelay,
+    S3Bucket,
+    S3Server,
+    cloud_environ,
+    d1_database,
+    items_batch,
+    write_cloud_config,
+)
+from .feedserver import FeedServer, Route
+from .samples import Entry, png, rss, write_project
+
+d1_proxy = cloud.d1_proxy
+s3_server = cloud.s3_server
+
+START = datetime(2026, 3, 2, 9, 0, 0, tzinfo=UTC)
+
+
+def md5_8(text: str) -> str:
+    return hashlib.md5(text.encode()).hexdigest()[:8]
+
+
+def stamp(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class Clock:
+    now: datetime = START
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, **delta: float) -> None:
+        self.now += timedelta(**delta)
+
+
+@dataclass
+class Shape:
+    """One deployment shape under test: run cycles, then look at its database and objects."""
+
+    name: str
+    folder: Path
+    config: Path
+    environ: dict[str, str]
+    clock: Clock = field(default_factory=Clock)
+    proxy: D1Proxy | None = None
+    s3: S3Bucket | None = None
+
+    def settings(self) -> Settings:
+        return load_settings(self.config, environ=self.environ)
+
+    def cycle(self, **kwargs: Any) -> CycleReport:
+        async def go() -> CycleReport:
+            async with open_collector(self.settings(), clock=self.clock) as collector:
+                return await run_cycle(collector, **kwargs)
+
+        return asyncio.run(go())
+
+    def rows(self, sql: str, *params: Any) -> list[dict[str, Any]]:
+        if self.proxy is None:
+            with sqlite3.connect(self.folder / "collector.db") as conn:
+                conn.row_factory = sqlite3.Row
+                return [dict(r) for r in conn.execute(sql, params)]
+        return d1_rows(self.proxy, sql, *params)
+
+    def count(self, table: str) -> int:
+        return int(self.rows(f"SELECT COUNT(*) AS n FROM {table}")[0]["n"])
+
+    def object(self, key: str) -> bytes:
+        if self.s3 is None:
+            return (self.folder / "objects" / key).read_bytes()
+        answer = self.s3.server.client().get_object(Bucket=self.s3.bucket, Key=key)
+        return bytes(answer["Body"].read())
+
+    def keys(self, prefix: str) -> list[str]:
+        if self.s3 is None:
+            root = self.folder / "objects"
+            return sorted(
+                p.relative_to(root).as_posix() for p in (root / prefix).rglob("*") if p.is_file()
+            )
+        client = self.s3.server.client()
+        pages = client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.s3.bucket, Prefix=prefix
+        )
+        return sorted(item["Key"] for page in pages for item in page.get("Contents", []))
+
+    def puts(self, key: str) -> int:
+        """How many times S3 was asked to write ``key`` (cloud only)."""
+        assert self.s3 is not None
+        path = f"/{self.s3.bucket}/{key}"
+        return sum(r.method == "PUT" and r.path == path for r in self.s3.server.requests)
+
+
+def d1_rows(proxy: D1Proxy, sql: str, *params: Any) -> list[dict[str, Any]]:
+    async def go() -> list[dict[str, Any]]:
+        db = d1_database(proxy)
+        try:
+            return await db.query(sql, params)
+        finally:
+            await db.close()
+
+    return asyncio.run(go())
+
+
+def write_feeds(folder: Path, urls: list[str]) -> None:
+    (folder / "feeds.yaml").write_text(
+        "feeds:\n" + "".join(f"  - url: {url}\n" for url in urls), encoding="utf-8"
+    )
+
+
+@pytest.fixture(params=["embedded", pytest.param("cloud", marks=pytest.mark.cloud)])
+def shape(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[list[str]], Shape]:
+    """A factory: the feed URLs in, a ready Shape (embedded or cloud) out."""
+
+    def make(urls: list[str]) -> Shape:
+        if request.param == "embedded":
+            config = write_project(tmp_path, urls)
+            return Shape("embedded", tmp_path, config, {})
+        proxy: D1Proxy = request.getfixturevalue("d1_proxy")
+        s3: S3Bucket = request.getfixturevalue("s3_server")
+        write_feeds(tmp_path, urls)
+        config = write_cloud_config(
+            tmp_path, proxy_url=proxy.url, s3_endpoint=s3.server.endpoint, bucket=s3.bucket
+        )
+        return Shape("cloud", tmp_path, config, cloud_environ(proxy.token), proxy=proxy, s3=s3)
+
+    return make
+
+
+@pytest.fixture
+def cloud_shape(tmp_path: Path, d1_proxy: D1Proxy, s3_server: S3Bucket) -> Callable[..., Shape]:
+    """A factory for the cloud pair only, optionally behind a relay or with other settings."""
+
+    def make(urls: list[str], *, proxy_url: str | None = None, **config: Any) -> Shape:
+        write_feeds(tmp_path, urls)
+        path = write_cloud_config(
+            tmp_path,
+            proxy_url=proxy_url or d1_proxy.url,
+            s3_endpoint=config.pop("s3_endpoint", s3_server.server.endpoint),
+            bucket=config.pop("bucket", s3_server.bucket),
+            **config,
+        )
+        return Shape(
+            "cloud", tmp_path, path, cloud_environ(d1_proxy.token), proxy=d1_proxy, s3=s3_server
+        )
+
+    return make
+
+
+# --- the embedded pair's scenarios, on both pairs ------------------------------------------
+
+
+def test_first_cycle_stores_items_images_and_the_raw_backup(
+    feed_server: FeedServer, shape: Callable[[list[str]], Shape]
+) -> None:
+    image = png(3, 2)
+    feed_server.route("/img/a.png", body=image, headers={"Content-Type": "image/png"})
+    body = rss(
+        [
+            Entry(
+                "First",
+                guid="urn:1",
+                link="/posts/1",
+                content='<p>Hi</p><img src="/img/a.png" alt="a">',
+            ),
+            Entry("Second", guid="urn:2", description="<b>just a description</b>"),
+        ],
+        link=feed_server.url("/"),
+    )
+    url = feed_server.route("/feed.xml", body=body, etag='"v1"')
+    s = shape([url])
+    report = s.cycle()
+    assert (report.stored, report.new_items, report.images_stored, report.aborted) == (1, 2, 1, 0)
+    feed_id = feed_id_for(url)
+    base = feed_server.url("")
+    assert s.rows(
+        "SELECT guid, link, title, pub_date, content_html, content_key FROM items ORDER BY guid"
+    ) == [
+        {
+            "guid": "urn:1",
+            "link": f"{base}/posts/1",
+            "title": "First",
+            "pub_date": "2026-03-02T08:00:00Z",
+            "content_html": f'<p>Hi</p><img src="{base}/img/a.png" alt="a">',
+            "content_key": None,
+        },
+        {
+            "guid": "urn:2",
+            "link": None,
+            "title": "Second",
+            "pub_date": "2026-03-02T08:00:00Z",
+            "content_html": "<b>just a description</b>",
+            "content_key": None,
+        },
+    ]
+    key = f"images/{feed_id}/{md5_8('urn:1')}/0.png"
+    assert s.rows("SELECT original_url, status, attempts, r2_key FROM image_tasks") == [
+        {"original_url": f"{base}/img/a.png", "status": "success", "attempts": 1, "r2_key": key}
+    ]
+    assert s.object(key) == image
+    backup = f"backups/{feed_id}/2026-03-02T09:00:00Z.xml"
+    assert s.keys("") == sorted([backup, key])
+    assert s.object(backup) == body
+    assert s.rows(
+        "SELECT title, last_etag, last_fetched_at, next_fetch_at, consecutive_failures, "
+        "lease_owner FROM feeds"
+    ) == [
+        {
+            "title": "Test feed",
+            "last_etag": '"v1"',
+            "last_fetched_at": "2026-03-02T09:00:00Z",
+            "next_fetch_at": "2026-03-02T09:30:00Z",
+            "consecutive_failures": 0,
+            "lease_owner": None,
+        }
+    ]
+
+
+def test_a_304_touches_only_the_two_timestamps(
+    feed_server: FeedServer, shape: Callable[[list[str]], Shape]
+) -> None:
+    url = feed_server.route(
+        "/feed",
+        body=rss([Entry("One", guid="1")]),
+        etag='"abc"',
+        last_modified="Mon, 02 Mar 2026 08:00:00 GMT",
+    )
+    s = shape([url])
+    s.cycle()
+    before = s.rows("SELECT * FROM feeds")[0]
+    s.clock.advance(minutes=31)
+    assert s.cycle().not_modified == 1
+    assert feed_server.hits("/feed")[-1].headers["If-None-Match"] == '"abc"'
+    after = s.rows("SELECT * FROM feeds")[0]
+    assert {k for k in before if before[k] != after[k]} == {
+        "last_fetched_at",
+        "next_fetch_at",
+        "last_status",
+    }
+    assert (after["last_fetched_at"], after["next_fetch_at"]) == (
+        "2026-03-02T09:31:00Z",
+        "2026-03-02T10:01:00Z",
+    )
+    assert len(s.keys("backups/")) == 1, "a 304 has no body to back up"
+    assert s.count("items") == 1
+
+
+def test_refetching_without_validators_is_idempotent(
+    feed_server: FeedServer, shape: Callable[[list[str]], Shape]
+) -> None:
+    feed_server.route("/i.png", body=png(), headers={"Content-Type": "image/png"})
+    entries = [
+        Entry(f"Post {n}", guid=f"g{n}", content=f'<img src="/i.png?{n}">') for n in range(3)
+    ]
+    route = Route(body=rss(entries, link=feed_server.url("/")))
+    url = feed_server.route("/feed", route)
+    s = shape([url])
+    new_items = []
+    for cycle in range(3):
+        if cycle == 2:
+            route.body = rss([*entries, Entry("Post 3", guid="g3")], link=feed_server.url("/"))
+        report = s.cycle()
+        new_items.append(report.new_items)
+        s.clock.advance(minutes=30)
+    assert new_items == [3, 0, 1]
+    assert s.count("items") == 4
+    assert s.rows("SELECT COUNT(*) AS n, SUM(status = 'success') AS ok FROM image_tasks") == [
+        {"n": 3, "ok": 3}
+    ]
+    assert len(feed_server.hits("/i.png")) == 3, "each image downloaded exactly once"
+    assert len(s.keys("backups/")) == 3, "every 200 body is backed up"
+    assert len(s.keys("images/")) == 3
+
+
+# --- content too big for a D1 row ----------------------------------------------------------
+
+
+def big_html(base: str, size: int, tag: str) -> str:
+    """Real-looking HTML of about ``size`` bytes: paragraphs of mixed-script text and an image."""
+    paragraph = f"<p>{tag}: Lorem ipsum dolor sit amet, 中文内容与日本語のテキスト — ünïcödé.</p>\n"
+    count = size // len(paragraph.encode()) + 1
+    return f'<img src="{base}/img/{tag}.png">\n' + paragraph * count
+
+
+def test_an_item_too_big_for_d1_is_spilled_to_the_object_store(
+    feed_server: FeedServer, shape: Callable[[list[str]], Shape], caplog: pytest.LogCaptureFixture
+) -> None:
+    base = feed_server.url("")
+    feed_server.route("/img/big.png", body=png(4, 4), headers={"Content-Type": "image/png"})
+    huge = big_html(base, 3_000_000, "big")
+    assert len(huge.encode()) > 3_000_000
+    body = rss(
+        [
+            Entry("Before", guid="a", description="<p>small one</p>"),
+            Entry("Huge", guid="big", content=huge),
+            Entry("After", guid="z", description="<p>small two</p>"),
+        ],
+        link=base + "/",
+    )
+    url = feed_server.route("/feed", body=body)
+    s = shape([url])
+    feed_id = feed_id_for(url)
+    key = content_key(feed_id, "big")
+    assert key == f"content/{feed_id}/{md5_8('big')}.html"
+    with caplog.at_level(logging.INFO, logger="feedcollector"):
+        report = s.cycle()
+    assert (report.stored, report.new_items, report.aborted) == (1, 3, 0)
+    assert s.rows("SELECT guid, content_html, content_key FROM items ORDER BY guid") == [
+        {"guid": "a", "content_html": "<p>small one</p>", "content_key": None},
+        {"guid": "big", "content_html": None, "content_key": key},
+        {"guid": "z", "content_html": "<p>small two</p>", "content_key": None},
+    ]
+    assert s.object(key) == huge.encode("utf-8"), "the object is the HTML, byte for byte"
+    (line,) = [r.getMessage() for r in caplog.records if "spilled to" in r.getMessage()]
+    assert key in line
+    assert url in line
+    assert "'Huge'" in line
+    assert s.rows("SELECT original_url, status FROM image_tasks") == [
+        {"original_url": f"{base}/img/big.png", "status": "success"}
+    ], "the images of a spilled item are still archived"
+    assert s.rows("SELECT last_fetched_at FROM feeds") == [
+        {"last_fetched_at": "2026-03-02T09:00:00Z"}
+    ]
+
+    s.clock.advance(minutes=30)
+    report = s.cycle()
+    assert (report.stored, report.new_items) == (1, 0)
+    assert s.count("items") == 3
+    assert s.object(key) == huge.encode("utf-8")
+    assert s.rows("SELECT last_fetched_at FROM feeds") == [
+        {"last_fetched_at": "2026-03-02T09:30:00Z"}
+    ]
+    if s.s3 is not None:
+        assert s.puts(key) == 1, "an existing spilled object is neither rewritten nor re-uploaded"
+
+
+@pytest.mark.cloud
+def test_a_batch_over_the_workers_16_mib_limit_is_brought_under_budget(
+    feed_server: FeedServer, cloud_shape: Callable[..., Shape]
+) -> None:
+    """20 items just under the per-item limit: 17 MB of HTML would be refused (413)."""
+    base = feed_server.url("")
+    size = INLINE_CONTENT_LIMIT - 20_000
+    htmls = {f"g{n:02}": big_html(base, size - n * 1000, f"g{n:02}") for n in range(20)}
+    assert all(len(h.encode()) <= INLINE_CONTENT_LIMIT for h in htmls.values())
+    assert sum(len(h.encode()) for h in htmls.values()) > 16 * 2**20
+    url = feed_server.route(
+        "/feed",
+        body=rss([Entry(guid, guid=guid, content=html) for guid, html in htmls.items()]),
+    )
+    s = cloud_shape([url])
+    report = s.cycle()
+    assert (report.stored, report.new_items, report.aborted) == (1, 20, 0)
+    rows = s.rows("SELECT guid, content_html, content_key FROM items ORDER BY guid")
+    inline = {r["guid"]: r["content_html"] for r in rows if r["content_key"] is None}
+    spilled = {r["guid"]: r["content_key"] for r in rows if r["content_key"] is not None}
+    assert sum(len(html.encode()) for html in inline.values()) <= BATCH_CONTENT_BUDGET
+    assert min(len(htmls[g].encode()) for g in spilled) > max(
+        len(htmls[g].encode()) for g in inline
+    ), "the largest items were spilled first"
+    assert all(inline[g] == htmls[g] for g in inline)
+    assert all(s.object(key) == htmls[g].encode() for g, key in spilled.items())
+    assert len(spilled) == len(s.keys("content/"))
+
+
+@pytest.mark.cloud
+def test_without_spilling_d1_refuses_the_whole_batch(d1_proxy: D1Proxy) -> None:
+    """Why spilling exists: one 3 MB value fails the feed's batch, and nothing of it is kept."""
+
+    async def go() -> None:
+        db = d1_database(d1_proxy)
+        try:
+            await migrate(db)
+            await store.sync_feeds(db, [FeedSpec("https://a.example/")], START)
+            (feed,) = await store.claim_feeds_by_id(
+                db,
+                [feed_id_for("https://a.example/")],
+                now=START,
+                owner="t",
+                lease=timedelta(minutes=1),
+            )
+            records = [
+                ItemRecord(
+                    id=f"id{n}",
+                    guid=f"g{n}",
+                    link=None,
+                    title=None,
+                    pub_date="2026-03-02T08:00:00Z",
+                    content_html=html,
+                    image_urls=("https://img.example/1.png",),
+                )
+                for n, html in enumerate(["<p>small</p>", "x" * 3_000_000, "<p>small</p>"])
+            ]
+            outcome = store.FetchSuccess("t", None, None, START, START, 200)
+            with pytest.raises(DatabaseError, match="SQLITE_TOOBIG"):
+                await store.save_items(db, feed, records, outcome)
+            for table in ("items", "image_tasks"):
+                assert (await db.query(f"SELECT COUNT(*) AS n FROM {table}"))[0]["n"] == 0
+            (feed_row,) = await db.query("SELECT last_fetched_at FROM feeds")
+            assert feed_row["last_fetched_at"] is None
+        finally:
+            await db.close()
+
+    asyncio.run(go())
+
+
+# --- faults in the middle of a cycle --------------------------------------------------------
+
+
+def assert_untouched(s: Shape, url: str) -> None:
+    """The aborted feed: no items, no tasks, no success or failure recorded, due as before."""
+    assert s.count("items") == 0
+    assert s.count("image_tasks") == 0
+    assert s.rows(
+        "SELECT last_fetched_at, consecutive_failures, next_fetch_at, last_etag, last_error "
+        "FROM feeds WHERE url = ?",
+        url,
+    ) == [
+        {
+            "last_fetched_at": None,
+            "consecutive_failures": 0,
+            "next_fetch_at": stamp(START),
+            "last_etag": None,
+            "last_error": None,
+        }
+    ]
+
+
+def image_feed(feed_server: FeedServer) -> tuple[str, bytes]:
+    image = png(5, 5)
+    feed_server.route("/pic.png", body=image, headers={"Content-Type": "image/png"})
+    body = rss(
+        [
+            Entry(f"Post {n}", guid=f"p{n}", content=f'<p>{n}</p><img src="/pic.png?{n}">')
+            for n in range(4)
+        ],
+        link=feed_server.url("/"),
+    )
+    return feed_server.route("/feed", body=body, etag='"e1"'), image
+
+
+def assert_completed(s: Shape, url: str, at: datetime) -> None:
+    assert s.count("items") == 4
+    assert s.rows("SELECT status, COUNT(*) AS n FROM image_tasks GROUP BY status") == [
+        {"status": "success", "n": 4}
+    ]
+    assert s.rows(
+        "SELECT last_fetched_at, consecutive_failures, last_etag, lease_owner FROM feeds WHERE url = ?",
+        url,
+    ) == [
+        {
+            "last_fetched_at": stamp(at),
+            "consecutive_failures": 0,
+            "last_etag": '"e1"',
+            "lease_owner": None,
+        }
+    ]
+    assert len(s.keys("images/")) == 4
+
+
+WORKER_FAULTS = {
+    "500": FakeReply(500, b'{"error": {"kind": "d1", "message": "D1 DB is overloaded"}}'),
+    "timeout": FakeReply(delay_s=3.0),
+    "401": FakeReply(401, b'{"error": {"kind": "unauthorized", "message": "unauthorized"}}'),
+    "down": DROP,
+}
+"""What the proxy does to the batch storing the items; the log line that must say so."""
+WORKER_FAULT_LOGS = {
+    "500": "/batch answered 500: D1 DB is overloaded [d1]",
+    "timeout": "/batch timed out after 1s",
+    "401": "/batch refused the token (401)",
+    "down": "/batch unreachable",
+}
+
+
+@pytest.mark.cloud
+@pytest.mark.parametrize("fault", list(WORKER_FAULTS))
+def test_a_proxy_fault_on_the_items_batch_aborts_the_feed_until_the_next_cycle(
+    fault: str,
+    feed_server: FeedServer,
+    d1_proxy: D1Proxy,
+    cloud_shape: Callable[..., Shape],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    url, _ = image_feed(feed_server)
+    relay = FaultyRelay(
+        d1_proxy.url,
+        lambda path, payload: WORKER_FAULTS[fault] if items_batch(path, payload) else None,
+    )
+    try:
+        s = cloud_shape([url], proxy_url=relay.url, database_timeout="1s")
+        with caplog.at_level(logging.ERROR, logger="feedcollector"):
+            report = s.cycle()
+        assert (report.feeds, report.aborted, report.stored, report.failed) == (1, 1, 0, 0)
+        assert len(relay.faults) == 1, "the fault hit the items batch, once"
+        (error,) = [
+            r.getMessage() for r in caplog.records if "aborted for this cycle" in r.getMessage()
+        ]
+        assert WORKER_FAULT_LOGS[fault] in error
+        assert url in error
+        if fault != "401":
+            assert "INSERT OR IGNORE INTO items" in error, "the log names the request"
+        assert_untouched(s, url)
+        assert s.keys("backups/") == [f"backups/{feed_id_for(url)}/{stamp(START)}.xml"]
+        assert s.keys("images/") == []
+
+        if fault == "down":
+            # The lease could not be handed back while the proxy was down: the feed waits for
+            # it to expire (15 min) rather than risk a second collector fetching it.
+            relay = FaultyRelay(d1_proxy.url, port=relay.port)
+            s.clock.advance(minutes=1)
+            assert s.cycle().feeds == 0
+            s.clock.advance(minutes=15)
+        else:
+            relay.rule = None
+            s.clock.advance(minutes=1)
+        report = s.cycle()
+        assert (report.stored, report.new_items, report.images_stored) == (1, 4, 4)
+        assert_completed(s, url, s.clock.now)
+    finally:
+        relay.close()
+
+
+@pytest.mark.cloud
+def test_a_proxy_down_before_the_cycle_changes_nothing(
+    feed_server: FeedServer, d1_proxy: D1Proxy, cloud_shape: Callable[..., Shape]
+) -> None:
+    url, _ = image_feed(feed_server)
+    relay = FaultyRelay(d1_proxy.url)
+    port = relay.port
+    relay.close()
+    s = cloud_shape([url], proxy_url=f"http://127.0.0.1:{port}")
+    with pytest.raises(DatabaseError, match="unreachable"):
+        s.cycle()
+    assert feed_server.hits("/feed") == []
+    relay = FaultyRelay(d1_proxy.url, port=port)
+    try:
+        assert s.cycle().stored == 1
+        assert_completed(s, url, START)
+    finally:
+        relay.close()
+
+
+@pytest.mark.cloud
+def test_a_batch_failing_inside_d1_leaves_nothing_half_written(
+    feed_server: FeedServer, cloud_shape: Callable[..., Shape]
+) -> None:
+    url, _ = image_feed(feed_server)
+    s = cloud_shape([url])
+    assert s.proxy is not None
+    s.cycle(force=True, urls=[])  # creates the schema and registers the feed, fetches nothing
+    d1_rows(
+        s.proxy,
+        "CREATE TRIGGER boom BEFORE INSERT ON items WHEN NEW.guid = 'p3' "
+        "BEGIN SELECT RAISE(ABORT, 'disk on fire'); END",
+    )
+    report = s.cycle()
+    assert report.aborted == 1
+    assert_untouched(s, url)
+    d1_rows(s.proxy, "DROP TRIGGER boom")
+    s.clock.advance(minutes=1)
+    assert s.cycle().stored == 1
+    assert_completed(s, url, s.clock.now)
+
+
+@pytest.mark.cloud
+def test_a_missing_bucket_aborts_the_feed_until_it_exists(
+    feed_server: FeedServer, s3_server: S3Bucket, cloud_shape: Callable[..., Shape]
+) -> None:
+    url, _ = image_feed(feed_server)
+    bucket = f"later-{uuid.uuid4().hex[:12]}"
+    s = cloud_shape([url], bucket=bucket)
+    s.s3 = S3Bucket(s3_server.server, bucket)
+    assert s.cycle().aborted == 1
+    assert_untouched(s, url)
+    s3_server.server.client().create_bucket(Bucket=bucket)
+    s.clock.advance(minutes=1)
+    assert s.cycle().stored == 1
+    assert_completed(s, url, s.clock.now)
+
+
+def stopping_then(
+    server: S3Server, body: bytes, content_type: str
+) -> Callable[[BaseHTTPRequestHandler], None]:
+    """A feed-server handler that stops the S3 server, then answers: S3 dies mid-cycle."""
+
+    def handle(request: BaseHTTPRequestHandler) -> None:
+        server.stop()
+        request.send_response(200)
+        request.send_header("Content-Type", content_type)
+        request.send_header("Content-Length", str(len(body)))
+        request.end_headers()
+        request.wfile.write(body)
+
+    return handle
+
+
+@pytest.fixture
+def second_s3() -> Iterator[S3Server]:
+    """Another moto server: moto keeps buckets per process, so it serves the same bucket."""
+    server = S3Server().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.mark.cloud
+def test_s3_going_down_mid_cycle_aborts_the_feed(
+    feed_server: FeedServer,
+    s3_server: S3Bucket,
+    second_s3: S3Server,
+    cloud_shape: Callable[..., Shape],
+) -> None:
+    url, _ = image_feed(feed_server)
+    route = feed_server.routes["/feed"]
+    feed_server.route(
+        "/feed", Route(handler=stopping_then(s3_server.server, route.body, "application/rss+xml"))
+    )
+    s = cloud_shape([url])
+    report = s.cycle()
+    assert report.aborted == 1, "the backup could not be written"
+    assert_untouched(s, url)
+    feed_server.route("/feed", route)
+    s = cloud_shape([url], s3_endpoint=second_s3.endpoint)
+    s.s3 = S3Bucket(second_s3, s3_server.bucket)
+    s.clock.advance(minutes=1)
+    assert s.cycle().stored == 1
+    assert_completed(s, url, s.clock.now)
+
+
+@pytest.mark.cloud
+def test_s3_going_down_during_the_image_stage_charges_no_attempt(
+    feed_server: FeedServer,
+    s3_server: S3Bucket,
+    second_s3: S3Server,
+    cloud_shape: Callable[..., Shape],
+) -> None:
+    image = png(7, 3)
+    feed_server.route(
+        "/only.png", Route(handler=stopping_then(s3_server.server, image, "image/png"))
+    )
+    url = feed_server.route(
+        "/feed",
+        body=rss(
+            [Entry("Pic", guid="pic", content='<img src="/only.png">')], link=feed_server.url("/")
+        ),
+    )
+    s = cloud_shape([url])
+    report = s.cycle()
+    assert (report.stored, report.images_stored, report.images_retry_later) == (1, 0, 0)
+    assert s.count("items") == 1, "items are stored before images are downloaded"
+    assert s.rows("SELECT status, attempts, last_error, r2_key, lease_until FROM image_tasks") == [
+        {
+            "status": "pending",
+            "attempts": 0,
+            "last_error": None,
+            "r2_key": None,
+            "lease_until": None,
+        }
+    ]
+    feed_server.route("/only.png", body=image, headers={"Content-Type": "image/png"})
+    s = cloud_shape([url], s3_endpoint=second_s3.endpoint)
+    s.s3 = S3Bucket(second_s3, s3_server.bucket)
+    s.clock.advance(minutes=1)
+    assert s.cycle().images_stored == 1
+    key = f"images/{feed_id_for(url)}/{md5_8('pic')}/0.png"
+    assert s.rows("SELECT status, attempts, r2_key FROM image_tasks") == [
+        {"status": "success", "attempts": 1, "r2_key": key}
+    ]
+    assert s.object(key) == image
+
+
+# --- several collectors, one D1 -------------------------------------------------------------
+
+
+@pytest.mark.cloud
+def test_two_collectors_share_one_d1_without_fetching_a_feed_twice(
+    feed_server: FeedServer, cloud_shape: Callable[..., Shape]
+) -> None:
+    feed_server.route("/img.png", body=png(), headers={"Content-Type": "image/png"})
+    urls = [
+        feed_server.route(
+            f"/f{n}",
+            Route(
+                body=rss(
+                    [
+                        Entry(f"{n}-a", guid=f"{n}-a", content=f'<img src="/img.png?{n}">'),
+                        Entry(f"{n}-b", guid=f"{n}-b"),
+                    ],
+                    link=feed_server.url("/"),
+                ),
+                delay_s=0.05,
+            ),
+        )
+        for n in range(50)
+    ]
+    s = cloud_shape(urls)
+    settings = s.settings()
+
+    async def one_collector() -> CycleReport:
+        async with open_collector(settings, clock=s.clock) as collector:
+            return await run_cycle(collector)
+
+    async def both() -> list[CycleReport]:
+        return list(await asyncio.gather(one_collector(), one_collector()))
+
+    first, second = asyncio.run(both())
+    assert first.feeds + second.feeds == 50
+    assert first.feeds > 0
+    assert second.feeds > 0, "both collectors took part"
+    assert (first.aborted, second.aborted, first.failed, second.failed) == (0, 0, 0, 0)
+    assert [len(feed_server.hits(f"/f{n}")) for n in range(50)] == [1] * 50
+    assert first.new_items + second.new_items == 100
+    assert s.rows("SELECT COUNT(*) AS n, COUNT(DISTINCT feed_id || guid) AS u FROM items") == [
+        {"n": 100, "u": 100}
+    ]
+    assert len(feed_server.hits("/img.png")) == 50, "each image downloaded by one collector"
+    assert first.images_stored + second.images_stored == 50
+    assert s.rows("SELECT MAX(version) AS v FROM schema_migrations")[0]["v"] >= 2
+
+
+# --- the command ----------------------------------------------------------------------------
+
+
+def feedcollector(
+    config: Path, environ: dict[str, str], *args: str
+) -> subprocess.CompletedProcess[str]:
+    keep = {k: v for k, v in os.environ.items() if k not in ("FEEDCOLLECTOR_CONFIG", *environ)}
+    return subprocess.run(
+        [sys.executable, "-m", "feedcollector", "--config", str(config), *args],
+        cwd=config.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**keep, **environ},
+    )
+
+
+@pytest.mark.cloud
+def test_run_once_from_the_command_line_on_the_cloud_pair(
+    feed_server: FeedServer, cloud_shape: Callable[..., Shape]
+) -> None:
+    url, image = image_feed(feed_server)
+    s = cloud_shape([url])
+    wrong = feedcollector(
+        s.config, {**s.environ, "FEEDCOLLECTOR_D1_TOKEN": "not-the-token"}, "run", "--once"
+    )
+    assert wrong.returncode == 1
+    assert "FEEDCOLLECTOR_D1_TOKEN" in wrong.stderr
+    assert "401" in wrong.stderr
+    assert feed_server.hits("/feed") == []
+
+    result = feedcollector(s.config, s.environ, "run", "--once")
+    assert result.returncode == 0, result.stderr
+    assert f"feed {url}: HTTP 200, 4 new of 4 items" in result.stderr
+    (fetched_at,) = [r["last_fetched_at"] for r in s.rows("SELECT last_fetched_at FROM feeds")]
+    assert s.count("items") == 4
+    feed_id = feed_id_for(url)
+    assert s.object(f"backups/{feed_id}/{fetched_at}.xml") == feed_server.routes["/feed"].body
+    assert [s.object(key) for key in s.keys("images/")] == [image] * 4
+    assert s.rows("SELECT COUNT(*) AS n FROM image_tasks WHERE status = 'success'") == [{"n": 4}]
+
+    again = feedcollector(s.config, s.environ, "fetch", "--all")
+    assert again.returncode == 0, again.stderr
+    assert "not modified" in again.stderr
+    assert s.count("items") == 4

@@ -1,0 +1,282 @@
+"""Reading items back: rendering with mixed image statuses, sanitizing, listing with filters and
+paging, and the ``items``/``item`` commands on a collection from a loopback feed server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from feedcollector.backends.local import LocalObjectStore
+from feedcollector.backends.s3 import S3ObjectStore
+from feedcollector.collector import open_collector
+from feedcollector.config import load_settings
+from feedcollector.pipeline import run_cycle
+from feedcollector.reading import (
+    ReadItem,
+    StoredImage,
+    StoredItem,
+    iter_items,
+    parse_since,
+    read_item,
+    render_item_html,
+    replace_image_sources,
+)
+
+from .feedserver import FeedServer
+from .samples import Entry, png, rss, write_project
+from .test_cli import feedcollector
+
+START = datetime(2026, 3, 2, 9, 0, 0, tzinfo=UTC)
+ORIGIN = "https://img.example.org"
+
+
+def image(position: int, url: str, status: str, key: str | None = None) -> StoredImage:
+    return StoredImage(position, url, status, key)
+
+
+def test_render_replaces_only_success_images_and_only_in_src(tmp_path: Path) -> None:
+    objects = LocalObjectStore(tmp_path / "objects")
+    html = (
+        f"<p>See {ORIGIN}/a.png for the original.</p>"
+        f'<img alt="a" src="{ORIGIN}/a.png" srcset="{ORIGIN}/a@2x.png 2x" width="10">'
+        f"<img src='{ORIGIN}/q.png?w=1&amp;h=2'>"
+        f"<img src={ORIGIN}/pending.png>"
+        f'<img src="{ORIGIN}/failed.png">'
+        f'<a href="{ORIGIN}/a.png">link to the original</a>'
+        f'<!-- <img src="{ORIGIN}/a.png"> -->'
+        f"<script>document.write('<img src=\"{ORIGIN}/a.png\">')</script>"
+        f'<IMG SRC=" {ORIGIN}/a.png ">'
+    )
+    tasks = [
+        image(0, f"{ORIGIN}/a.png", "success", "images/f/abcd1234/0.png"),
+        image(1, f"{ORIGIN}/q.png?w=1&h=2", "success", "images/f/abcd1234/1.gif"),
+        image(2, f"{ORIGIN}/pending.png", "pending"),
+        image(3, f"{ORIGIN}/failed.png", "failed"),
+        image(4, f"{ORIGIN}/a.png", "success", "images/f/abcd1234/4.png"),
+    ]
+    rendered = render_item_html(html, tasks, objects)
+    stored_a = (tmp_path / "objects" / "images/f/abcd1234/0.png").as_uri()
+    stored_q = (tmp_path / "objects" / "images/f/abcd1234/1.gif").as_uri()
+    assert rendered == (
+        f"<p>See {ORIGIN}/a.png for the original.</p>"
+        f'<img alt="a" src="{stored_a}" width="10">'
+        f'<img src="{stored_q}">'
+        f"<img src={ORIGIN}/pending.png>"
+        f'<img src="{ORIGIN}/failed.png">'
+        f'<a href="{ORIGIN}/a.png">link to the original</a>'
+        f'<!-- <img src="{ORIGIN}/a.png"> -->'
+        f"<script>document.write('<img src=\"{ORIGIN}/a.png\">')</script>"
+        f'<IMG src="{stored_a}">'
+    )
+    assert render_item_html(html, tasks[2:4], objects) == html
+
+
+def test_public_urls_come_from_the_store(tmp_path: Path) -> None:
+    html = f'<img src="{ORIGIN}/a.png?x=1&amp;y=2">'
+    tasks = [image(0, f"{ORIGIN}/a.png?x=1&y=2", "success", "images/f/ab/0.png")]
+    cdn = S3ObjectStore(
+        "http://127.0.0.1:9",
+        "bucket",
+        "auto",
+        "key",
+        "secret",
+        public_base_url="https://cdn.example",
+    )
+    assert render_item_html(html, tasks, cdn) == '<img src="https://cdn.example/images/f/ab/0.png">'
+    private = S3ObjectStore("http://127.0.0.1:9", "bucket", "auto", "key", "secret")
+    assert render_item_html(html, tasks, private) == html, "no public URL: originals stay"
+    assert replace_image_sources(html, {f"{ORIGIN}/a.png?x=1&y=2": "https://c/x?a=1&b=2"}) == (
+        '<img src="https://c/x?a=1&amp;b=2">'
+    )
+
+
+def test_sanitizing_removes_active_content_and_keeps_our_file_urls(tmp_path: Path) -> None:
+    objects = LocalObjectStore(tmp_path / "objects")
+    html = (
+        f'<p onclick="steal()">Hi <a href="javascript:alert(1)">x</a> <b>bold</b></p>'
+        f'<script>alert(1)</script><img src="{ORIGIN}/a.png" onerror="steal()" alt="pic">'
+        f'<img src="{ORIGIN}/b.png"><iframe src="{ORIGIN}/frame"></iframe>'
+    )
+    tasks = [image(0, f"{ORIGIN}/a.png", "success", "images/f/ab/0.png")]
+    rendered = render_item_html(html, tasks, objects, sanitize=True)
+    for gone in ("onclick", "javascript:", "<script", "onerror", "<iframe", "steal"):
+        assert gone not in rendered
+    stored = (tmp_path / "objects" / "images/f/ab/0.png").as_uri()
+    assert f'src="{stored}"' in rendered
+    assert f'<img src="{ORIGIN}/b.png">' in rendered
+    assert "<b>bold</b>" in rendered
+    assert "<p>" in rendered
+
+
+def test_parse_since() -> None:
+    now = datetime(2026, 3, 10, 12, 0, 0, tzinfo=UTC)
+    assert parse_since("2026-03-01", now) == datetime(2026, 3, 1, tzinfo=UTC)
+    assert parse_since("2026-03-01T08:00:00Z", now) == datetime(2026, 3, 1, 8, tzinfo=UTC)
+    assert parse_since("7d", now) == now - timedelta(days=7)
+    with pytest.raises(ValueError, match="--since must be"):
+        parse_since("yesterday-ish", now)
+
+
+@dataclass
+class Collected:
+    folder: Path
+    config: Path
+    feeds: dict[str, str]
+
+    @property
+    def database(self) -> Path:
+        return self.folder / "collector.db"
+
+    def rows(self, sql: str) -> list[tuple[Any, ...]]:
+        with sqlite3.connect(self.database) as conn:
+            return list(conn.execute(sql))
+
+    def run(self, work: Any) -> Any:
+        async def go() -> Any:
+            async with open_collector(load_settings(self.config)) as collector:
+                return await work(collector)
+
+        return asyncio.run(go())
+
+
+@pytest.fixture
+def collected(feed_server: FeedServer, tmp_path: Path) -> Collected:
+    """Two feeds, two cycles an hour apart; one image archived, one that cannot be fetched."""
+    feed_server.route("/img/ok.png", body=png(), headers={"Content-Type": "image/png"})
+    base = feed_server.url("/")
+    content = '<p>x</p><img src="/img/ok.png?a=1&amp;b=2"><img src="/img/missing.png">'
+    news = feed_server.route(
+        "/news.xml",
+        body=rss([Entry("N1", guid="n1", content=content), Entry("N2", guid="n2")], link=base),
+    )
+    blog = feed_server.route("/blog.xml", body=rss([Entry("B1", guid="b1")], link=base))
+    config = write_project(tmp_path, [news, blog])
+    clock = [START]
+
+    async def cycle() -> None:
+        settings = load_settings(config)
+        async with open_collector(settings, clock=lambda: clock[0]) as collector:
+            await run_cycle(collector, force=True)
+
+    asyncio.run(cycle())
+    feed_server.route(
+        "/news.xml",
+        body=rss([Entry("N1", guid="n1", content=content), Entry("N3", guid="n3")], link=base),
+    )
+    clock[0] = START + timedelta(hours=1)
+    asyncio.run(cycle())
+    return Collected(tmp_path, config, {"news": news, "blog": blog})
+
+
+def test_read_item_renders_without_changing_what_is_stored(collected: Collected) -> None:
+    ((item_id, stored),) = collected.rows("SELECT id, content_html FROM items WHERE guid = 'n1'")
+
+    async def read(collector: Any) -> ReadItem | None:
+        return await read_item(collector.db, collector.objects, item_id)
+
+    found = collected.run(read)
+    assert found is not None
+    assert found.content_html == stored
+    assert [(i.position, i.status) for i in found.images] == [(0, "success"), (1, "pending")]
+    archived = collected.folder / "objects" / str(found.images[0].r2_key)
+    assert found.rendered_html == stored.replace(
+        f'"{collected.feeds["news"].replace("news.xml", "img/ok.png")}?a=1&amp;b=2"',
+        f'"{archived.as_uri()}"',
+    )
+    assert found.rendered_html != stored
+    assert collected.rows("SELECT content_html FROM items WHERE guid = 'n1'") == [(stored,)]
+    assert collected.run(lambda c: read_item(c.db, c.objects, "no-such-id")) is None
+
+
+def test_iter_items_filters_and_pages(collected: Collected) -> None:
+    def listed(**kwargs: Any) -> list[str]:
+        async def go(collector: Any) -> list[StoredItem]:
+            return [item async for item in iter_items(collector.db, page_size=2, **kwargs)]
+
+        return [item.guid for item in collected.run(go)]
+
+    assert sorted(listed()) == ["b1", "n1", "n2", "n3"]
+    assert listed()[-1] == "n3", "created_at order"
+    assert listed(newest_first=True)[0] == "n3"
+    assert sorted(listed(feed_url=collected.feeds["news"])) == ["n1", "n2", "n3"]
+    assert listed(since=START + timedelta(minutes=30)) == ["n3"]
+    assert len(listed(limit=3)) == 3
+    assert listed(feed_url="https://unknown.example/feed") == []
+
+
+def test_items_and_item_commands(collected: Collected) -> None:
+    config = str(collected.config)
+    table = feedcollector("--config", config, "items", cwd=collected.folder)
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[0].startswith("created_at")
+    assert len(lines) == 5
+    assert "N3" in lines[-1]
+
+    stream = feedcollector(
+        "--config",
+        config,
+        "items",
+        "--jsonl",
+        "--feed",
+        collected.feeds["news"],
+        cwd=collected.folder,
+    )
+    assert stream.returncode == 0, stream.stderr
+    records = [json.loads(line) for line in stream.stdout.splitlines()]
+    guids = [r["guid"] for r in records]
+    assert (sorted(guids[:2]), guids[2]) == (["n1", "n2"], "n3"), "created_at order"
+    first = next(r for r in records if r["guid"] == "n1")
+    assert {r["feed_url"] for r in records} == {collected.feeds["news"]}
+    assert first["content_html"].startswith("<p>x</p><img src=")
+    limited = feedcollector(
+        "--config", config, "items", "--jsonl", "--limit", "1", cwd=collected.folder
+    )
+    assert len(limited.stdout.splitlines()) == 1
+    since = feedcollector(
+        "--config",
+        config,
+        "items",
+        "--jsonl",
+        "--since",
+        "2026-03-02T09:30:00Z",
+        cwd=collected.folder,
+    )
+    assert [json.loads(line)["guid"] for line in since.stdout.splitlines()] == ["n3"]
+
+    item_id = first["id"]
+    shown = feedcollector("--config", config, "item", item_id, cwd=collected.folder)
+    assert shown.returncode == 0, shown.stderr
+    assert "title:      N1" in shown.stdout
+    assert "image 0:    success" in shown.stdout
+    assert "image 1:    pending" in shown.stdout
+    assert shown.stdout.rstrip().endswith(first["content_html"])
+    rendered = feedcollector(
+        "--config",
+        config,
+        "item",
+        item_id,
+        "--render",
+        "--sanitize",
+        "--html",
+        cwd=collected.folder,
+    )
+    assert rendered.returncode == 0, rendered.stderr
+    assert rendered.stdout.startswith('<p>x</p><img src="file://')
+    assert "missing.png" in rendered.stdout
+
+    unknown_item = feedcollector("--config", config, "item", "nope", cwd=collected.folder)
+    assert unknown_item.returncode == 2
+    assert "no item with id nope" in unknown_item.stderr
+    unknown_feed = feedcollector(
+        "--config", config, "items", "--feed", "https://x.example/f", cwd=collected.folder
+    )
+    assert unknown_feed.returncode == 2
+    assert "no feed https://x.example/f" in unknown_feed.stderr

@@ -1,0 +1,273 @@
+"""Recovery from the raw XML backups: the drill (collect, lose the database, restore, same items
+back), idempotence, schedules left alone, ``--feed``/``--since``, tombstones, the command, and
+a replay on both backend pairs (SQLite + folder, D1 Proxy Worker + S3)."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from feedcollector.backups import backup_key
+from feedcollector.collector import open_collector
+from feedcollector.config import load_feeds, load_settings
+from feedcollector.errors import ConfigError
+from feedcollector.images import object_key
+from feedcollector.models import FeedSpec
+from feedcollector.pipeline import run_cycle
+from feedcollector.restore import (
+    RestoreProgress,
+    RestoreReport,
+    restore_from_backups,
+    restore_targets,
+)
+from feedcollector.schedule import feed_id_for
+
+from . import test_retention
+from .feedserver import FeedServer
+from .samples import Entry, png, rss, write_project
+from .test_cli import feedcollector
+from .test_retention import Pair
+
+pair = test_retention.pair
+
+START = datetime(2026, 3, 2, 9, 0, 0, tzinfo=UTC)
+ITEM_COLUMNS = "f.url, i.guid, i.title, i.link, i.pub_date, i.content_html, i.content_key"
+BIG = "<p>" + "x" * (1024 * 1024) + "</p>"
+
+
+@dataclass
+class Clock:
+    now: datetime = START
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@dataclass
+class Drill:
+    folder: Path
+    config: Path
+    clock: Clock
+
+    @property
+    def database(self) -> Path:
+        return self.folder / "collector.db"
+
+    def cycle(self) -> None:
+        async def go() -> None:
+            async with open_collector(load_settings(self.config), clock=self.clock) as collector:
+                await run_cycle(collector, force=True)
+
+        asyncio.run(go())
+
+    def restore(self, **kwargs: Any) -> tuple[RestoreReport, list[RestoreProgress]]:
+        steps: list[RestoreProgress] = []
+
+        async def go() -> RestoreReport:
+            settings = load_settings(self.config)
+            async with open_collector(settings, clock=self.clock) as collector:
+                return await restore_from_backups(
+                    collector.db,
+                    collector.objects,
+                    load_feeds(settings.feeds_file),
+                    now=self.clock(),
+                    progress=steps.append,
+                    **kwargs,
+                )
+
+        return asyncio.run(go()), steps
+
+    def rows(self, sql: str) -> list[tuple[Any, ...]]:
+        with sqlite3.connect(self.database) as conn:
+            return list(conn.execute(sql))
+
+    def items(self) -> list[tuple[Any, ...]]:
+        return self.rows(
+            f"SELECT {ITEM_COLUMNS} FROM items i JOIN feeds f ON f.id = i.feed_id "
+            "ORDER BY f.url, i.guid"
+        )
+
+    def images(self) -> list[tuple[Any, ...]]:
+        return self.rows(
+            "SELECT i.guid, t.position, t.original_url, t.status, t.r2_key FROM image_tasks t "
+            "JOIN items i ON i.id = t.item_id ORDER BY i.guid, t.position"
+        )
+
+
+@pytest.fixture
+def drill(feed_server: FeedServer, tmp_path: Path) -> Drill:
+    """Two feeds collected three times: an unchanged body, a changed one, a broken one."""
+    feed_server.route("/img/a.png", body=png(), headers={"Content-Type": "image/png"})
+    feed_server.route("/img/b.png", body=png(3, 3), headers={"Content-Type": "image/png"})
+    base = feed_server.url("/")
+    first = [
+        Entry("A", guid="urn:a", link="/a", content='<p>a</p><img src="/img/a.png">'),
+        Entry("Undated", guid="urn:u", pub_date="sometime soon"),
+        Entry("Big", guid="urn:big", content=BIG),
+    ]
+    later = [*first, Entry("B", guid="urn:b", content='<img src="/img/b.png"><img src="/x">')]
+    news = feed_server.route("/news.xml", body=rss(first, link=base))
+    other = feed_server.route("/other.xml", body=rss([Entry("O", guid="urn:o")], link=base))
+    drill = Drill(tmp_path, write_project(tmp_path, [news, other]), Clock())
+    drill.cycle()
+    drill.clock.now += timedelta(hours=1)
+    drill.cycle()
+    feed_server.route("/news.xml", body=rss(later, link=base))
+    drill.clock.now += timedelta(hours=1)
+    drill.cycle()
+    feed_server.route("/other.xml", body=b"<html>maintenance</html>")
+    drill.clock.now += timedelta(hours=1)
+    drill.cycle()
+    return drill
+
+
+def test_the_drill_collect_lose_the_database_restore_same_items(drill: Drill) -> None:
+    items, images = drill.items(), drill.images()
+    assert len(items) == 5
+    assert [row[3] for row in images] == ["success", "success", "pending"]
+    assert any(row[6] is not None and row[5] is None for row in items), "one item was spilled"
+
+    drill.database.unlink()
+    drill.clock.now += timedelta(days=2)
+    report, steps = drill.restore()
+
+    assert drill.items() == items
+    restored = drill.images()
+    assert [row[:3] for row in restored] == [row[:3] for row in images]
+    assert [row[3:] for row in restored[:2]] == [row[3:] for row in images[:2]], (
+        "archived images are linked again, not downloaded anew"
+    )
+    assert restored[2][3:] == ("pending", None)
+    assert (report.feeds, report.feeds_created, report.items_recovered) == (2, 2, 5)
+    assert (report.backups, report.backups_unchanged, report.backups_unreadable) == (8, 4, 1)
+    assert report.images_relinked == 2
+    assert "5 items recovered from 8 backups of 2 feeds" in report.summary()
+    assert [s.feeds_done for s in steps if s.feed_done] == [1, 2]
+    assert steps[-1].items_recovered == 5
+    feeds = drill.rows("SELECT title, last_fetched_at, last_etag, next_fetch_at FROM feeds")
+    assert feeds == [("Test feed", None, None, "2026-03-04T12:00:00Z")] * 2
+
+    again, _ = drill.restore()
+    assert (again.items_recovered, again.feeds_created, again.images_relinked) == (0, 0, 0)
+    assert drill.items() == items
+
+
+def test_restore_leaves_schedules_and_validators_alone(drill: Drill) -> None:
+    before = drill.rows("SELECT * FROM feeds ORDER BY url")
+    items = drill.items()
+    drill.rows("DELETE FROM image_tasks")
+    drill.rows("DELETE FROM items WHERE guid IN ('urn:a', 'urn:b')")
+    report, _ = drill.restore()
+    assert report.items_recovered == 2
+    assert drill.items() == items
+    assert drill.rows("SELECT * FROM feeds ORDER BY url") == before
+
+
+def test_one_feed_and_since(drill: Drill) -> None:
+    news = drill.rows("SELECT url FROM feeds ORDER BY url")[0][0]
+    drill.database.unlink()
+    since = START + timedelta(hours=2)
+    report, _ = drill.restore(feed_url=news, since=since)
+    assert (report.feeds, report.backups, report.backups_unchanged) == (1, 2, 1)
+    assert [row[1] for row in drill.items()] == ["urn:a", "urn:b", "urn:big", "urn:u"]
+    assert drill.rows("SELECT url FROM feeds") == [(news,)]
+    assert drill.rows("SELECT DISTINCT created_at FROM items") == [("2026-03-02T11:00:00Z",)]
+
+
+def test_tombstoned_items_stay_deleted(drill: Drill) -> None:
+    drill.rows(
+        "INSERT INTO item_tombstones (feed_id, guid, deleted_at) "
+        "SELECT feed_id, guid, '2026-03-03T00:00:00Z' FROM items WHERE guid = 'urn:a'"
+    )
+    drill.rows("DELETE FROM image_tasks")
+    drill.rows("DELETE FROM items")
+    report, _ = drill.restore()
+    assert report.items_recovered == 4
+    assert "urn:a" not in [row[1] for row in drill.items()]
+
+
+def test_restore_targets() -> None:
+    specs = [FeedSpec("https://a.example/feed"), FeedSpec("https://b.example/feed")]
+    known = {"https://b.example/feed": "b-id", "https://old.example/feed": "old-id"}
+    targets = restore_targets(specs, known)
+    assert [(t.url, t.feed_id, t.spec is not None, t.in_database) for t in targets] == [
+        ("https://a.example/feed", feed_id_for("https://a.example/feed"), True, False),
+        ("https://b.example/feed", "b-id", True, True),
+        ("https://old.example/feed", "old-id", False, True),
+    ]
+    assert [t.url for t in restore_targets(specs, known, "HTTPS://OLD.example/feed")] == [
+        "https://old.example/feed"
+    ]
+    with pytest.raises(ConfigError, match=r"restore: https://c\.example/feed is neither"):
+        restore_targets(specs, known, "https://c.example/feed")
+
+
+def test_unknown_backup_folders_are_reported(drill: Drill) -> None:
+    stray = drill.folder / "objects" / "backups" / "0123456789abcdef" / "2026-03-01T00:00:00Z.xml"
+    stray.parent.mkdir(parents=True)
+    stray.write_bytes(rss([Entry("lost", guid="urn:lost")]))
+    report, _ = drill.restore()
+    assert report.unknown_feed_folders == 1
+    assert "1 backup folders belong to feeds in neither" in report.summary()
+
+
+def test_restore_command(drill: Drill) -> None:
+    drill.database.unlink()
+    config = str(drill.config)
+    result = feedcollector("--config", config, "restore", cwd=drill.folder)
+    assert result.returncode == 0, result.stderr
+    assert "restore: 5 items recovered from 8 backups of 2 feeds" in result.stdout
+    assert "restore: [2/2]" in result.stderr, "plain progress lines when not on a terminal"
+    assert len(drill.items()) == 5
+
+    again = feedcollector("--config", config, "restore", "--since", "2d", cwd=drill.folder)
+    assert again.returncode == 0, again.stderr
+    assert "restore: 0 items recovered" in again.stdout
+
+    unknown = feedcollector(
+        "--config", config, "restore", "--feed", "https://nowhere.example/x", cwd=drill.folder
+    )
+    assert unknown.returncode == 2
+    assert "is neither in the feeds file nor in the database" in unknown.stderr
+    bad_since = feedcollector("--config", config, "restore", "--since", "soon", cwd=drill.folder)
+    assert bad_since.returncode == 2
+    assert "--since must be a date" in bad_since.stderr
+
+
+def test_restore_on_both_backend_pairs(pair: Pair) -> None:
+    """The same replay against SQLite + folder and against D1 (Proxy Worker) + S3."""
+    url = "https://blog.example.org/feed.xml"
+    feed_id = feed_id_for(url)
+    first = rss([Entry("A", guid="urn:a", content='<img src="https://img.example.org/a.png">')])
+    second = rss([Entry("A", guid="urn:a"), Entry("B", guid="urn:b")])
+
+    async def seed() -> None:
+        await pair.objects.put(backup_key(feed_id, START), first)
+        await pair.objects.put(backup_key(feed_id, START + timedelta(hours=1)), second)
+        await pair.objects.put(object_key(feed_id, "urn:a", 0, "png"), png())
+
+    async def restore() -> RestoreReport:
+        return await restore_from_backups(
+            pair.db, pair.objects, [FeedSpec(url, title="Mine")], now=START + timedelta(days=1)
+        )
+
+    pair.run(seed())
+    report = pair.run(restore())
+    assert (report.feeds_created, report.items_recovered, report.images_relinked) == (1, 2, 1)
+    assert pair.rows("SELECT guid, created_at FROM items ORDER BY guid") == [
+        {"guid": "urn:a", "created_at": "2026-03-02T09:00:00Z"},
+        {"guid": "urn:b", "created_at": "2026-03-02T10:00:00Z"},
+    ]
+    assert pair.rows("SELECT status, r2_key FROM image_tasks") == [
+        {"status": "success", "r2_key": object_key(feed_id, "urn:a", 0, "png")}
+    ]
+    assert pair.rows("SELECT title, config_title, active FROM feeds") == [
+        {"title": "Mine", "config_title": "Mine", "active": 1}
+    ]
+    assert pair.run(restore()).items_recovered == 0

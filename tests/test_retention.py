@@ -1,0 +1,365 @@
+"""Retention against both backend pairs (SQLite + folder, D1 Proxy Worker + S3) with fixed
+clocks: items and backups just inside and just outside their windows, image and spilled-content
+objects, tombstones, dry runs, paging, and the daily claim shared by several collectors."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from feedcollector import store
+from feedcollector.backends.local import LocalObjectStore
+from feedcollector.backends.sqlite import SQLiteDatabase
+from feedcollector.backups import backup_key
+from feedcollector.database import Database
+from feedcollector.images import object_key
+from feedcollector.models import Feed, FeedSpec, ItemRecord
+from feedcollector.objectstore import ObjectStore
+from feedcollector.retention import (
+    CleanupReport,
+    ItemCursor,
+    ItemPage,
+    claim_cleanup,
+    delete_chunks,
+    expire_items,
+    is_expired_backup,
+    last_cleanup_at,
+    record_cleanup,
+    retention_cutoffs,
+    run_cleanup,
+    sweep_backups,
+)
+from feedcollector.schedule import feed_id_for
+from feedcollector.schema import migrate
+from feedcollector.spill import content_key
+from feedcollector.store_images import ImageResult, record_image_results
+from feedcollector.timestamps import format_timestamp
+from feedcollector.tombstones import FeedListing, tombstones_to_drop
+
+from . import cloud
+from .cloud import S3Bucket, d1_database, run_d1_proxy
+
+s3_server = cloud.s3_server
+
+T = TypeVar("T")
+NOW = datetime(2026, 9, 1, 12, 0, 0, tzinfo=UTC)
+ITEM_DAYS = 180
+BACKUP_DAYS = 30
+ITEM_CUTOFF = NOW - timedelta(days=ITEM_DAYS)
+BACKUP_CUTOFF = NOW - timedelta(days=BACKUP_DAYS)
+FEED_URL = "https://blog.example.org/feed.xml"
+FEED_ID = feed_id_for(FEED_URL)
+SECOND = timedelta(seconds=1)
+
+
+@dataclass
+class Pair:
+    """A database and an object store living on one event loop for the whole test."""
+
+    name: str
+    db: Database
+    objects: ObjectStore
+    runner: asyncio.Runner
+
+    def run(self, step: Awaitable[T]) -> T:
+        async def await_it() -> T:
+            return await step
+
+        return self.runner.run(await_it())
+
+    def keys(self, prefix: str) -> list[str]:
+        async def collect() -> list[str]:
+            return [key async for key in self.objects.list(prefix)]
+
+        return self.run(collect())
+
+    def rows(self, sql: str, *params: str) -> list[dict[str, object]]:
+        return self.run(self.db.query(sql, params))
+
+
+@pytest.fixture(params=["embedded", pytest.param("cloud", marks=pytest.mark.cloud)])
+def pair(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Pair]:
+    if request.param == "embedded":
+        with asyncio.Runner() as runner:
+            db = SQLiteDatabase(tmp_path / "collector.db")
+            objects = LocalObjectStore(tmp_path / "objects")
+            yield from _opened(Pair("embedded", db, objects, runner))
+        return
+    server = cloud.S3Server().start()
+    try:
+        bucket = server.create_bucket()
+        with run_d1_proxy() as proxy, asyncio.Runner() as runner:
+            yield from _opened(Pair("cloud", d1_database(proxy), server.store(bucket), runner))
+    finally:
+        server.stop()
+
+
+def _opened(pair: Pair) -> Iterator[Pair]:
+    pair.run(migrate(pair.db))
+    try:
+        yield pair
+    finally:
+        pair.run(pair.db.close())
+        pair.run(pair.objects.close())
+
+
+async def add_feed(db: Database, url: str = FEED_URL) -> None:
+    await store.sync_feeds(db, [FeedSpec(url)], NOW - timedelta(days=400))
+
+
+async def add_item(
+    pair: Pair,
+    guid: str,
+    created: datetime,
+    *,
+    images: tuple[bool, ...] = (),
+    spilled: bool = False,
+    feed_url: str = FEED_URL,
+) -> str:
+    """Store an item as the pipeline would at ``created``; ``images`` says which succeeded."""
+    feed_id = feed_id_for(feed_url)
+    record = ItemRecord(
+        id=f"id-{guid}",
+        guid=guid,
+        link=f"https://blog.example.org/{guid}",
+        title=guid,
+        pub_date=format_timestamp(created),
+        content_html=None if spilled else f"<p>{guid}</p>",
+        image_urls=tuple(f"https://img.example.org/{guid}/{n}.png" for n in range(len(images))),
+        content_key=content_key(feed_id, guid) if spilled else None,
+    )
+    if spilled:
+        await pair.objects.put(content_key(feed_id, guid), b"<p>big</p>")
+    feed = Feed(id=feed_id, url=feed_url)
+    outcome = store.FetchSuccess(None, None, None, created, created + timedelta(hours=1), 200)
+    await store.save_items(pair.db, feed, [record], outcome)
+    results = []
+    for position, ok in enumerate(images):
+        key = object_key(feed_id, guid, position, "png")
+        if ok:
+            await pair.objects.put(key, b"png bytes", "image/png")
+        results.append(
+            ImageResult(f"{record.id}-{position}", key if ok else None, None if ok else "404")
+        )
+    await record_image_results(pair.db, results, created)
+    return record.id
+
+
+def test_pure_decisions() -> None:
+    cut = retention_cutoffs(NOW, item_days=180, backup_days=30)
+    assert cut.items_before == "2026-03-05T12:00:00Z"
+    assert cut.backups_before == datetime(2026, 8, 2, 12, 0, 0, tzinfo=UTC)
+    assert is_expired_backup("backups/f/2026-08-02T11:59:59Z.xml", cut.backups_before)
+    assert not is_expired_backup("backups/f/2026-08-02T12:00:00Z.xml", cut.backups_before)
+    assert not is_expired_backup("backups/f/notes.txt", cut.backups_before)
+    assert not is_expired_backup("images/f/2020-01-01T00:00:00Z.xml", cut.backups_before)
+    assert [len(c) for c in delete_chunks([str(n) for n in range(2500)])] == [1000, 1000, 500]
+    with pytest.raises(ValueError, match=r"1\.\.1000"):
+        delete_chunks(["a"], 1001)
+    page = ItemPage(ItemCursor("a", "1"), ItemCursor("b", "2"), 2)
+    where, params = page.where("z")
+    assert where.count("?") == len(params) == 7
+    subscribed = FeedListing(subscribed=True, listed=frozenset({"g1"}))
+    assert tombstones_to_drop(["g1", "g2"], subscribed) == ["g2"]
+    assert tombstones_to_drop(["g1"], FeedListing(subscribed=True, listed=None)) == []
+    assert tombstones_to_drop(["g1"], FeedListing(subscribed=False, listed=None)) == ["g1"]
+
+
+def test_cleanup_deletes_what_is_just_outside_the_windows_and_keeps_the_rest(pair: Pair) -> None:
+    pair.run(add_feed(pair.db))
+    old = pair.run(add_item(pair, "old", ITEM_CUTOFF - SECOND, images=(True, False)))
+    pair.run(add_item(pair, "old-spilled", ITEM_CUTOFF - timedelta(days=3), spilled=True))
+    pair.run(add_item(pair, "edge", ITEM_CUTOFF, images=(True,)))
+    pair.run(add_item(pair, "new", NOW - timedelta(days=1), images=(True,)))
+    backups = {
+        "expired": backup_key(FEED_ID, BACKUP_CUTOFF - SECOND),
+        "older": backup_key(FEED_ID, BACKUP_CUTOFF - timedelta(days=90)),
+        "edge": backup_key(FEED_ID, BACKUP_CUTOFF),
+        "recent": backup_key(FEED_ID, NOW),
+        "other": f"backups/{FEED_ID}/README.txt",
+    }
+    for key in backups.values():
+        pair.run(pair.objects.put(key, b"<rss/>"))
+    all_objects = pair.keys("")
+
+    dry = pair.run(
+        run_cleanup(
+            pair.db,
+            pair.objects,
+            now=NOW,
+            item_days=ITEM_DAYS,
+            backup_days=BACKUP_DAYS,
+            dry_run=True,
+        )
+    )
+    assert (dry.backups, dry.items, dry.image_objects, dry.content_objects) == (2, 2, 1, 1)
+    assert sorted(dry.sample_backups) == sorted([backups["expired"], backups["older"]])
+    assert pair.keys("") == all_objects, "a dry run changes nothing"
+    assert len(pair.rows("SELECT id FROM items")) == 4
+    assert "would delete 2 backups" in dry.summary()
+
+    report = pair.run(
+        run_cleanup(pair.db, pair.objects, now=NOW, item_days=ITEM_DAYS, backup_days=BACKUP_DAYS)
+    )
+    assert (report.backups, report.items, report.image_objects, report.content_objects) == (
+        dry.backups,
+        dry.items,
+        dry.image_objects,
+        dry.content_objects,
+    )
+    assert sorted(pair.keys("backups/")) == sorted(
+        [backups["edge"], backups["recent"], backups["other"]]
+    )
+    assert pair.keys("content/") == []
+    assert pair.keys("images/") == sorted(
+        [object_key(FEED_ID, "edge", 0, "png"), object_key(FEED_ID, "new", 0, "png")]
+    )
+    assert [r["guid"] for r in pair.rows("SELECT guid FROM items ORDER BY guid")] == [
+        "edge",
+        "new",
+    ]
+    assert pair.rows("SELECT id FROM image_tasks WHERE item_id = ?", old) == []
+    assert len(pair.rows("SELECT id FROM image_tasks")) == 2
+    assert pair.rows("SELECT feed_id, guid, deleted_at FROM item_tombstones ORDER BY guid") == [
+        {"feed_id": FEED_ID, "guid": "old", "deleted_at": format_timestamp(NOW)},
+        {"feed_id": FEED_ID, "guid": "old-spilled", "deleted_at": format_timestamp(NOW)},
+    ]
+    again = pair.run(
+        run_cleanup(pair.db, pair.objects, now=NOW, item_days=ITEM_DAYS, backup_days=BACKUP_DAYS)
+    )
+    assert (again.backups, again.items, again.image_objects) == (0, 0, 0)
+
+
+def test_items_are_paged_and_every_statement_stays_under_the_parameter_limit(
+    pair: Pair,
+) -> None:
+    """250 expired items with images, in pages of 60: D1 would refuse any statement binding
+    more than 100 parameters, and every object and row goes."""
+
+    async def seed() -> None:
+        await add_feed(pair.db)
+        records = []
+        for n in range(250):
+            guid = f"g{n:03d}"
+            records.append(
+                ItemRecord(
+                    id=f"id-{guid}",
+                    guid=guid,
+                    link=None,
+                    title=guid,
+                    pub_date="2026-01-01T00:00:00Z",
+                    content_html=None,
+                    image_urls=(f"https://img.example.org/{guid}.png",),
+                )
+            )
+        created = ITEM_CUTOFF - timedelta(days=10)
+        outcome = store.FetchSuccess(None, None, None, created, created, 200)
+        await store.save_items(pair.db, Feed(id=FEED_ID, url=FEED_URL), records, outcome)
+        results = []
+        for record in records:
+            key = object_key(FEED_ID, record.guid, 0, "png")
+            await pair.objects.put(key, b"x")
+            results.append(ImageResult(f"{record.id}-0", key, None))
+        await record_image_results(pair.db, results, created)
+
+    pair.run(seed())
+    report = CleanupReport(retention_cutoffs(NOW, item_days=ITEM_DAYS, backup_days=BACKUP_DAYS))
+    pair.run(expire_items(pair.db, pair.objects, report, page_size=60, delete_chunk=100))
+    assert (report.items, report.image_objects) == (250, 250)
+    assert pair.rows("SELECT COUNT(*) AS n FROM items") == [{"n": 0}]
+    assert pair.rows("SELECT COUNT(*) AS n FROM image_tasks") == [{"n": 0}]
+    assert pair.rows("SELECT COUNT(*) AS n FROM item_tombstones") == [{"n": 250}]
+    assert pair.keys("images/") == []
+
+
+def test_old_tombstones_go_unless_the_newest_backup_still_lists_the_item(pair: Pair) -> None:
+    quiet_url = "https://quiet.example.org/feed.xml"
+    gone_url = "https://gone.example.org/feed.xml"
+
+    async def seed() -> None:
+        subscribed = [FeedSpec(FEED_URL), FeedSpec(quiet_url)]
+        await store.sync_feeds(
+            pair.db, [*subscribed, FeedSpec(gone_url)], NOW - timedelta(days=800)
+        )
+        await store.sync_feeds(pair.db, subscribed, NOW - timedelta(days=700))
+        tombstones = [
+            (FEED_ID, "still-listed"),
+            (FEED_ID, "no-longer-listed"),
+            (feed_id_for(quiet_url), "unknown"),
+            (feed_id_for(gone_url), "unsubscribed"),
+        ]
+        for feed_id, guid in tombstones:
+            await pair.db.query(
+                "INSERT INTO item_tombstones (feed_id, guid, deleted_at) VALUES (?, ?, ?)",
+                (feed_id, guid, format_timestamp(ITEM_CUTOFF - SECOND)),
+            )
+        await pair.db.query(
+            "INSERT INTO item_tombstones (feed_id, guid, deleted_at) VALUES (?, ?, ?)",
+            (FEED_ID, "recent", format_timestamp(ITEM_CUTOFF)),
+        )
+        listing = (
+            b'<?xml version="1.0"?><rss version="2.0"><channel><title>t</title>'
+            b"<item><guid>still-listed</guid><title>x</title></item>"
+            b"<item><guid>brand-new</guid><title>y</title></item></channel></rss>"
+        )
+        older = b"<rss><channel><item><guid>no-longer-listed</guid></item></channel></rss>"
+        await pair.objects.put(backup_key(FEED_ID, NOW - timedelta(days=40)), older)
+        await pair.objects.put(backup_key(FEED_ID, NOW - timedelta(days=2)), listing)
+
+    pair.run(seed())
+    report = pair.run(
+        run_cleanup(pair.db, pair.objects, now=NOW, item_days=ITEM_DAYS, backup_days=BACKUP_DAYS)
+    )
+    remaining = pair.rows("SELECT guid FROM item_tombstones ORDER BY guid")
+    assert [r["guid"] for r in remaining] == ["recent", "still-listed", "unknown"]
+    assert (report.tombstones_dropped, report.tombstones_kept) == (2, 2)
+
+
+def test_backup_deletes_go_in_chunks(s3_server: S3Bucket) -> None:
+    """moto accepts more than 1000 keys per DeleteObjects (S3 and R2 do not), so the chunking
+    is checked by counting calls with a small chunk size."""
+
+    async def go() -> CleanupReport:
+        objects = s3_server.store()
+        try:
+            for day in range(7):
+                await objects.put(
+                    backup_key(FEED_ID, BACKUP_CUTOFF - timedelta(days=day + 1)), b"x"
+                )
+            await objects.put(backup_key(FEED_ID, NOW), b"x")
+            report = CleanupReport(
+                retention_cutoffs(NOW, item_days=ITEM_DAYS, backup_days=BACKUP_DAYS)
+            )
+            await sweep_backups(objects, report, delete_chunk=3)
+            return report
+        finally:
+            await objects.close()
+
+    report = asyncio.run(go())
+    assert report.backups == 7
+    calls = s3_server.server.delete_objects_calls(s3_server.bucket)
+    assert [call.body.count(b"<Key>") for call in calls] == [3, 3, 1]
+    remaining = s3_server.server.client().list_objects_v2(Bucket=s3_server.bucket)["Contents"]
+    assert [o["Key"] for o in remaining] == [backup_key(FEED_ID, NOW)]
+
+
+def test_the_daily_claim_has_one_winner_per_day_and_survives_restarts(pair: Pair) -> None:
+    async def claim(owner: str, at: datetime) -> bool:
+        return await claim_cleanup(pair.db, now=at, owner=owner)
+
+    assert pair.run(last_cleanup_at(pair.db)) is None
+    assert pair.run(claim("a", NOW))
+    assert not pair.run(claim("b", NOW + timedelta(minutes=5))), "a holds the lease"
+    pair.run(record_cleanup(pair.db, started_at=NOW))
+    assert pair.run(last_cleanup_at(pair.db)) == format_timestamp(NOW)
+    assert not pair.run(claim("b", NOW + timedelta(hours=23))), "done less than a day ago"
+    assert pair.run(claim("b", NOW + timedelta(days=1)))
+    assert not pair.run(claim("a", NOW + timedelta(days=1, minutes=30)))
+    # b crashed without recording: after the lease expires someone else takes it
+    assert pair.run(claim("a", NOW + timedelta(days=1, hours=1)))

@@ -1,0 +1,156 @@
+"""Retention end to end: collection cycles from a loopback feed server with a clock the test
+moves, the daily cleanup of the scheduler, an expired item its feed still lists (tombstones),
+and the ``cleanup`` and ``run --once`` commands."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import sqlite3
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from feedcollector.collector import open_collector
+from feedcollector.config import load_settings
+from feedcollector.pipeline import run_cycle
+from feedcollector.retention import CleanupReport
+from feedcollector.schedule import feed_id_for
+from feedcollector.service import cleanup_if_due
+
+from .feedserver import FeedServer
+from .samples import Entry, png, rss, write_project
+from .test_cli import feedcollector
+
+
+@dataclass
+class Clock:
+    now: datetime
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def collect_and_clean(config: Path, clock: Clock, *, cycle: bool = True) -> CleanupReport | None:
+    """A forced cycle (when ``cycle``), then the daily cleanup if it is due, at ``clock``."""
+
+    async def go() -> CleanupReport | None:
+        settings = load_settings(config)
+        async with open_collector(settings, clock=clock) as collector:
+            if cycle:
+                await run_cycle(collector, force=True)
+            return await cleanup_if_due(collector)
+
+    return asyncio.run(go())
+
+
+def sqlite_rows(db: Path, sql: str) -> list[tuple[object, ...]]:
+    with sqlite3.connect(db) as conn:
+        return list(conn.execute(sql))
+
+
+def test_an_expired_item_its_feed_still_lists_is_not_ingested_again(
+    feed_server: FeedServer, tmp_path: Path
+) -> None:
+    image = png()
+    feed_server.route("/img/a.png", body=image, headers={"Content-Type": "image/png"})
+    a = Entry("A", guid="urn:a", content='<p>a</p><img src="/img/a.png">')
+    b, c = Entry("B", guid="urn:b"), Entry("C", guid="urn:c")
+    base = feed_server.url("/")
+    url = feed_server.route("/feed.xml", body=rss([a, b], link=base))
+    config = write_project(tmp_path, [url])
+    database = tmp_path / "collector.db"
+    clock = Clock(datetime(2026, 1, 1, 9, 0, 0, tzinfo=UTC))
+
+    first = collect_and_clean(config, clock)
+    assert first is not None, "the first cleanup is due at once"
+    assert sqlite_rows(database, "SELECT guid FROM items ORDER BY guid") == [("urn:a",), ("urn:b",)]
+    image_key = f"images/{feed_id_for(url)}/{hashlib.md5(b'urn:a').hexdigest()[:8]}/0.png"
+    assert (tmp_path / "objects" / image_key).read_bytes() == image
+    assert collect_and_clean(config, clock, cycle=False) is None, "not again the same day"
+
+    # 181 days later the feed still lists A and B, and has C: cleanup first, then a fetch
+    clock.now += timedelta(days=181)
+    feed_server.route("/feed.xml", body=rss([a, b, c], link=base))
+    report = collect_and_clean(config, clock, cycle=False)
+    assert report is not None
+    assert (report.items, report.image_objects) == (2, 1)
+    assert not (tmp_path / "objects" / image_key).exists()
+    collect_and_clean(config, clock)
+    assert sqlite_rows(database, "SELECT guid FROM items") == [("urn:c",)]
+    assert sqlite_rows(database, "SELECT COUNT(*) FROM image_tasks") == [(0,)]
+    assert len(feed_server.hits("/img/a.png")) == 1, "the expired image is not downloaded again"
+
+    # another 181 days: C expires; A and B are still listed by the newest backup, so kept
+    clock.now += timedelta(days=181)
+    report = collect_and_clean(config, clock)
+    assert report is not None
+    assert (report.items, report.tombstones_dropped, report.tombstones_kept) == (1, 0, 2)
+    assert sqlite_rows(database, "SELECT COUNT(*) FROM items") == [(0,)]
+
+    # the feed drops A: a day later its tombstone goes, B's stays, C's is not old enough
+    feed_server.route("/feed.xml", body=rss([b, c], link=base))
+    clock.now += timedelta(days=1)
+    report = collect_and_clean(config, clock)
+    assert report is not None
+    assert (report.tombstones_dropped, report.tombstones_kept) == (1, 1)
+    assert sqlite_rows(database, "SELECT guid FROM item_tombstones ORDER BY guid") == [
+        ("urn:b",),
+        ("urn:c",),
+    ]
+    assert sqlite_rows(database, "SELECT COUNT(*) FROM items") == [(0,)]
+
+
+def test_cleanup_command_dry_run_then_for_real(feed_server: FeedServer, tmp_path: Path) -> None:
+    url = feed_server.route("/feed.xml", body=rss([Entry("A", guid="a"), Entry("B", guid="b")]))
+    config = write_project(tmp_path, [url], extra_toml="[retention]\nitem_days = 10\n")
+    assert feedcollector("--config", str(config), "fetch", "--all", cwd=tmp_path).returncode == 0
+    database = tmp_path / "collector.db"
+    with sqlite3.connect(database) as conn:
+        conn.execute("UPDATE items SET created_at = '2020-01-01T00:00:00Z' WHERE guid = 'a'")
+    old_backup = tmp_path / "objects" / "backups" / feed_id_for(url) / "2020-01-01T00:00:00Z.xml"
+    old_backup.write_bytes(b"<rss/>")
+
+    dry = feedcollector("--config", str(config), "cleanup", "--dry-run", cwd=tmp_path)
+    assert dry.returncode == 0, dry.stderr
+    assert "cleanup (dry run): would delete 1 backups" in dry.stdout
+    assert "1 items created before" in dry.stdout
+    assert f"backups/{feed_id_for(url)}/2020-01-01T00:00:00Z.xml" in dry.stdout
+    assert f"{feed_id_for(url)} a" in dry.stdout
+    assert old_backup.exists()
+    assert sqlite_rows(database, "SELECT COUNT(*) FROM items") == [(2,)]
+    assert sqlite_rows(database, "SELECT COUNT(*) FROM maintenance") == [(0,)]
+
+    real = feedcollector("--config", str(config), "cleanup", cwd=tmp_path)
+    assert real.returncode == 0, real.stderr
+    assert "cleanup: deleted 1 backups" in real.stdout
+    assert not old_backup.exists()
+    assert sqlite_rows(database, "SELECT guid FROM items") == [("b",)]
+    assert sqlite_rows(database, "SELECT guid FROM item_tombstones") == [("a",)]
+    assert len(sqlite_rows(database, "SELECT last_done_at FROM maintenance")) == 1
+
+
+def test_cleanup_command_exits_1_when_the_database_is_unusable(tmp_path: Path) -> None:
+    (tmp_path / "feeds.yaml").write_text("feeds:\n  - https://blog.example.org/feed.xml\n")
+    (tmp_path / "collector.db").mkdir()
+    result = feedcollector("cleanup", "--dry-run", cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.startswith("error: database:"), result.stderr
+
+
+def test_run_once_runs_the_daily_cleanup_and_records_it(
+    feed_server: FeedServer, tmp_path: Path
+) -> None:
+    url = feed_server.route("/feed.xml", body=rss([Entry("A", guid="a")]))
+    config = write_project(tmp_path, [url])
+    old_backup = tmp_path / "objects" / "backups" / feed_id_for(url) / "2020-01-01T00:00:00Z.xml"
+    old_backup.parent.mkdir(parents=True)
+    old_backup.write_bytes(b"<rss/>")
+    result = feedcollector("--config", str(config), "run", "--once", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "cleanup: deleted 1 backups" in result.stderr
+    assert not old_backup.exists()
+    (done,) = sqlite_rows(tmp_path / "collector.db", "SELECT last_done_at FROM maintenance")
+    again = feedcollector("--config", str(config), "run", "--once", cwd=tmp_path)
+    assert "cleanup:" not in again.stderr, "once a day"
+    assert sqlite_rows(tmp_path / "collector.db", "SELECT last_done_at FROM maintenance") == [done]
