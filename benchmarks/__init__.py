@@ -1,0 +1,1 @@
+"""The benchmark suite of feedcollector: run it with ``python -m benchmarks`` (see __main__)."""

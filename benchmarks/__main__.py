@@ -1,0 +1,157 @@
+"""``python -m benchmarks``: the whole suite, printed as the tables of docs/performance.md.
+
+    .venv/bin/python -m benchmarks            # full: 1k and 10k feeds (about 7 minutes on 2 cores)
+    .venv/bin/python -m benchmarks --quick    # the same at small sizes (about 30 seconds)
+
+Options pick the sizes (``--feeds 1000,10000 --items 20``...) and skip parts (``--skip-node``,
+``--skip-d1``, ``--skip-baseline``...); ``--json PATH`` also writes every figure as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .cycles import (
+    BaselineFigures,
+    CycleFigures,
+    RoundTrips,
+    round_trips_d1,
+    round_trips_sqlite,
+    run_baseline,
+    run_cycles,
+)
+from .farm import run_farm
+from .parse_stage import (
+    ParseFigures,
+    corpus_documents,
+    ensure_node_packages,
+    farm_documents,
+    measure,
+)
+from .report import machine_description, render
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+CORPUS = PROJECT_ROOT.parent / "shared" / "corpus"
+
+
+@dataclass(frozen=True, slots=True)
+class Sizes:
+    feeds: tuple[int, ...]
+    items: int
+    parse_sample: int
+    baseline_feeds: int
+    round_trip_feeds: int
+    rounds: int
+    feedparser_rounds: int
+    latency_ms: float
+    hosts: int
+
+
+FULL = Sizes((1000, 10000), 20, 300, 1000, 200, 10, 3, 0.0, 8)
+QUICK = Sizes((100, 400), 10, 40, 100, 30, 5, 1, 0.0, 4)
+
+
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="small sizes (about 30 seconds)")
+    parser.add_argument("--feeds", help="comma-separated farm sizes for the cycles")
+    parser.add_argument("--items", type=int, help="items per farm feed")
+    parser.add_argument("--parse-sample", type=int, help="farm feeds in the parse comparison")
+    parser.add_argument("--baseline-feeds", type=int, help="feeds the baseline collector reads")
+    parser.add_argument("--round-trip-feeds", type=int, help="feeds for the round-trip counts")
+    parser.add_argument("--rounds", type=int, help="parse rounds (the fastest counts)")
+    parser.add_argument("--latency-ms", type=float, help="farm latency per response")
+    parser.add_argument("--skip-node", action="store_true", help="no rss-parser comparison")
+    parser.add_argument("--skip-d1", action="store_true", help="no D1 round-trip count")
+    parser.add_argument("--skip-baseline", action="store_true", help="no baseline collector")
+    parser.add_argument("--skip-corpus", action="store_true", help="no real-world corpus")
+    parser.add_argument("--json", type=Path, help="also write every figure to this file")
+    return parser.parse_args(argv)
+
+
+def _sizes(arguments: argparse.Namespace) -> Sizes:
+    base = QUICK if arguments.quick else FULL
+    rounds = arguments.rounds or base.rounds
+    return Sizes(
+        feeds=tuple(int(n) for n in arguments.feeds.split(",")) if arguments.feeds else base.feeds,
+        items=arguments.items or base.items,
+        parse_sample=arguments.parse_sample or base.parse_sample,
+        baseline_feeds=arguments.baseline_feeds or base.baseline_feeds,
+        round_trip_feeds=arguments.round_trip_feeds or base.round_trip_feeds,
+        rounds=rounds,
+        feedparser_rounds=min(base.feedparser_rounds, rounds),
+        latency_ms=arguments.latency_ms if arguments.latency_ms is not None else base.latency_ms,
+        hosts=base.hosts,
+    )
+
+
+def main(argv: list[str] | None = None) -> dict[str, object]:
+    """Run the suite; print the report; return every figure (also for the tests)."""
+    arguments = _arguments(argv)
+    sizes = _sizes(arguments)
+    parse: list[ParseFigures] = []
+    cycles: list[CycleFigures] = []
+    baseline: BaselineFigures | None = None
+    round_trips: list[RoundTrips | str] = []
+    load_at_start = os.getloadavg()[0]
+    node = None if arguments.skip_node else ensure_node_packages()
+    with tempfile.TemporaryDirectory(prefix="feedcollector-bench-") as temporary:
+        scratch = Path(temporary)
+        documents = [
+            ("farm feeds", farm_documents(scratch / "farm", sizes.parse_sample, sizes.items))
+        ]
+        if not arguments.skip_corpus:
+            documents.insert(0, ("real-world corpus", corpus_documents(CORPUS)))
+        for label, docs in documents:
+            print(f"parse stage: {label} ({len(docs)} documents)...", flush=True)
+            parse.append(
+                measure(
+                    label,
+                    docs,
+                    node=node,
+                    scratch=scratch,
+                    rounds=sizes.rounds,
+                    feedparser_rounds=sizes.feedparser_rounds,
+                )
+            )
+        for count in sizes.feeds:
+            print(f"cycles: {count} feeds x {sizes.items} items...", flush=True)
+            with run_farm(
+                count, sizes.items, hosts=sizes.hosts, latency_s=sizes.latency_ms / 1000
+            ) as farm:
+                cycles.append(run_cycles(farm, scratch / f"cycles-{count}"))
+        with run_farm(max(sizes.baseline_feeds, sizes.round_trip_feeds), sizes.items) as farm:
+            if not arguments.skip_baseline:
+                print(f"baseline collector: {sizes.baseline_feeds} feeds...", flush=True)
+                baseline = run_baseline(farm, sizes.baseline_feeds, scratch / "baseline")
+            print(f"round trips: {sizes.round_trip_feeds} feeds...", flush=True)
+            round_trips.append(
+                round_trips_sqlite(farm, sizes.round_trip_feeds, scratch / "rt-sqlite")
+            )
+            if not arguments.skip_d1:
+                round_trips.append(round_trips_d1(farm, sizes.round_trip_feeds, scratch / "rt-d1"))
+    machine = machine_description(node)
+    machine["load average (1 min) at start, end"] = f"{load_at_start:.2f}, {os.getloadavg()[0]:.2f}"
+    figures: dict[str, object] = {
+        "machine": machine,
+        "sizes": asdict(sizes),
+        "parse": [asdict(figure) for figure in parse],
+        "cycles": [asdict(figure) for figure in cycles],
+        "baseline": asdict(baseline) if baseline else None,
+        "round_trips": [asdict(r) if isinstance(r, RoundTrips) else r for r in round_trips],
+    }
+    print(render(figures, parse, cycles, baseline, round_trips))
+    if arguments.json:
+        arguments.json.write_text(json.dumps(figures, indent=2, default=str))
+    return figures
+
+
+if __name__ == "__main__":
+    print(f"feedcollector benchmarks on {platform.node() or 'this machine'}", flush=True)
+    main()

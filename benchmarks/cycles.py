@@ -1,0 +1,185 @@
+"""Collection cycles against the farm: the collector and the baseline as child processes.
+
+Every cycle is a fresh ``feedcollector run --once`` process, measured by the kernel (wall,
+CPU, peak RSS), with the project's defaults except: images off (the farm serves no images;
+the image tasks are still created), a one-second interval so the second cycle finds every
+feed due again, and its own SQLite file and objects folder. Per-feed and per-item CPU
+subtract an *idle* run (same command, empty feeds file): interpreter start-up, imports and
+migrations are paid once per process, not per feed.
+
+Database round trips are counted in-process (``CountingDatabase``) on SQLite and on D1
+through the real Proxy Worker under Miniflare.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from feedcollector.collector import open_collector
+from feedcollector.config import load_feeds, load_settings
+from feedcollector.database import CountingDatabase
+from feedcollector.pipeline import run_cycle
+
+from .farm import Farm
+from .measure import ProcessRun, best_cpu_seconds, run_measured, under_peak_probe
+
+INTERVAL = "1s"
+IDLE_RUNS = 3
+"""The idle run is short, so noise weighs on it most: the least CPU of a few counts."""
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+WORKER_DIR = PROJECT_ROOT / "worker"
+
+
+@dataclass(frozen=True, slots=True)
+class CycleFigures:
+    """A first cycle (all new) and a steady one (all 304) over ``feeds`` farm feeds."""
+
+    feeds: int
+    idle: ProcessRun
+    first: ProcessRun
+    steady: ProcessRun
+    new_items: int
+    steady_not_modified: int
+    feeds_file_cpu_s: float
+    """CPU to read and check the feeds file once (it is re-read every cycle)."""
+
+    def first_cpu_per_item_ms(self) -> float:
+        return (self.first.cpu_s - self.idle.cpu_s) / self.new_items * 1000
+
+    def cpu_per_feed_ms(self, run: ProcessRun) -> float:
+        return (run.cpu_s - self.idle.cpu_s) / self.feeds * 1000
+
+
+@dataclass(frozen=True, slots=True)
+class BaselineFigures:
+    feeds: int
+    idle: ProcessRun
+    run: ProcessRun
+    new_items: int
+
+    def cpu_per_item_ms(self) -> float:
+        return (self.run.cpu_s - self.idle.cpu_s) / self.new_items * 1000
+
+
+@dataclass(frozen=True, slots=True)
+class RoundTrips:
+    backend: str
+    feeds: int
+    first: int
+    steady: int
+    first_statements: int
+
+
+def write_workdir(folder: Path, urls: list[str], *, database: str = "") -> Path:
+    """A collector folder: feeds file, config (default values but the ones above)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    entries = "".join(f"  - {url}\n" for url in urls)
+    (folder / "feeds.yaml").write_text("feeds:\n" + entries if urls else "feeds: []\n")
+    config = folder / "feedcollector.toml"
+    config.write_text(
+        'feeds_file = "feeds.yaml"\n'
+        f'[fetch]\ndefault_interval = "{INTERVAL}"\n'
+        + (database or '[database]\npath = "collector.db"\n')
+        + '[storage]\npath = "objects"\n[images]\nenabled = false\n'
+    )
+    return config
+
+
+def _collector_once(config: Path, log: Path) -> ProcessRun:
+    command = under_peak_probe("feedcollector", "--config", str(config), "run", "--once")
+    return run_measured(command, cwd=config.parent, log=log)
+
+
+def run_cycles(farm: Farm, scratch: Path) -> CycleFigures:
+    """Idle run, then a first and a steady cycle over every farm feed."""
+    idle_config = write_workdir(scratch / "idle", [])
+    idle = min(
+        (_collector_once(idle_config, scratch / f"idle-{n}.log") for n in range(IDLE_RUNS)),
+        key=lambda run: run.cpu_s,
+    )
+    config = write_workdir(scratch / "collector", farm.urls())
+    feeds_file_cpu = best_cpu_seconds(lambda: load_feeds(config.parent / "feeds.yaml"), 1)
+    first = _collector_once(config, scratch / "first.log")
+    new_items = _count_items(config.parent / "collector.db")
+    time.sleep(1.1)  # every feed due again
+    before = farm.stats.not_modified
+    steady = _collector_once(config, scratch / "steady.log")
+    return CycleFigures(
+        feeds=farm.feeds,
+        idle=idle,
+        first=first,
+        steady=steady,
+        new_items=new_items,
+        steady_not_modified=farm.stats.not_modified - before,
+        feeds_file_cpu_s=feeds_file_cpu,
+    )
+
+
+def _count_items(database: Path) -> int:
+    with sqlite3.connect(database) as connection:
+        (count,) = connection.execute("SELECT COUNT(*) FROM items").fetchone()
+    return int(count)
+
+
+def run_baseline(farm: Farm, feeds: int, scratch: Path) -> BaselineFigures:
+    """The feedparser + SELECT/INSERT collector over the first ``feeds`` farm feeds."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    runs = []
+    for name, urls in (("idle", []), ("idle", []), ("run", farm.urls()[:feeds])):
+        (scratch / f"{name}.urls").write_text("\n".join(urls))
+        command = under_peak_probe(
+            "benchmarks.baseline", str(scratch / f"{name}.urls"), str(scratch / f"{name}.db")
+        )
+        runs.append(run_measured(command, cwd=PROJECT_ROOT, log=scratch / f"{name}.log"))
+    counts = json.loads(runs[2].log.read_text().strip().splitlines()[-1])
+    idle = min(runs[:2], key=lambda run: run.cpu_s)
+    return BaselineFigures(feeds=feeds, idle=idle, run=runs[2], new_items=counts["new_items"])
+
+
+async def _count_round_trips(
+    config: Path, environ: Mapping[str, str], backend: str, feeds: int
+) -> RoundTrips:
+    settings = load_settings(config, environ=environ)
+    async with open_collector(settings) as collector:
+        counting = CountingDatabase(collector.db)
+        collector.db = counting
+        await run_cycle(collector)
+        first, statements = counting.round_trips, counting.statements
+        await asyncio.sleep(1.1)
+        counting.round_trips = 0
+        await run_cycle(collector)
+        return RoundTrips(backend, feeds, first, counting.round_trips, statements)
+
+
+def round_trips_sqlite(farm: Farm, feeds: int, scratch: Path) -> RoundTrips:
+    config = write_workdir(scratch, farm.urls()[:feeds])
+    return asyncio.run(_count_round_trips(config, os.environ, "SQLite", feeds))
+
+
+def round_trips_d1(farm: Farm, feeds: int, scratch: Path) -> RoundTrips | str:
+    """The same on D1 through the real Worker; a reason string when it cannot run here."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        return "Node 20 and npm are needed for the Proxy Worker"
+    if not (WORKER_DIR / "node_modules" / "miniflare").is_dir():
+        subprocess.run(
+            [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=WORKER_DIR, check=True
+        )
+    sys.path.insert(0, str(PROJECT_ROOT))
+    from tests.cloud import run_d1_proxy  # the test harness: the real Worker under Miniflare
+
+    with run_d1_proxy() as proxy:
+        database = f'[database]\nbackend = "d1"\nurl = "{proxy.url}"\n'
+        config = write_workdir(scratch, farm.urls()[:feeds], database=database)
+        environ = {**os.environ, "FEEDCOLLECTOR_D1_TOKEN": proxy.token}
+        return asyncio.run(_count_round_trips(config, environ, "D1 (Worker)", feeds))

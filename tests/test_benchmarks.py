@@ -1,0 +1,101 @@
+"""The benchmark suite runs: the farm serves what a feed reader expects, the suite completes on
+a tiny size and counts what it did. Benchmarks print figures; nothing here asserts on time."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import httpx
+import pytest
+
+from benchmarks.__main__ import main
+from benchmarks.farm import run_farm
+from benchmarks.feeds import VARIANTS, feed_document
+from benchmarks.parse_stage import NODE_DIR, RssParserRounds, corpus_documents
+from feedcollector.decode import decode_feed
+from feedcollector.parse import parse_feed
+
+from .conftest import CORPUS
+
+
+def test_every_farm_variant_is_a_feed_the_collector_reads() -> None:
+    for index, variant in enumerate(VARIANTS):
+        document = feed_document(index, items=4)
+        decoded = decode_feed(document.body, document.content_type)
+        parsed = parse_feed(decoded.data, f"http://127.0.0.2/feeds/{index}.xml")
+        assert len(parsed.items) == 4, variant.name
+        assert parsed.format == variant.format.removesuffix("-escaped"), variant.name
+        assert all(item.pub_date is not None for item in parsed.items), variant.name
+        assert all(item.content_html and "<p>" in item.content_html for item in parsed.items)
+        images = [
+            item for item in parsed.items if item.content_html and "<img" in item.content_html
+        ]
+        assert all('src="https://' in item.content_html for item in images if item.content_html), (
+            variant.name
+        )
+
+
+def test_the_farm_answers_conditional_requests_on_several_loopback_hosts() -> None:
+    with run_farm(6, 3, hosts=3) as farm, httpx.Client() as client:
+        assert len({host for host, _ in farm.hosts}) == 3
+        first = client.get(farm.url(4))
+        assert first.status_code == 200
+        assert first.content == feed_document(4, 3).body
+        assert first.headers["content-type"] == feed_document(4, 3).content_type
+        again = client.get(farm.url(4), headers={"If-None-Match": first.headers["etag"]})
+        assert again.status_code == 304
+        since = client.get(
+            farm.url(4), headers={"If-Modified-Since": first.headers["last-modified"]}
+        )
+        assert since.status_code == 304
+        assert client.get(farm.url(4).replace("4.xml", "99.xml")).status_code == 404
+        assert (farm.stats.ok, farm.stats.not_modified, farm.stats.not_found) == (1, 2, 1)
+
+
+def test_the_suite_runs_on_a_tiny_size(tmp_path: Path) -> None:
+    figures = main(
+        [
+            "--feeds", "6", "--items", "3", "--parse-sample", "4", "--baseline-feeds", "4",
+            "--round-trip-feeds", "3", "--rounds", "1", "--skip-node", "--skip-d1",
+            "--json", str(tmp_path / "figures.json"),
+        ]
+    )  # fmt: skip
+    assert (tmp_path / "figures.json").is_file()
+    parse = figures["parse"]
+    assert isinstance(parse, list)
+    corpus, farm = parse
+    assert corpus["documents"] == len(corpus_documents(CORPUS))
+    assert corpus["ours_failed"] == 1  # unrecognized.rss is not a feed, on purpose
+    assert farm["items"] == 4 * 3
+    assert all(p["ours_mb_s"] > 0 and p["feedparser_mb_s"] > 0 for p in parse)
+    [cycle] = figures["cycles"]  # type: ignore[misc]
+    assert cycle["new_items"] == 6 * 3
+    assert cycle["steady_not_modified"] == 6
+    assert all(
+        cycle[run]["cpu_s"] > 0 and cycle[run]["peak_rss_mb"] > 0 for run in ("first", "steady")
+    )
+    baseline = figures["baseline"]
+    assert isinstance(baseline, dict)
+    assert baseline["new_items"] == 4 * 3
+    [sqlite] = figures["round_trips"]  # type: ignore[misc]
+    assert sqlite["feeds"] == 3
+    assert sqlite["first"] >= 3  # at least one items batch per feed
+    assert sqlite["steady"] >= 1
+
+
+@pytest.mark.skipif(
+    shutil.which("node") is None or not (NODE_DIR / "node_modules" / "rss-parser").is_dir(),
+    reason="rss-parser is installed by `python -m benchmarks` (npm ci in benchmarks/node)",
+)
+def test_the_rss_parser_driver_reads_the_same_files(tmp_path: Path) -> None:
+    documents = corpus_documents(CORPUS)[:5]
+    node = shutil.which("node")
+    assert node is not None
+    rounds = RssParserRounds(node, documents, tmp_path)
+    try:
+        answer = rounds.round()
+    finally:
+        rounds.close()
+    assert answer["ok"] + answer["failed"] == 5
+    assert answer["cpu_s"] > 0
