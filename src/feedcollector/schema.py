@@ -93,6 +93,14 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
             )""",
         ),
     ),
+    (
+        4,
+        "feeds.gone_at (410 Gone: no longer scheduled) and feeds.moved_to (permanent redirect)",
+        (
+            "ALTER TABLE feeds ADD COLUMN gone_at TEXT",
+            "ALTER TABLE feeds ADD COLUMN moved_to TEXT",
+        ),
+    ),
 )
 
 
