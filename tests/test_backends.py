@@ -8,6 +8,7 @@ the D1 client and the S3 store follow the contract.
 
 from __future__ import annotations
 
+import os
 import random
 import re
 import socket
@@ -289,6 +290,28 @@ def test_delete_many_beyond_one_request(object_store: Live[ObjectStore]) -> None
     object_store.run(store.put("images/keep.bin", b"x"))
     object_store.run(store.delete_many(keys))
     assert object_store.run(collect(store.list("images/"))) == ["images/keep.bin"]
+
+
+def test_local_store_sweeps_temp_files_of_killed_writes_and_never_lists_them(
+    tmp_path: Path,
+) -> None:
+    """A SIGKILL mid-write leaves a temp file; the next writer removes it once it is old."""
+    root = tmp_path / "objects"
+    temp = root / ".partial"
+    temp.mkdir(parents=True)
+    abandoned, recent = temp / ".partial-abandoned", temp / ".partial-recent"
+    abandoned.write_bytes(b"half an obj")
+    recent.write_bytes(b"a write in progress")
+    old = time.time() - 2 * 3600
+    os.utime(abandoned, (old, old))
+    with live("local", lambda: LocalObjectStore(root)) as store:
+        assert store.run(collect(store.backend.list(""))) == []
+        store.run(store.backend.put("backups/f/1.xml", b"<rss/>"))
+        assert not abandoned.exists(), "a temp file older than an hour is swept"
+        assert recent.exists(), "a recent temp file may belong to a live write"
+        assert store.run(collect(store.backend.list(""))) == ["backups/f/1.xml"]
+        with pytest.raises(ObjectStoreError, match="invalid object key"):
+            store.run(store.backend.put(".partial/x", b"x"))
 
 
 @pytest.mark.cloud

@@ -651,3 +651,30 @@ def test_feeds_file_that_is_not_utf8(tmp_path: Path) -> None:
     path = tmp_path / "feeds.yaml"
     path.write_bytes(b"feeds:\n  - url: https://a.example/\n    title: caf\xe9\n")
     assert f"{path} line 3: the file is not UTF-8 text" in feeds_error(path)
+
+
+def test_the_readme_documents_every_config_key_with_its_default() -> None:
+    """The README's annotated config block is the reference users copy: it must stay whole."""
+    import re
+    import tomllib
+
+    from pydantic import BaseModel
+
+    from feedcollector.config import Settings
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Configuration", 1)[1]
+    block = re.search(r"```toml\n(.*?)```", section, re.DOTALL)
+    assert block, "README's Configuration section has a toml block"
+    documented = tomllib.loads(block.group(1))
+    defaults = Settings(base_dir=Path("."))
+    secrets = {"token", "access_key_id", "secret_access_key"}
+    for name in Settings.model_fields:
+        if name in ("config_path", "base_dir"):
+            continue
+        value = getattr(defaults, name)
+        if not isinstance(value, BaseModel):
+            assert name in documented, f"README lacks the top-level key {name}"
+            continue
+        keys = set(type(value).model_fields) - secrets
+        assert set(documented.get(name, {})) == keys, f"README's [{name}] section != the model"

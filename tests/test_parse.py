@@ -621,3 +621,44 @@ def test_any_text_comes_back_exactly(text: str) -> None:
     assert item.content_html == (
         absolutize(text, "http://site.example/blog/") if text.strip() else None
     )
+
+
+def _many(entry: str, count: int) -> str:
+    return "".join(entry.format(n=n) for n in range(count))
+
+
+@pytest.mark.parametrize(
+    ("document", "expected_format"),
+    [
+        (
+            "<rss version='2.0'><channel><title>t</title>"
+            + _many("<item><guid>g{n}</guid></item>", 10_003)
+            + "</channel></rss>",
+            "rss",
+        ),
+        (
+            "<feed xmlns='http://www.w3.org/2005/Atom'><title>t</title>"
+            + _many("<entry><id>g{n}</id></entry>", 10_003)
+            + "</feed>",
+            "atom",
+        ),
+        (
+            json.dumps(
+                {
+                    "version": "https://jsonfeed.org/version/1.1",
+                    "title": "t",
+                    "items": [{"id": f"g{n}"} for n in range(10_003)],
+                }
+            ),
+            "json",
+        ),
+    ],
+)
+def test_items_beyond_the_cap_are_counted_not_read(document: str, expected_format: str) -> None:
+    from feedcollector.parse_common import MAX_ITEMS_PER_FEED
+
+    feed = parse_feed(document.encode(), "https://example.org/feed")
+    assert feed.format == expected_format
+    assert len(feed.items) == MAX_ITEMS_PER_FEED == 10_000
+    assert feed.items_dropped == 3
+    assert feed.items[-1].guid == "g9999"

@@ -473,3 +473,52 @@ def test_forced_fetch_ignores_the_schedule(
     assert p.cycle(force=True, urls=[b]).feeds == 1
     assert p.cycle(force=True).feeds == 2
     assert (len(feed_server.hits("/a")), len(feed_server.hits("/b"))) == (2, 3)
+
+
+def test_an_unexpected_error_fails_only_its_feed_and_is_recorded(
+    feed_server: FeedServer,
+    project: Callable[..., Project],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A bug (an exception no stage promises) is injected: it cannot be produced for real."""
+    import feedcollector.pipeline as pipeline
+
+    real_decode = pipeline.decode_feed
+
+    def buggy_decode(body: bytes, content_type: str | None) -> Any:
+        if b"trigger-bug" in body:
+            raise RuntimeError("a bug in a stage")
+        return real_decode(body, content_type)
+
+    monkeypatch.setattr(pipeline, "decode_feed", buggy_decode)
+    good = feed_server.route("/good", body=rss([Entry("fine", guid="1")]))
+    bad = feed_server.route("/bad", body=rss([Entry("trigger-bug", guid="2")]))
+    p = project([good, bad])
+    with caplog.at_level(logging.ERROR, logger="feedcollector"):
+        report = p.cycle()
+    assert (report.stored, report.failed) == (1, 1)
+    (row,) = p.rows("SELECT * FROM feeds WHERE url = ?", bad)
+    assert row["consecutive_failures"] == 1
+    assert row["last_error"] == "internal: RuntimeError: a bug in a stage"
+    assert row["next_fetch_at"] == "2026-03-02T09:30:00Z", "backed off like any failure"
+    assert p.rows("SELECT guid FROM items") == [{"guid": "1"}]
+    (logged,) = [r for r in caplog.records if r.getMessage().startswith("internal: unexpected")]
+    assert bad in logged.getMessage()
+    assert logged.exc_info is not None
+
+
+def test_items_beyond_the_per_feed_cap_are_dropped_with_a_warning(
+    feed_server: FeedServer, project: Callable[..., Project], caplog: pytest.LogCaptureFixture
+) -> None:
+    from feedcollector.parse_common import MAX_ITEMS_PER_FEED
+
+    total = MAX_ITEMS_PER_FEED + 25
+    url = feed_server.route("/huge", body=rss([Entry(f"t{n}", guid=f"g{n}") for n in range(total)]))
+    p = project([url])
+    with caplog.at_level(logging.WARNING, logger="feedcollector"):
+        p.cycle()
+    assert p.rows("SELECT COUNT(*) AS n FROM items")[0]["n"] == MAX_ITEMS_PER_FEED
+    (warning,) = [r.getMessage() for r in caplog.records if "more than" in r.getMessage()]
+    assert url in warning
+    assert "25 more were not read" in warning

@@ -54,7 +54,7 @@ async def download_pending_images(collector: Collector, report: CycleReport) -> 
                 if isinstance(outcome, StorageError):
                     raise outcome
     except StorageError as exc:
-        log.error("storage: %s; image downloads stopped for this cycle, the next one resumes", exc)
+        log.error("%s; image downloads stopped for this cycle, the next one resumes", exc)
 
 
 async def _attempt(

@@ -83,6 +83,8 @@ class ParsedFeed:
     """rss, rdf, atom or json; with ``-fallback`` when the lenient parser read it."""
     ttl_minutes: int | None = None
     """RSS ``<ttl>`` or ``sy:updatePeriod``/``sy:updateFrequency``, in minutes, if given."""
+    items_dropped: int = 0
+    """Items beyond ``MAX_ITEMS_PER_FEED`` that were not read (the pipeline warns)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -140,6 +140,7 @@ def parse_with_feedparser(data: bytes, base_url: str) -> ParsedFeed:
             _entry(entry, default_base, base_url) for entry in entries[:MAX_ITEMS_PER_FEED]
         ),
         format=_format_name(version) + "-fallback",
+        items_dropped=max(0, len(entries) - MAX_ITEMS_PER_FEED),
         ttl_minutes=ttl_minutes(
             _string(_key(feed, "ttl")),
             _string(_key(feed, "sy_updateperiod")),

@@ -42,6 +42,7 @@ def parse_json_feed(data: bytes, base_url: str) -> ParsedFeed:
             if isinstance(entry, dict)
         ),
         format="json",
+        items_dropped=max(0, len(items) - MAX_ITEMS_PER_FEED),
     )
 
 

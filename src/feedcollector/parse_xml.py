@@ -180,6 +180,7 @@ def _read_rss(
     feed_link, default_base = feed_base(_text(found.get("link")), chain or base_url)
     outer = channel.getparent() if items else None  # RDF: items are siblings of the channel
     walk_root = outer if outer is not None else channel
+    dropped = max(0, len(all_items) - MAX_ITEMS_PER_FEED)
     del all_items[MAX_ITEMS_PER_FEED:]
     entries = tuple(
         _rss_item(item, found, chain, default_base, base_url)
@@ -193,6 +194,7 @@ def _read_rss(
         ttl_minutes=ttl_minutes(
             _text(found.get("ttl")), _text(found.get("period")), _text(found.get("frequency"))
         ),
+        items_dropped=dropped,
     )
 
 
@@ -283,6 +285,7 @@ def _read_atom(feed: etree._Element, chain: str | None, base_url: str) -> Parsed
             found[key] = child
     feed_link, default_base = feed_base(_atom_link(links, chain, base_url), chain or base_url)
     title = found.get("title")
+    dropped = max(0, len(entries) - MAX_ITEMS_PER_FEED)
     del entries[MAX_ITEMS_PER_FEED:]
     return ParsedFeed(
         title=_stripped(_atom_text(title)) if title is not None else None,
@@ -293,6 +296,7 @@ def _read_atom(feed: etree._Element, chain: str | None, base_url: str) -> Parsed
         ),
         format="atom",
         ttl_minutes=ttl_minutes(None, _text(found.get("period")), _text(found.get("frequency"))),
+        items_dropped=dropped,
     )
 
 

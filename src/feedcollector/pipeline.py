@@ -28,6 +28,7 @@ from .image_stage import download_pending_images
 from .models import Feed, ItemRecord, ParsedFeed
 from .normalize import item_records
 from .parse import parse_feed
+from .parse_common import MAX_ITEMS_PER_FEED
 from .report import CycleReport, FeedOutcome
 from .schedule import (
     FAILURE_ALERT_THRESHOLD,
@@ -97,8 +98,13 @@ async def refresh_feed(collector: Collector, feed: Feed) -> FeedOutcome:
         outcome.bytes = len(response.body)
         await write_backup(collector.objects, feed.id, response.body, fetched_at)
         try:
-            parsed, records = read_feed_body(
-                response.body, response.content_type, response.final_url, feed.url, fetched_at
+            parsed, records = await asyncio.to_thread(
+                read_feed_body,
+                response.body,
+                response.content_type,
+                response.final_url,
+                feed.url,
+                fetched_at,
             )
         except ParseError as exc:
             return await _fail(collector, outcome, exc, response.status, began)
@@ -123,7 +129,7 @@ async def refresh_feed(collector: Collector, feed: Feed) -> FeedOutcome:
         return outcome.finish(began)
     except StorageError as exc:
         log.error(
-            "storage: %s; work on feed %s aborted for this cycle (last_fetched_at untouched, "
+            "%s; work on feed %s aborted for this cycle (last_fetched_at untouched, "
             "the next cycle retries)",
             exc,
             feed.url,
@@ -132,6 +138,15 @@ async def refresh_feed(collector: Collector, feed: Feed) -> FeedOutcome:
         outcome.error = str(exc)
         await _release(collector, feed)
         return outcome.finish(began)
+    except Exception as exc:
+        log.exception(
+            "internal: unexpected %s while refreshing feed %s; this is a bug in feedcollector "
+            "(please report it with this traceback). The feed is backed off like a failure; "
+            "the other feeds go on.",
+            type(exc).__name__,
+            feed.url,
+        )
+        return await _fail_unexpected(collector, outcome, exc, began)
 
 
 def read_feed_body(
@@ -148,6 +163,15 @@ def read_feed_body(
     and logged (seed section 5) unless ``warn_undated`` is off (a replay repeats no warnings)."""
     decoded = decode_feed(body, content_type)
     parsed = parse_feed(decoded.data, document_url)
+    if parsed.items_dropped:
+        log.warning(
+            "parse: feed %s lists more than %d items; the first %d are stored, %d more were not "
+            "read",
+            feed_url,
+            MAX_ITEMS_PER_FEED,
+            MAX_ITEMS_PER_FEED,
+            parsed.items_dropped,
+        )
     records, undated = item_records(parsed.items, fetched_at)
     for item in undated if warn_undated else ():
         log.warning(
@@ -191,11 +215,26 @@ async def _fail(
     return outcome.finish(began)
 
 
+async def _fail_unexpected(
+    collector: Collector, outcome: FeedOutcome, exc: Exception, began: float
+) -> FeedOutcome:
+    """Record a bug's exception as the feed's failure, so it backs off and shows in status."""
+    error = ParseError(f"internal: {type(exc).__name__}: {exc}")
+    try:
+        return await _fail(collector, outcome, error, outcome.http_status, began)
+    except Exception:
+        log.exception("internal: could not record the failure of feed %s", outcome.feed.url)
+        outcome.state = "aborted"
+        outcome.error = str(error)
+        await _release(collector, outcome.feed)
+        return outcome.finish(began)
+
+
 async def _release(collector: Collector, feed: Feed) -> None:
     try:
         await store.release_feed(collector.db, feed.id, collector.owner)
     except StorageError as exc:
-        log.debug("storage: could not release the lease of %s (it expires): %s", feed.url, exc)
+        log.debug("%s; the lease of %s is left to expire", exc, feed.url)
 
 
 async def _due_pages(collector: Collector, due_by: datetime) -> AsyncIterator[list[Feed]]:
@@ -243,7 +282,7 @@ async def _refresh_all(
         try:
             await store.record_not_modified(collector.db, batch)
         except StorageError as exc:
-            log.error("storage: %s; 304 bookkeeping of %d feeds not written", exc, len(batch))
+            log.error("%s; 304 bookkeeping of %d feeds not written", exc, len(batch))
 
     async def work() -> None:
         while (feed := await queue.get()) is not None:
@@ -265,7 +304,7 @@ async def _refresh_all(
                 for feed in page:
                     await queue.put(feed)
         except StorageError as exc:
-            log.error("storage: %s; could not claim due feeds, the next cycle retries", exc)
+            log.error("%s; could not claim due feeds, the next cycle retries", exc)
         finally:
             for _ in range(workers):
                 await queue.put(None)

@@ -1,19 +1,24 @@
 """The embedded object store: a local folder where keys become paths.
 
-Writes go to a temporary file in the target folder and are renamed into place, so a crash
-never leaves a half-written object under its final key.
+Writes go to a temporary file in ``<root>/.partial/`` and are renamed into place, so a crash
+never leaves a half-written object under its final key; the temporary files a killed process
+left behind are swept when the store next writes.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
+import time
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 from ..errors import ObjectNotFoundError, ObjectStoreError
 
+_TEMP_DIR = ".partial"
 _TEMP_PREFIX = ".partial-"
+ABANDONED_AFTER_S = 3600.0
+"""A temporary file this old belongs to a write that died (a live write takes far less)."""
 
 
 class LocalObjectStore:
@@ -21,18 +26,44 @@ class LocalObjectStore:
 
     def __init__(self, root: Path | str) -> None:
         self.root = Path(root).resolve()
+        self._temp = self.root / _TEMP_DIR
+        self._swept = False
 
     def _path(self, key: str) -> Path:
         parts = key.split("/")
-        if not key or key.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        if (
+            not key
+            or key.startswith("/")
+            or parts[0] == _TEMP_DIR
+            or any(p in ("", ".", "..") for p in parts)
+        ):
             raise ObjectStoreError(f"storage: invalid object key {key!r}")
         return self.root.joinpath(*parts)
+
+    def _sweep_abandoned(self) -> None:
+        """Remove temporary files of writes killed mid-way (SIGKILL, power loss).
+
+        Housekeeping only: an error here (a file another process just removed, a folder we
+        cannot read) never fails the write that triggered it; the next process sweeps again.
+        """
+        self._swept = True
+        deadline = time.time() - ABANDONED_AFTER_S
+        try:
+            with os.scandir(self._temp) as entries:
+                for entry in entries:
+                    if entry.name.startswith(_TEMP_PREFIX) and entry.stat().st_mtime < deadline:
+                        os.unlink(entry.path)
+        except OSError:
+            return
 
     async def put(self, key: str, data: bytes, content_type: str | None = None) -> None:
         path = self._path(key)
         try:
+            if not self._swept:
+                self._sweep_abandoned()
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd, temp_name = tempfile.mkstemp(prefix=_TEMP_PREFIX, dir=path.parent)
+            self._temp.mkdir(exist_ok=True)
+            fd, temp_name = tempfile.mkstemp(prefix=_TEMP_PREFIX, dir=self._temp)
             try:
                 with os.fdopen(fd, "wb") as handle:
                     handle.write(data)
@@ -59,11 +90,11 @@ class LocalObjectStore:
             return
         keys: list[str] = []
         try:
-            for dirpath, _dirnames, filenames in os.walk(start):
+            for dirpath, dirnames, filenames in os.walk(start):
                 base = Path(dirpath).relative_to(self.root).as_posix()
+                if base == ".":
+                    dirnames[:] = [name for name in dirnames if name != _TEMP_DIR]
                 for name in filenames:
-                    if name.startswith(_TEMP_PREFIX):
-                        continue
                     key = name if base == "." else f"{base}/{name}"
                     if key.startswith(prefix):
                         keys.append(key)
