@@ -150,6 +150,7 @@ async def discover_feeds(
     feeds: list[FoundFeed] = []
     rejected: list[tuple[str, str]] = []
     seen = {feed_url_key(url), feed_url_key(page.final_url)}
+    found_at: set[str] = set()
     links = feed_links(page.body, page.final_url)
     announced = [link.url for link in links]
     for pool, via in ((announced, "link"), (common_feed_urls(page.final_url), "path")):
@@ -163,8 +164,8 @@ async def discover_feeds(
             if isinstance(checked, str):
                 if via == "link":  # a missing common path is no news
                     rejected.append((candidate, checked))
-            elif checked[1] not in seen:  # two paths, one feed (a redirect)
-                seen.add(checked[1])
+            elif checked[1] not in found_at:  # two paths, one feed (a redirect)
+                found_at.add(checked[1])
                 feeds.append(checked[0])
         if feeds:
             break  # the page's own links win; common paths only when none of them works

@@ -97,7 +97,6 @@ def load_command_settings(ctx: typer.Context) -> Settings:
     options: GlobalOptions = ctx.obj
     level = options.log_level.value if options.log_level else None
     fmt = options.log_format.value if options.log_format else None
-    configure_logging(level or "INFO", fmt or "console")  # until the config file is read
     settings = guard(lambda: load_settings(options.config))
     configure_logging(level or settings.log.level, fmt or settings.log.format)
     return settings

@@ -91,16 +91,23 @@ def _feeds_file(settings: Settings) -> list[FeedSpec]:
 def _print_table(report: StatusReport, now: datetime) -> None:
     stdout = Console(highlight=False)
     console = stdout if stdout.is_terminal else Console(highlight=False, width=1000)
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     table.add_column("state")
     table.add_column("fails", justify="right")
     table.add_column("last fetched")
     table.add_column("next fetch")
     table.add_column("items", justify="right")
     table.add_column("images p/f", justify="right")
+    widest_url = max((len(feed.url) for feed in report.feeds), default=3)
     table.add_column("title", max_width=40, overflow="ellipsis", no_wrap=True)
-    table.add_column("url", overflow="fold")
-    table.add_column("last error / hint", max_width=70, overflow="ellipsis", no_wrap=True)
+    table.add_column("url", min_width=min(widest_url, 60), overflow="fold")
+    table.add_column(
+        "last error / hint",
+        min_width=20,
+        max_width=70,
+        overflow="ellipsis",
+        no_wrap=not console.is_terminal,  # one line per feed for grep
+    )
     for feed in report.feeds:
         table.add_row(
             feed.state,
