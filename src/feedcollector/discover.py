@@ -1,7 +1,7 @@
 """Finding a site's feeds for ``feedcollector add``.
 
 Given a URL that is a feed, that is the answer. Given a web page, its ``<link
-rel="alternate">`` tags of feed types name the candidates (relative ``href``\\ s resolved
+rel="alternate">`` tags of feed types name the candidates (relative ``href`` values resolved
 against ``<base href>`` or the page URL); without any valid one, the common feed paths of the
 site (``/feed``, ``/rss``, ``/atom.xml`` ...) are tried. Every candidate is validated the way
 the collector will read it: fetched by the fetch stage (same User-Agent, timeouts, size caps
