@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -122,3 +124,83 @@ def test_run_stops_cleanly_on_sigterm_after_in_flight_feeds(
     assert count(tmp_path / "collector.db", "SELECT COUNT(*) FROM items") == 1, (
         "the in-flight feed finished"
     )
+
+
+def test_log_format_json_and_log_level(feed_server: FeedServer, tmp_path: Path) -> None:
+    ok = feed_server.route("/ok", body=rss([Entry("Hello", guid="1")]))
+    broken = feed_server.route("/broken", status=500, body=b"no")
+    config = str(write_project(tmp_path, [ok, broken]))
+    result = feedcollector(
+        "--config", config, "--log-format", "json", "run", "--once", cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    entries = [json.loads(line) for line in result.stderr.splitlines()]
+    assert {entry["level"] for entry in entries} == {"INFO", "WARNING"}
+    assert all(set(entry) == {"time", "level", "logger", "message"} for entry in entries)
+    assert any(entry["message"].startswith(f"feed {broken}: HTTP 500") for entry in entries)
+
+    quiet = feedcollector(
+        "--config", config, "--log-level", "warning", "fetch", "--all", cwd=tmp_path
+    )
+    assert quiet.returncode == 0, quiet.stderr
+    lines = quiet.stderr.splitlines()
+    assert lines
+    assert all(" WARNING " in line for line in lines), "console lines, no INFO"
+    assert re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d WARNING feed http", lines[0])
+
+    config_file = Path(config)
+    config_file.write_text(config_file.read_text() + '[log]\nformat = "json"\nlevel = "ERROR"\n')
+    from_config = feedcollector("--config", config, "fetch", "--all", cwd=tmp_path)
+    assert from_config.stderr == "", "[log] level ERROR hides the WARNING"
+    override = feedcollector("--config", config, "--log-level", "INFO", "cleanup", cwd=tmp_path)
+    assert all(json.loads(line)["level"] == "INFO" for line in override.stderr.splitlines())
+    assert override.stderr, "the option overrides the config, the format stays json"
+
+    bad = feedcollector("--log-level", "loud", "status", cwd=tmp_path)
+    assert bad.returncode == 2
+    assert "--log-level" in bad.stderr
+    bad_format = feedcollector("--log-format", "xml", "status", cwd=tmp_path)
+    assert bad_format.returncode == 2
+    assert "--log-format" in bad_format.stderr
+
+
+def test_backup_db_copies_a_live_database(feed_server: FeedServer, tmp_path: Path) -> None:
+    ok = feed_server.route("/ok", body=rss([Entry("Hello", guid="1"), Entry("World", guid="2")]))
+    config = str(write_project(tmp_path, [ok]))
+    assert feedcollector("--config", config, "run", "--once", cwd=tmp_path).returncode == 0
+    writer = sqlite3.connect(tmp_path / "collector.db", isolation_level=None)
+    try:
+        writer.execute("BEGIN IMMEDIATE")  # a collector in the middle of a batch
+        writer.execute("DELETE FROM items")
+        result = feedcollector("--config", config, "backup-db", "copy.db", cwd=tmp_path)
+        writer.execute("ROLLBACK")
+    finally:
+        writer.close()
+    assert result.returncode == 0, result.stderr
+    assert "copied to copy.db" in result.stdout
+    assert count(tmp_path / "copy.db", "SELECT COUNT(*) FROM items") == 2
+    assert count(tmp_path / "copy.db", "SELECT COUNT(*) FROM schema_migrations") >= 4
+    assert sorted(p.name for p in tmp_path.glob("*copy.db*")) == ["copy.db"]
+
+    again = feedcollector("--config", config, "backup-db", "copy.db", cwd=tmp_path)
+    assert again.returncode == 2
+    assert "already exists" in again.stderr
+    nowhere = feedcollector("--config", config, "backup-db", "no/such/dir/x.db", cwd=tmp_path)
+    assert nowhere.returncode == 2
+    assert "does not exist" in nowhere.stderr
+
+
+def test_backup_db_points_d1_users_to_wrangler(tmp_path: Path) -> None:
+    config = tmp_path / "cloud.toml"
+    config.write_text('[database]\nbackend = "d1"\nurl = "http://127.0.0.1:9/"\n')
+    result = subprocess.run(
+        [sys.executable, "-m", "feedcollector", "--config", str(config), "backup-db", "x.db"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "FEEDCOLLECTOR_D1_TOKEN": "test-token"},
+    )
+    assert result.returncode == 2
+    assert "wrangler d1 export" in result.stderr
+    assert not (tmp_path / "x.db").exists()

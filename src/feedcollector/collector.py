@@ -19,6 +19,7 @@ from .database import Database
 from .fetch import FetchLimits, make_http_client
 from .images import ImageLimits, make_image_client
 from .objectstore import ObjectStore
+from .report import CycleObserver
 from .schema import migrate
 from .timestamps import utc_now
 
@@ -39,6 +40,8 @@ class Collector:
     clock: Callable[[], datetime] = utc_now
     owner: str = field(default_factory=_owner_id)
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    observer: CycleObserver | None = None
+    """Hears every cycle's progress (progress display, metrics); None for nobody."""
 
     @property
     def page_size(self) -> int:
@@ -47,13 +50,7 @@ class Collector:
 
     @property
     def fetch_limits(self) -> FetchLimits:
-        fetch = self.settings.fetch
-        return FetchLimits(
-            timeout_s=fetch.timeout.total_seconds(),
-            deadline_s=fetch.deadline.total_seconds(),
-            max_body_bytes=fetch.max_body_bytes,
-            user_agent=fetch.user_agent,
-        )
+        return fetch_limits(self.settings)
 
     @property
     def image_limits(self) -> ImageLimits:
@@ -66,9 +63,23 @@ class Collector:
         )
 
 
+def fetch_limits(settings: Settings) -> FetchLimits:
+    """The ``[fetch]`` limits of every feed download (also used by ``add``'s checks)."""
+    fetch = settings.fetch
+    return FetchLimits(
+        timeout_s=fetch.timeout.total_seconds(),
+        deadline_s=fetch.deadline.total_seconds(),
+        max_body_bytes=fetch.max_body_bytes,
+        user_agent=fetch.user_agent,
+    )
+
+
 @asynccontextmanager
 async def open_collector(
-    settings: Settings, *, clock: Callable[[], datetime] = utc_now
+    settings: Settings,
+    *,
+    clock: Callable[[], datetime] = utc_now,
+    observer: CycleObserver | None = None,
 ) -> AsyncIterator[Collector]:
     """Open the backends (applying migrations) and HTTP clients; close them all on exit."""
     db = open_database(settings)
@@ -82,7 +93,9 @@ async def open_collector(
             max_connections=settings.images.concurrency * 2,
         )
         try:
-            yield Collector(settings, db, objects, feed_http, image_http, clock=clock)
+            yield Collector(
+                settings, db, objects, feed_http, image_http, clock=clock, observer=observer
+            )
         finally:
             await feed_http.aclose()
             await image_http.aclose()

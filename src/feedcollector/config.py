@@ -99,6 +99,18 @@ def _log_level_name(value: object) -> object:
     return "WARNING" if name == "WARN" else name
 
 
+def _listen_address(value: object) -> str:
+    """``HOST:PORT`` (``[::1]:9108`` for IPv6); port 0 asks for any free port."""
+    text = value.strip() if isinstance(value, str) else ""
+    host, _, port = text.rpartition(":")
+    bracketed = host.startswith("[") == host.endswith("]")
+    if not host or not port.isdigit() or int(port) > 65535 or not bracketed:
+        raise ValueError(
+            f'must be "HOST:PORT" in quotes, e.g. "127.0.0.1:9108", got {describe_value(value)}'
+        )
+    return text
+
+
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
 ByteSize = Annotated[int, BeforeValidator(parse_byte_size)]
 AtLeastOne = Annotated[int, Field(strict=True, ge=1)]
@@ -106,6 +118,7 @@ Flag = Annotated[bool, Field(strict=True)]
 Text = Annotated[str, Field(strict=True, min_length=1)]
 ConfigPath = Annotated[Path, BeforeValidator(_path_input), AfterValidator(_resolve_path)]
 ServiceUrl = Annotated[str, BeforeValidator(_service_url)]
+ListenAddress = Annotated[str, BeforeValidator(_listen_address)]
 LogLevel = Annotated[
     Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], BeforeValidator(_log_level_name)
 ]
@@ -229,6 +242,15 @@ class LogSettings(BaseModel):
     format: Literal["console", "json"] = "console"
 
 
+class MetricsSettings(BaseModel):
+    """``[metrics]``: the optional Prometheus endpoint served while ``run`` runs."""
+
+    model_config = _MODEL_CONFIG
+
+    listen: ListenAddress | None = None
+    """Where to serve ``/metrics``; None (the default) serves nothing."""
+
+
 class Settings(BaseModel):
     """Everything the collector is told; loaded once by the CLI and passed down."""
 
@@ -244,6 +266,7 @@ class Settings(BaseModel):
     images: ImageSettings = Field(default_factory=ImageSettings)
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
     log: LogSettings = Field(default_factory=LogSettings)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
 
 
 _SECTIONS: Mapping[str, type[BaseModel]] = {
@@ -253,6 +276,7 @@ _SECTIONS: Mapping[str, type[BaseModel]] = {
     "images": ImageSettings,
     "retention": RetentionSettings,
     "log": LogSettings,
+    "metrics": MetricsSettings,
 }
 _SECRETS: Mapping[str, Mapping[str, str]] = {
     "database": {"token": D1_TOKEN_ENV},

@@ -90,3 +90,4 @@ def _count(
             report.images_failed += 1
         else:
             report.images_retry_later += 1
+    report.images_counted()

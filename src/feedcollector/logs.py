@@ -6,6 +6,7 @@ import json
 import logging
 import sys
 from datetime import UTC, datetime
+from typing import TextIO
 
 
 class JsonFormatter(logging.Formatter):
@@ -21,8 +22,21 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False)
 
 
+class StderrHandler(logging.StreamHandler[TextIO]):
+    """Writes to whatever ``sys.stderr`` is at the time: a progress bar redirects it while it
+    is shown, so log lines scroll above the bar instead of tearing it."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        super().emit(record)
+
+
 def configure_logging(level: str = "INFO", fmt: str = "console") -> None:
-    handler = logging.StreamHandler(sys.stderr)
+    """Console lines (time, level, message) or one JSON object per line, on stderr."""
+    handler = StderrHandler()
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:

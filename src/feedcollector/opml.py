@@ -16,9 +16,7 @@ outlines.
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -33,6 +31,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from .config_values import Problem, check_http_url, config_error
 from .database import Database
 from .errors import ConfigError
+from .feeds_edit import read_feeds_text, replace_checked
 from .feeds_file import _duplicate_key as feed_url_key
 from .feeds_file import load_feeds
 from .models import FeedSpec
@@ -152,8 +151,9 @@ def import_opml(opml_path: Path, feeds_file: Path) -> ImportResult:
             f"config: cannot read the OPML file {opml_path} ({exc.strerror}). Check the path."
         ) from exc
     document = read_opml(data, str(opml_path))
-    text = _read_text(feeds_file)
-    existing = load_feeds(feeds_file) if text.strip() else []
+    target = feeds_file.resolve()
+    original, text = read_feeds_text(target)
+    existing = load_feeds(target) if text.strip() else []
     added, present = plan_import(existing, document.feeds)
     if added:
         merged = (
@@ -161,19 +161,8 @@ def import_opml(opml_path: Path, feeds_file: Path) -> ImportResult:
             if feeds_file.suffix.lower() == ".json"
             else merge_yaml(text, added)
         )
-        _replace_checked(feeds_file, merged)
+        replace_checked(target, merged, original, action="import-opml", display=feeds_file)
     return ImportResult(tuple(added), tuple(present), document.skipped)
-
-
-def _read_text(feeds_file: Path) -> str:
-    """The feeds file's text; empty when it does not exist yet (the import creates it)."""
-    try:
-        return feeds_file.read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        return ""
-    except (OSError, UnicodeDecodeError):
-        load_feeds(feeds_file)  # raises the loader's ConfigError, naming the file and fix
-        raise
 
 
 def merge_yaml(text: str, added: Sequence[OpmlFeed]) -> str:
@@ -228,29 +217,6 @@ class _StringSink:
     @property
     def text(self) -> str:
         return "".join(self.parts)
-
-
-def _replace_checked(feeds_file: Path, text: str) -> None:
-    """Write next to the file, check it with the feeds-file loader, then rename into place."""
-    folder = feeds_file.parent
-    folder.mkdir(parents=True, exist_ok=True)
-    fd, temp_name = tempfile.mkstemp(prefix=".import-", suffix=feeds_file.suffix, dir=folder)
-    temp = Path(temp_name)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        try:
-            load_feeds(temp)
-        except ConfigError as exc:
-            raise ConfigError(
-                f"import-opml: the merged feeds file would not load, {feeds_file} is left "
-                f"unchanged: {exc}"
-            ) from exc
-        if feeds_file.exists():
-            os.chmod(temp, feeds_file.stat().st_mode & 0o777)
-        os.replace(temp, feeds_file)
-    finally:
-        temp.unlink(missing_ok=True)
 
 
 # --- export -------------------------------------------------------------------------------

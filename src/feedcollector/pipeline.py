@@ -50,7 +50,7 @@ async def run_cycle(
     collector: Collector, *, urls: Sequence[str] | None = None, force: bool = False
 ) -> CycleReport:
     """One collection cycle: sync the feeds file, refresh due (or forced) feeds, then images."""
-    report = CycleReport(started=collector.clock())
+    report = CycleReport(started=collector.clock(), observer=collector.observer)
     began = time.monotonic()
     specs = load_feeds(collector.settings.feeds_file)
     sync = await store.sync_feeds(collector.db, specs, report.started)
@@ -62,12 +62,18 @@ async def run_cycle(
             sync.reactivated,
             sync.removed,
         )
-    pages = _forced_pages(collector, urls) if force else _due_pages(collector, report.started)
+    if collector.observer is not None and not force:
+        report.feeds_due = await store.count_due_feeds(collector.db, report.started)
+    pages = (
+        _forced_pages(collector, urls, report) if force else _due_pages(collector, report.started)
+    )
     await _refresh_all(collector, pages, report)
     if collector.settings.images.enabled and not collector.stopping.is_set():
         await download_pending_images(collector, report)
     report.elapsed_s = time.monotonic() - began
     log.info("cycle: %s", report.summary())
+    if collector.observer is not None:
+        await collector.observer.cycle_done(report, collector.db)
     return report
 
 
@@ -97,6 +103,7 @@ async def refresh_feed(collector: Collector, feed: Feed) -> FeedOutcome:
 
         outcome.bytes = len(response.body)
         await write_backup(collector.objects, feed.id, response.body, fetched_at)
+        outcome.backed_up = True
         try:
             parsed, records = await asyncio.to_thread(
                 read_feed_body,
@@ -194,6 +201,7 @@ async def _fail(
     failures = outcome.feed.consecutive_failures + 1
     outcome.state = "failed"
     outcome.error = str(exc)
+    outcome.error_kind = exc.kind if isinstance(exc, FetchError) else "parse"
     outcome.http_status = status
     outcome.next_fetch_at = next_fetch_after_failure(outcome.fetched_at, failures)
     await store.record_failure(
@@ -256,9 +264,10 @@ async def _due_pages(collector: Collector, due_by: datetime) -> AsyncIterator[li
 
 
 async def _forced_pages(
-    collector: Collector, urls: Sequence[str] | None
+    collector: Collector, urls: Sequence[str] | None, report: CycleReport
 ) -> AsyncIterator[list[Feed]]:
     ids = await store.active_feed_ids(collector.db, urls)
+    report.feeds_due = len(ids)
     for start in range(0, len(ids), collector.page_size):
         if collector.stopping.is_set():
             return

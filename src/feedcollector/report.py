@@ -1,4 +1,9 @@
-"""What a cycle did, per feed and in total, as the logs and the CLI show it."""
+"""What a cycle did, per feed and in total, as the logs and the CLI show it.
+
+A :class:`CycleObserver` attached to the report hears every finished feed and the image
+stage's progress as they happen: progress bars and the Prometheus metrics are observers, so
+the pipeline stays free of presentation and metrics libraries.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +11,11 @@ import logging
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Protocol
 
+from .database import Database
 from .models import Feed
+from .timestamps import parse_timestamp
 
 log = logging.getLogger("feedcollector")
 
@@ -25,11 +33,24 @@ class FeedOutcome:
     bytes: int = 0
     elapsed_s: float = 0.0
     error: str | None = None
+    error_kind: str | None = None
+    """Why a failed feed failed: a FetchError kind (timeout, dns, http, ...) or parse."""
+    backed_up: bool = False
     next_fetch_at: datetime | None = None
 
     def finish(self, began: float) -> FeedOutcome:
         self.elapsed_s = time.monotonic() - began
         return self
+
+    @property
+    def outcome_label(self) -> str:
+        """A small, fixed set of names for metrics: ok, not_modified, http_5xx, timeout, ..."""
+        fixed = {"stored": "ok", "not_modified": "not_modified", "aborted": "storage_error"}
+        if self.state in fixed:
+            return fixed[self.state]
+        if self.error_kind == "http" and self.http_status:
+            return f"http_{self.http_status // 100}xx"
+        return self.error_kind or "error"
 
     def describe(self) -> str:
         status = f"HTTP {self.http_status}" if self.http_status else "no response"
@@ -43,11 +64,29 @@ class FeedOutcome:
         return f"feed {self.feed.url}: {status}, {what}, {size}, {self.elapsed_s:.2f} s"
 
 
+class CycleObserver(Protocol):
+    """Hears a cycle's progress as it happens (progress display, metrics)."""
+
+    def feed_done(self, outcome: FeedOutcome, report: CycleReport) -> None:
+        """A feed's refresh finished (``report`` already counts it)."""
+
+    def images_done(self, report: CycleReport) -> None:
+        """A page of image tasks finished (``report`` counts them)."""
+
+    async def cycle_done(self, report: CycleReport, db: Database) -> None:
+        """The cycle is over; ``db`` is there to sample gauges (image tasks by status...)."""
+
+
 @dataclass(slots=True)
 class CycleReport:
     """Counters only (no per-feed lists), so memory stays flat however many feeds there are."""
 
     started: datetime
+    observer: CycleObserver | None = None
+    feeds_due: int | None = None
+    """How many feeds this cycle is going to refresh, when known (for progress)."""
+    oldest_due: str | None = None
+    """The earliest ``next_fetch_at`` among the refreshed feeds (for the cycle lag)."""
     feeds: int = 0
     stored: int = 0
     not_modified: int = 0
@@ -75,8 +114,29 @@ class CycleReport:
             self.failed += 1
             if len(self.failed_urls) < 20:
                 self.failed_urls.append(outcome.feed.url)
+        due = outcome.feed.next_fetch_at
+        if due and (self.oldest_due is None or due < self.oldest_due):
+            self.oldest_due = due
         level = logging.INFO if outcome.state in ("stored", "not_modified") else logging.WARNING
         log.log(level, "%s", outcome.describe())
+        if self.observer is not None:
+            self.observer.feed_done(outcome, self)
+
+    def images_counted(self) -> None:
+        """Called by the image stage after each page of tasks."""
+        if self.observer is not None:
+            self.observer.images_done(self)
+
+    @property
+    def lag_s(self) -> float:
+        """How late the most overdue feed of the cycle was at its start (0 if none was)."""
+        if self.oldest_due is None:
+            return 0.0
+        try:
+            due = parse_timestamp(self.oldest_due)
+        except ValueError:
+            return 0.0
+        return max((self.started - due).total_seconds(), 0.0)
 
     def summary(self) -> str:
         return (

@@ -16,7 +16,7 @@ their inputs; the clock is a parameter.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -137,6 +137,9 @@ class CleanupReport:
     content_objects: int = 0
     tombstones_dropped: int = 0
     tombstones_kept: int = 0
+    items_expiring: int | None = None
+    """How many items are past the cutoff, counted up front only for a progress display."""
+    progress: Callable[[CleanupReport], None] | None = None
     sample_backups: list[str] = field(default_factory=list)
     sample_items: list[str] = field(default_factory=list)
     sample_objects: list[str] = field(default_factory=list)
@@ -159,6 +162,10 @@ class CleanupReport:
             ("items (feed_id guid)", self.sample_items),
             ("image and content objects", self.sample_objects),
         ]
+
+    def tick(self) -> None:
+        if self.progress is not None:
+            self.progress(self)
 
 
 def _sample(target: list[str], values: Sequence[str]) -> None:
@@ -186,7 +193,9 @@ async def sweep_backups(
         if len(pending) >= delete_chunk:
             await _delete_objects(objects, pending, report.dry_run, delete_chunk)
             pending = []
+            report.tick()
     await _delete_objects(objects, pending, report.dry_run, delete_chunk)
+    report.tick()
 
 
 async def _delete_objects(
@@ -213,6 +222,10 @@ async def expire_items(
     before = report.cutoffs.items_before
     deleted_at = format_timestamp(report.cutoffs.now)
     cursor = ItemCursor()
+    if report.progress is not None:
+        rows = await db.query("SELECT COUNT(*) AS n FROM items WHERE created_at < ?", (before,))
+        report.items_expiring = int(rows[0]["n"])
+        report.tick()
     while True:
         page = await _next_item_page(db, before, cursor, page_size, report)
         if page is None:
@@ -226,6 +239,7 @@ async def expire_items(
             await _delete_objects(objects, [*image_keys, *content_keys], False, delete_chunk)
             await db.batch(item_page_statements(page, before, deleted_at))
         cursor = page.last
+        report.tick()
 
 
 async def _next_item_page(
@@ -271,10 +285,15 @@ async def run_cleanup(
     item_days: int,
     backup_days: int,
     dry_run: bool = False,
+    progress: Callable[[CleanupReport], None] | None = None,
 ) -> CleanupReport:
-    """Backups, then items with their objects, then old tombstones; ``dry_run`` only counts."""
+    """Backups, then items with their objects, then old tombstones; ``dry_run`` only counts.
+
+    ``progress`` hears the report after every chunk of backups and every page of items."""
     report = CleanupReport(
-        retention_cutoffs(now, item_days=item_days, backup_days=backup_days), dry_run=dry_run
+        retention_cutoffs(now, item_days=item_days, backup_days=backup_days),
+        dry_run=dry_run,
+        progress=progress,
     )
     await sweep_backups(objects, report)
     await expire_items(db, objects, report)

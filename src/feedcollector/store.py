@@ -190,6 +190,15 @@ async def release_feed(db: Database, feed_id: str, owner: str) -> None:
     )
 
 
+async def count_due_feeds(db: Database, due_by: datetime) -> int:
+    """How many active feeds are due by ``due_by`` (for progress displays; one index range)."""
+    rows = await db.query(
+        "SELECT COUNT(*) AS n FROM feeds WHERE active = 1 AND next_fetch_at <= ?",
+        (format_timestamp(due_by),),
+    )
+    return int(rows[0]["n"]) if rows else 0
+
+
 async def next_due_at(db: Database) -> str | None:
     rows = await db.query("SELECT MIN(next_fetch_at) AS due FROM feeds WHERE active = 1")
     return rows[0]["due"] if rows else None

@@ -1,0 +1,166 @@
+"""The Typer application, its global options and the helpers every command shares.
+
+Exit codes: 0 done (also when some feeds failed: that is recorded, not fatal), 1 the database
+or object store is unusable, 2 a config or feeds file problem, or a command used wrongly (the
+message says how to fix it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, NoReturn, TypeVar
+
+import typer
+
+from ..collector import Collector, open_collector
+from ..config import Settings, load_settings
+from ..errors import ConfigError, StorageError
+from ..logs import configure_logging
+from ..reading import parse_since
+from ..report import CycleObserver
+
+T = TypeVar("T")
+
+app = typer.Typer(
+    name="feedcollector",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+class LogLevel(StrEnum):
+    DEBUG = "DEBUG"
+    INFO = "INFO"
+    WARNING = "WARNING"
+    ERROR = "ERROR"
+
+
+class LogFormat(StrEnum):
+    console = "console"
+    json = "json"
+
+
+@dataclass(frozen=True)
+class GlobalOptions:
+    config: Path | None
+    log_level: LogLevel | None
+    log_format: LogFormat | None
+
+
+@app.callback()
+def _global_options(
+    ctx: typer.Context,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            "-c",
+            envvar="FEEDCOLLECTOR_CONFIG",
+            help="TOML config file (paths in it are relative to its folder). "
+            "Without it: feeds.yaml, collector.db and objects/ in the current folder.",
+        ),
+    ] = None,
+    log_level: Annotated[
+        LogLevel | None,
+        typer.Option(
+            case_sensitive=False,
+            help="Least severe log lines shown (default: [log] level of the config, INFO).",
+        ),
+    ] = None,
+    log_format: Annotated[
+        LogFormat | None,
+        typer.Option(
+            case_sensitive=False,
+            help="console: readable lines (default); json: one JSON object per line.",
+        ),
+    ] = None,
+) -> None:
+    """Collect RSS/Atom feeds into a database and object storage, reliably and fast.
+
+    Exit codes: 0 done (failed feeds are recorded, not fatal), 1 the database or object
+    store cannot be used, 2 a config or feeds file problem or a command used wrongly.
+    """
+    ctx.obj = GlobalOptions(config, log_level, log_format)
+
+
+def load_command_settings(ctx: typer.Context) -> Settings:
+    """Settings of the command, loaded once; logging is set up from them and the options."""
+    options: GlobalOptions = ctx.obj
+    level = options.log_level.value if options.log_level else None
+    fmt = options.log_format.value if options.log_format else None
+    settings = guard(lambda: load_settings(options.config))
+    configure_logging(level or settings.log.level, fmt or settings.log.format)
+    return settings
+
+
+def guard(action: Callable[[], T]) -> T:
+    """Turn the errors a user can act on into a message and an exit code."""
+    try:
+        return action()
+    except ConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    except StorageError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
+
+
+def run_async(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    """Run a coroutine to completion; a second Ctrl-C (cancelling it) exits 130."""
+
+    def run_main() -> None:
+        try:
+            asyncio.run(main())
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            typer.echo("interrupted", err=True)
+            raise typer.Exit(130) from None
+
+    guard(run_main)
+
+
+def with_collector(
+    settings: Settings,
+    work: Callable[[Collector], Awaitable[Any]],
+    *,
+    observer: CycleObserver | None = None,
+) -> None:
+    """Open the collector (backends, migrations, HTTP clients), run ``work``, close it all."""
+
+    async def main() -> None:
+        async with open_collector(settings, observer=observer) as collector:
+            await work(collector)
+
+    run_async(main)
+
+
+def since_option(text: str | None, now: datetime) -> datetime | None:
+    if text is None:
+        return None
+    try:
+        return parse_since(text, now)
+    except ValueError as exc:
+        usage_error(str(exc))
+
+
+def usage_error(message: str) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(2)
+
+
+def quiet_on_broken_pipe(action: Callable[[], None]) -> None:
+    """``feedcollector items | head`` closes the pipe early; that is not an error."""
+    try:
+        action()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        raise typer.Exit(0) from None

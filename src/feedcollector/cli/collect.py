@@ -1,0 +1,89 @@
+"""Collecting: ``run`` (the scheduler, optionally serving metrics) and ``fetch``."""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated
+
+import typer
+
+from ..collector import Collector
+from ..config import load_feeds
+from ..metrics import CollectorMetrics, serve_metrics
+from ..pipeline import run_cycle
+from ..service import run_forever, run_once
+from .app import app, guard, load_command_settings, usage_error, with_collector
+from .progress import CycleProgress, open_display
+
+log = logging.getLogger("feedcollector")
+
+
+@app.command()
+def run(
+    ctx: typer.Context,
+    once: Annotated[
+        bool,
+        typer.Option(
+            "--once",
+            help="Run one cycle (due feeds, then their images and pending image retries, then "
+            "the daily cleanup if a day has passed) and exit 0, even if some feeds failed.",
+        ),
+    ] = False,
+) -> None:
+    """Run the scheduler: fetch due feeds, store items, download images; repeat until stopped.
+
+    With [metrics] listen set, `run` serves Prometheus metrics at http://ADDRESS/metrics
+    while it runs (not with --once). A first fetch of many feeds shows its progress.
+    """
+    settings = load_command_settings(ctx)
+    if once:
+        display = open_display()
+        try:
+            with_collector(settings, run_once, observer=CycleProgress(display))
+        finally:
+            display.close()
+        return
+    if settings.metrics.listen is None:
+        with_collector(settings, run_forever)
+        return
+    metrics = CollectorMetrics()
+    server = guard(lambda: serve_metrics(settings.metrics.listen or "", metrics))
+    log.info("metrics: serving Prometheus metrics at %s", server.url)
+    try:
+        with_collector(settings, run_forever, observer=metrics)
+    finally:
+        server.close()
+
+
+@app.command()
+def fetch(
+    ctx: typer.Context,
+    urls: Annotated[
+        list[str] | None, typer.Argument(help="Feed URLs from the feeds file to fetch now.")
+    ] = None,
+    all_feeds: Annotated[
+        bool, typer.Option("--all", help="Fetch every feed of the feeds file now.")
+    ] = False,
+) -> None:
+    """Fetch feeds now, regardless of their schedule (then download their images)."""
+    settings = load_command_settings(ctx)
+    if bool(urls) == all_feeds:
+        usage_error("give feed URLs or --all (not both)")
+    if urls:
+        known = {spec.url for spec in guard(lambda: load_feeds(settings.feeds_file))}
+        unknown = [url for url in urls if url not in known]
+        if unknown:
+            usage_error(
+                f"not in the feeds file {settings.feeds_file}: {', '.join(unknown)}. "
+                "Add them to the file first (it is the source of truth), e.g. with "
+                "`feedcollector add URL`."
+            )
+
+    async def forced(collector: Collector) -> None:
+        await run_cycle(collector, urls=urls or None, force=True)
+
+    display = open_display()
+    try:
+        with_collector(settings, forced, observer=CycleProgress(display))
+    finally:
+        display.close()

@@ -1,0 +1,254 @@
+"""The feeds file from the command line: ``add``, ``remove``, ``import-opml``, ``export-opml``.
+
+The feeds file stays the single source of truth: these commands edit it (keeping its
+comments, order and formatting) and the next cycle registers the change through the normal
+feeds-file diff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..backends import open_database
+from ..collector import fetch_limits
+from ..config import Settings, load_feeds
+from ..config_values import check_http_url, parse_duration
+from ..discover import Discovery, FoundFeed, discover_feeds
+from ..errors import ConfigError, StorageError
+from ..feeds_edit import AlreadySubscribed, add_feed, find_feed, remove_feed
+from ..feeds_yaml import NewEntry
+from ..fetch import make_http_client
+from ..models import FeedSpec
+from ..opml import channel_titles, export_opml, import_opml
+from ..timestamps import utc_now
+from .app import app, guard, load_command_settings, run_async, usage_error
+
+NEXT_CYCLE = (
+    "The next cycle of `feedcollector run` (or `run --once`) registers the change from the "
+    "feeds file"
+)
+
+
+@app.command()
+def add(
+    ctx: typer.Context,
+    url: Annotated[
+        str,
+        typer.Argument(
+            help="A feed URL, or a web page or site whose feeds are discovered "
+            "(https:// is assumed when no scheme is given)."
+        ),
+    ],
+    title: Annotated[
+        str | None,
+        typer.Option("--title", help="Name of the feed (written as title:, overrides its own)."),
+    ] = None,
+    interval: Annotated[
+        str | None,
+        typer.Option(
+            "--interval",
+            help="How often to fetch it, e.g. 15m or 2h (default: [fetch] default_interval).",
+        ),
+    ] = None,
+    pick: Annotated[
+        int | None,
+        typer.Option(
+            "--pick", min=1, metavar="N", help="Add the N-th feed found (see --list), not the 1st."
+        ),
+    ] = None,
+    list_only: Annotated[
+        bool,
+        typer.Option("--list", help="Only list the feeds found, numbered; change nothing."),
+    ] = False,
+) -> None:
+    """Subscribe to a feed: discover it from a site if needed, check it, add it to the file.
+
+    A page's <link rel="alternate"> feeds are tried first, then the usual paths (/feed, /rss,
+    /atom.xml, ...). Each candidate is fetched and parsed like a collected feed. The entry is
+    appended to the feeds file in its own style, comments and order kept.
+    """
+    settings = load_command_settings(ctx)
+    url = _with_scheme(url)
+    entry_interval = _checked_interval(interval)
+    try:
+        check_http_url(url)
+    except ValueError as exc:
+        usage_error(f"add: the address {exc}")
+    specs = _current_feeds(settings)
+    present = find_feed(specs, url)
+    if present is not None and not list_only:
+        _already(present.url, settings)
+        return
+    found = _discover(settings, url, None if list_only else (pick or 1))
+    if list_only:
+        _print_list(found)
+        return
+    if not found.feeds:
+        _nothing_found(found)
+    if pick is not None and pick > len(found.feeds):
+        usage_error(f"add: only {len(found.feeds)} feeds found at {url}; see `add --list {url}`")
+    chosen = found.feeds[(pick or 1) - 1]
+    try:
+        result = add_feed(settings.feeds_file, NewEntry(chosen.url, title, entry_interval))
+    except AlreadySubscribed as exc:  # the discovered feed is subscribed under another URL
+        _already(exc.spec.url, settings)
+        return
+    except ConfigError as exc:
+        usage_error(str(exc))
+    where = f" line {result.line}" if result.line else ""
+    typer.echo(f"add: {_describe(chosen)}")
+    typer.echo(f"     added to {settings.feeds_file}{where}.")
+    others = len(found.announced) - 1
+    if chosen.via == "link" and others > 0 and pick is None:
+        typer.echo(f"     The page announces {others} more; see them with `add --list {url}`.")
+    typer.echo(f"{NEXT_CYCLE} and fetches it; `feedcollector fetch {chosen.url}` does it now.")
+
+
+@app.command()
+def remove(
+    ctx: typer.Context,
+    url: Annotated[
+        str,
+        typer.Argument(help="The feed's URL as in the feeds file (scheme and host ignore case)."),
+    ],
+) -> None:
+    """Unsubscribe: remove a feed from the feeds file (its items and history are kept)."""
+    settings = load_command_settings(ctx)
+    specs = _current_feeds(settings)
+    if find_feed(specs, url) is None:
+        close = difflib.get_close_matches(url, [spec.url for spec in specs], n=3, cutoff=0.6)
+        hint = f" Did you mean {' or '.join(close)}?" if close else ""
+        usage_error(f"remove: {url} is not in the feeds file {settings.feeds_file}.{hint}")
+    result = guard(lambda: remove_feed(settings.feeds_file, url))
+    where = f" (line {result.line})" if result.line else ""
+    typer.echo(f"remove: {result.spec.url} removed from {settings.feeds_file}{where}.")
+    typer.echo(
+        f"{NEXT_CYCLE} and stops fetching it; its items, images and backups are kept "
+        "(`feedcollector status` lists it as removed)."
+    )
+
+
+def _with_scheme(url: str) -> str:
+    text = url.strip()
+    return text if "://" in text or not text else f"https://{text}"
+
+
+def _checked_interval(interval: str | None) -> str | None:
+    if interval is None:
+        return None
+    try:
+        parse_duration(interval.strip())
+    except ValueError as exc:
+        usage_error(f"add: --interval {exc}")
+    return interval.strip()
+
+
+def _current_feeds(settings: Settings) -> list[FeedSpec]:
+    if not settings.feeds_file.exists():
+        return []
+    return guard(lambda: load_feeds(settings.feeds_file))
+
+
+def _already(url: str, settings: Settings) -> None:
+    typer.echo(f"add: {url} is already in {settings.feeds_file}; nothing changed.")
+
+
+def _discover(settings: Settings, url: str, want: int | None) -> Discovery:
+    found: list[Discovery] = []
+
+    async def main() -> None:
+        async with make_http_client(settings.fetch.user_agent) as client:
+            limits = fetch_limits(settings)
+            found.append(await discover_feeds(client, url, limits, now=utc_now(), want=want))
+
+    run_async(main)
+    return found[0]
+
+
+def _describe(feed: FoundFeed) -> str:
+    title = f'"{feed.title}"' if feed.title else "untitled"
+    return f"{feed.url} ({title}, {feed.format}, {feed.items} items)"
+
+
+def _print_list(found: Discovery) -> None:
+    if not found.feeds:
+        _nothing_found(found)
+    for number, feed in enumerate(found.feeds, start=1):
+        typer.echo(f"[{number}] {_describe(feed)}")
+    for candidate, reason in found.rejected:
+        typer.echo(f"    not a usable feed: {candidate}: {reason}", err=True)
+    typer.echo(f"Add one with `feedcollector add --pick N {found.url}`.", err=True)
+
+
+def _nothing_found(found: Discovery) -> None:
+    for candidate, reason in found.rejected:
+        typer.echo(f"    not a usable feed: {candidate}: {reason}", err=True)
+    announced = "its announced feeds do not work" if found.rejected else "it announces none"
+    usage_error(
+        f"add: no feed found at {found.url}: it is not a feed itself, {announced}, and none "
+        "of the usual paths (/feed, /rss, /atom.xml, /index.xml, ...) answers with one. "
+        "Give the feed's own URL."
+    )
+
+
+@app.command("import-opml")
+def import_opml_command(
+    ctx: typer.Context,
+    file: Annotated[Path, typer.Argument(help="OPML exported by another reader.")],
+) -> None:
+    """Add the subscriptions of an OPML file to the feeds file (comments and order kept)."""
+    settings = load_command_settings(ctx)
+    result = guard(lambda: import_opml(file, settings.feeds_file))
+    for feed in result.added:
+        typer.echo(f"  + {feed.url}" + (f"  ({feed.title})" if feed.title else ""))
+    for reason in result.skipped:
+        typer.echo(f"  skipped {reason}", err=True)
+    typer.echo(result.summary(settings.feeds_file))
+
+
+@app.command("export-opml")
+def export_opml_command(
+    ctx: typer.Context,
+    file: Annotated[
+        Path | None, typer.Argument(help="Where to write it (default: standard output).")
+    ] = None,
+) -> None:
+    """Write the feeds file as OPML 2.0, for other readers."""
+    settings = load_command_settings(ctx)
+    specs = guard(lambda: load_feeds(settings.feeds_file))
+    document = export_opml(specs, now=utc_now(), titles=_known_titles(settings))
+    if file is None:
+        sys.stdout.buffer.write(document)
+        sys.stdout.buffer.flush()
+        return
+    try:
+        file.write_bytes(document)
+    except OSError as exc:
+        typer.echo(f"error: export-opml: cannot write {file}: {exc.strerror}", err=True)
+        raise typer.Exit(2) from exc
+    typer.echo(f"export-opml: {len(specs)} feeds written to {file}", err=True)
+
+
+def _known_titles(settings: Settings) -> dict[str, str]:
+    """Channel titles from the database when there is one (names for the outlines)."""
+    if settings.database.backend == "sqlite" and not settings.database.path.exists():
+        return {}
+
+    async def query() -> dict[str, str]:
+        db = open_database(settings)
+        try:
+            return await channel_titles(db)
+        finally:
+            await db.close()
+
+    try:
+        return asyncio.run(query())
+    except StorageError as exc:
+        typer.echo(f"warning: feed titles not available ({exc}); URLs name the feeds", err=True)
+        return {}

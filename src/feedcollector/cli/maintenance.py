@@ -1,0 +1,118 @@
+"""Keeping the data in shape: ``cleanup``, ``restore`` and ``backup-db``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..collector import Collector
+from ..config import load_feeds
+from ..dbbackup import backup_sqlite
+from ..errors import ConfigError
+from ..restore import restore_from_backups
+from ..retention import record_cleanup, run_cleanup
+from .app import app, guard, load_command_settings, since_option, with_collector
+from .progress import cleanup_callback, open_display, restore_callback
+
+
+@app.command()
+def cleanup(
+    ctx: typer.Context,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="Only print what would be deleted (counts, sample keys)."),
+    ] = False,
+) -> None:
+    """Delete old backups, and old items with their images ([retention] settings)."""
+    settings = load_command_settings(ctx)
+
+    async def work(collector: Collector) -> None:
+        now = collector.clock()
+        display = open_display()
+        try:
+            report = await run_cleanup(
+                collector.db,
+                collector.objects,
+                now=now,
+                item_days=settings.retention.item_days,
+                backup_days=settings.retention.backup_days,
+                dry_run=dry_run,
+                progress=cleanup_callback(display),
+            )
+        finally:
+            display.close()
+        if not dry_run:
+            await record_cleanup(collector.db, started_at=now)
+        typer.echo(report.summary())
+        for label, keys in report.samples() if dry_run else ():
+            if keys:
+                typer.echo(f"  for example, {label}:")
+                for key in keys:
+                    typer.echo(f"    {key}")
+
+    with_collector(settings, work)
+
+
+@app.command()
+def restore(
+    ctx: typer.Context,
+    feed: Annotated[
+        str | None, typer.Option("--feed", help="Only this feed (its URL as subscribed).")
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(help="Only backups taken since: 2026-03-01, 2026-03-01T08:00:00Z or 7d."),
+    ] = None,
+) -> None:
+    """Rebuild items from the raw XML backups (idempotent; schedules are left alone)."""
+    settings = load_command_settings(ctx)
+    specs = guard(lambda: load_feeds(settings.feeds_file))
+
+    async def work(collector: Collector) -> None:
+        since_at = since_option(since, collector.clock())
+        display = open_display()
+        try:
+            report = await restore_from_backups(
+                collector.db,
+                collector.objects,
+                specs,
+                now=collector.clock(),
+                feed_url=feed,
+                since=since_at,
+                progress=restore_callback(display),
+            )
+        finally:
+            display.close()
+        typer.echo(report.summary())
+
+    with_collector(settings, work)
+
+
+@app.command("backup-db")
+def backup_db(
+    ctx: typer.Context,
+    target: Annotated[
+        Path,
+        typer.Argument(metavar="PATH", help="The backup file to write (must not exist yet)."),
+    ],
+) -> None:
+    """Copy the SQLite database safely, also while collectors run (VACUUM INTO, checked).
+
+    Never copy a live database with cp: its -wal file would be missed or torn. On the cloud
+    shape (D1) use `wrangler d1 export` instead.
+    """
+    settings = load_command_settings(ctx)
+    if settings.database.backend != "sqlite":
+        guard(_refuse_d1)
+    size = guard(lambda: backup_sqlite(settings.database.path, target))
+    typer.echo(f"backup-db: {settings.database.path} copied to {target} ({size / 2**20:.1f} MiB)")
+
+
+def _refuse_d1() -> None:
+    raise ConfigError(
+        "backup-db: the database is D1 (cloud shape): back it up with `wrangler d1 export "
+        "<database> --remote --output backup.sql`, or rely on D1 Time Travel (see "
+        "docs/deployment.md)."
+    )

@@ -1,0 +1,128 @@
+"""Reading what was collected: ``items`` (a table or JSON Lines) and ``item``."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+
+from ..collector import Collector
+from ..reading import StoredItem, find_feed_id, iter_items, load_content, read_item, sanitize_html
+from .app import (
+    app,
+    load_command_settings,
+    quiet_on_broken_pipe,
+    since_option,
+    usage_error,
+    with_collector,
+)
+
+
+@app.command()
+def items(
+    ctx: typer.Context,
+    feed: Annotated[str | None, typer.Option("--feed", help="Only this feed's items.")] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(help="Only items stored since (inclusive): 2026-03-01, …T08:00:00Z or 7d."),
+    ] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="At most this many items.")] = None,
+    jsonl: Annotated[
+        bool, typer.Option("--jsonl", help="One JSON object per line, content included.")
+    ] = False,
+    newest_first: Annotated[
+        bool, typer.Option("--newest-first", help="Newest first (default: oldest first).")
+    ] = False,
+) -> None:
+    """List stored items (created_at order), as a table or a JSON Lines stream."""
+    settings = load_command_settings(ctx)
+
+    async def work(collector: Collector) -> None:
+        since_at = since_option(since, collector.clock())
+        if feed is not None and await find_feed_id(collector.db, feed) is None:
+            usage_error(f"items: no feed {feed} in the database (see the feeds file)")
+        listed = iter_items(
+            collector.db, feed_url=feed, since=since_at, limit=limit, newest_first=newest_first
+        )
+        if not jsonl:
+            typer.echo("created_at            id                                title")
+        async for item in listed:
+            if jsonl:
+                content = await load_content(collector.objects, item)
+                typer.echo(json.dumps(item_json(item, content), ensure_ascii=False))
+            else:
+                title = " ".join((item.title or item.guid).split())
+                typer.echo(f"{item.created_at}  {item.id:<32}  {title}  <{item.feed_url}>")
+
+    quiet_on_broken_pipe(lambda: with_collector(settings, work))
+
+
+@app.command()
+def item(
+    ctx: typer.Context,
+    item_id: Annotated[str, typer.Argument(metavar="ID", help="The item's id (see `items`).")],
+    render: Annotated[
+        bool,
+        typer.Option(
+            "--render", help="Point archived images at their stored copies (public URLs)."
+        ),
+    ] = False,
+    sanitize: Annotated[
+        bool, typer.Option("--sanitize", help="Remove scripts and event handlers (nh3).")
+    ] = False,
+    html_only: Annotated[
+        bool, typer.Option("--html", help="Print only the HTML (to save or open it).")
+    ] = False,
+) -> None:
+    """Show one item: its fields, its images and its HTML."""
+    settings = load_command_settings(ctx)
+
+    async def work(collector: Collector) -> None:
+        found = await read_item(collector.db, collector.objects, item_id, sanitize=sanitize)
+        if found is None:
+            usage_error(f"item: no item with id {item_id} (ids are listed by `items`)")
+        content = found.content_html or ""
+        if render:
+            shown = found.rendered_html or ""
+        else:
+            shown = sanitize_html(content) if sanitize else content
+        if not html_only:
+            for label, value in item_fields(found.item):
+                typer.echo(f"{label + ':':<11} {value if value is not None else '-'}")
+            for image in found.images:
+                where = image.r2_key or "-"
+                typer.echo(
+                    f"image {image.position}:    {image.status} {image.original_url} {where}"
+                )
+            typer.echo("")
+        typer.echo(shown)
+
+    with_collector(settings, work)
+
+
+def item_fields(item: StoredItem) -> list[tuple[str, str | None]]:
+    return [
+        ("id", item.id),
+        ("title", item.title),
+        ("link", item.link),
+        ("guid", item.guid),
+        ("feed", item.feed_url),
+        ("published", item.pub_date),
+        ("stored", item.created_at),
+    ]
+
+
+def item_json(item: StoredItem, content_html: str | None) -> dict[str, Any]:
+    """One line of ``items --jsonl``: the row, the feed's URL and the full stored HTML."""
+    return {
+        "id": item.id,
+        "feed_id": item.feed_id,
+        "feed_url": item.feed_url,
+        "guid": item.guid,
+        "link": item.link,
+        "title": item.title,
+        "pub_date": item.pub_date,
+        "created_at": item.created_at,
+        "content_html": content_html,
+    }

@@ -1,0 +1,164 @@
+"""``feedcollector status``: the health of every feed, worst first, as a table or JSON."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated
+
+import typer
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from ..backends import open_database
+from ..config import Settings, load_feeds
+from ..errors import ConfigError
+from ..models import FeedSpec
+from ..schema import migrate
+from ..status import StatusReport, build_status, read_status, select_feeds
+from ..timestamps import format_timestamp, parse_timestamp, utc_now
+from .app import app, load_command_settings, run_async
+
+STATE_STYLES = {"gone": "bold red", "failing": "red", "new": "cyan", "removed": "dim"}
+
+
+class State(StrEnum):
+    gone = "gone"
+    failing = "failing"
+    new = "new"
+    active = "active"
+    removed = "removed"
+
+
+@app.command()
+def status(
+    ctx: typer.Context,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="One JSON document (keys listed in the README) for scripts."),
+    ] = False,
+    state: Annotated[
+        list[State] | None,
+        typer.Option(
+            "--state", help="Only feeds in this state (repeatable); the totals count all."
+        ),
+    ] = None,
+    limit: Annotated[
+        int | None, typer.Option(min=1, metavar="N", help="Show at most N feeds (worst first).")
+    ] = None,
+) -> None:
+    """Show every feed's health, worst first (gone, failing, new, active, removed), and totals.
+
+    Columns: state, consecutive failures, last successful fetch, next fetch, items, image
+    tasks pending/failed, title, URL and the last error (or where the feed moved to).
+    """
+    settings = load_command_settings(ctx)
+    specs = _feeds_file(settings)
+    now = utc_now()
+    reports: list[StatusReport] = []
+
+    async def main() -> None:
+        stamp = format_timestamp(now)
+        if settings.database.backend == "sqlite" and not settings.database.path.exists():
+            reports.append(build_status([], {}, {}, {}, specs, generated_at=stamp))
+            return
+        db = open_database(settings)
+        try:
+            await migrate(db)
+            reports.append(await read_status(db, specs, generated_at=stamp))
+        finally:
+            await db.close()
+
+    run_async(main)
+    report = select_feeds(reports[0], [s.value for s in state or ()], limit)
+    if as_json:
+        typer.echo(json.dumps(report.to_json(), ensure_ascii=False, indent=2))
+        return
+    _print_table(report, now)
+
+
+def _feeds_file(settings: Settings) -> list[FeedSpec]:
+    """The feeds file's entries; status still works (from the database) when it is broken."""
+    try:
+        return load_feeds(settings.feeds_file)
+    except ConfigError as exc:
+        typer.echo(f"warning: {exc} (new feeds are not shown)", err=True)
+        return []
+
+
+def _print_table(report: StatusReport, now: datetime) -> None:
+    stdout = Console(highlight=False)
+    console = stdout if stdout.is_terminal else Console(highlight=False, width=1000)
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    table.add_column("state")
+    table.add_column("fails", justify="right")
+    table.add_column("last fetched")
+    table.add_column("next fetch")
+    table.add_column("items", justify="right")
+    table.add_column("images p/f", justify="right")
+    widest_url = max((len(feed.url) for feed in report.feeds), default=3)
+    table.add_column("title", max_width=40, overflow="ellipsis", no_wrap=True)
+    table.add_column("url", min_width=min(widest_url, 60), overflow="fold")
+    table.add_column(
+        "last error / hint",
+        min_width=20,
+        max_width=70,
+        overflow="ellipsis",
+        no_wrap=not console.is_terminal,  # one line per feed for grep
+    )
+    for feed in report.feeds:
+        table.add_row(
+            feed.state,
+            str(feed.consecutive_failures),
+            relative(feed.last_fetched_at, now),
+            relative(feed.next_fetch_at, now) if feed.state not in ("gone", "removed") else "-",
+            str(feed.items),
+            f"{feed.images_pending}/{feed.images_failed}",
+            feed.title or "",
+            feed.url,
+            _hint(feed.state, feed.last_error, feed.moved_to),
+            style=STATE_STYLES.get(feed.state),
+        )
+    if report.feeds:
+        console.print(table)
+    totals = report.totals
+    states = ", ".join(f"{count} {name}" for name, count in totals.feeds.items())
+    tasks = totals.image_tasks
+    console.print(
+        f"{totals.feed_count} feeds ({states}); {totals.items} items; image tasks: "
+        f"{tasks.get('pending', 0)} pending, {tasks.get('success', 0)} stored, "
+        f"{tasks.get('failed', 0)} failed"
+    )
+
+
+def _hint(state: str, error: str | None, moved_to: str | None) -> str:
+    if moved_to:
+        return f"moved to {moved_to}: put that URL in the feeds file"
+    if state == "gone":
+        return "gone for good: remove it from the feeds file"
+    if state == "new":
+        return "registered by the next cycle"
+    return " ".join((error or "").split())
+
+
+def relative(stamp: str | None, now: datetime) -> str:
+    """``5m ago`` / ``in 2h`` / ``never`` (pure)."""
+    if not stamp:
+        return "never"
+    try:
+        moment = parse_timestamp(stamp)
+    except ValueError:
+        return stamp
+    seconds = int((moment - now).total_seconds())
+    span = abs(seconds)
+    if span < 60:
+        text = f"{span}s"
+    elif span < 3600:
+        text = f"{span // 60}m"
+    elif span < 86400:
+        text = f"{span // 3600}h{span % 3600 // 60:02d}m"
+    else:
+        text = f"{span // 86400}d{span % 86400 // 3600}h"
+    return f"in {text}" if seconds > 0 else f"{text} ago"

@@ -1,0 +1,52 @@
+"""``feedcollector backup-db``: a consistent copy of the embedded SQLite database.
+
+Copying a live WAL database with ``cp`` can tear it (the main file and the ``-wal`` file are
+copied at different moments). ``VACUUM INTO`` reads one snapshot inside a read transaction,
+so it is safe while collectors write, and it writes a compact, self-contained file. The copy is
+made next to the target, checked with ``PRAGMA quick_check`` and only then renamed into place,
+so a target path never holds a half-written backup.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+from pathlib import Path
+
+from .errors import ConfigError, DatabaseError
+
+
+def backup_sqlite(source: Path, target: Path) -> int:
+    """Write a checked snapshot of ``source`` to ``target`` (which must not exist); its size."""
+    if not source.is_file():
+        raise ConfigError(
+            f"backup-db: there is no database at {source} yet (it is created by the first "
+            "`feedcollector run`)."
+        )
+    if target.exists():
+        raise ConfigError(
+            f"backup-db: {target} already exists. Give a new file name (backups are never "
+            "overwritten), e.g. one with the date in it."
+        )
+    if not target.parent.is_dir():
+        raise ConfigError(f"backup-db: the folder {target.parent} does not exist. Create it first.")
+    partial = target.with_name(f".{target.name}.partial-{os.getpid()}")
+    try:
+        with contextlib.closing(sqlite3.connect(source, timeout=60)) as conn:
+            conn.execute("VACUUM INTO ?", (str(partial),))
+        with contextlib.closing(sqlite3.connect(partial)) as copy:
+            verdict = copy.execute("PRAGMA quick_check").fetchone()[0]
+        if verdict != "ok":
+            raise DatabaseError(f"backup-db: the copy of {source} failed its check: {verdict}")
+        os.replace(partial, target)
+    except sqlite3.Error as exc:
+        raise DatabaseError(f"backup-db: cannot copy {source} to {target}: {exc}") from exc
+    except OSError as exc:
+        raise DatabaseError(
+            f"backup-db: cannot write {target}: {exc.strerror or exc}. Check the folder's "
+            "permissions and free space."
+        ) from exc
+    finally:
+        partial.unlink(missing_ok=True)
+    return target.stat().st_size

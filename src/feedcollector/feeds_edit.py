@@ -1,0 +1,229 @@
+"""Editing the feeds file for ``add`` and ``remove`` without disturbing the rest of it.
+
+YAML is edited as text (:mod:`.feeds_yaml`): a new entry is written after the last one in the
+file's own style, and a removed entry loses exactly its own lines, so comments, order, blank
+lines and formatting stay as the user wrote them. JSON has no comments: it is re-serialized
+with its key order and detected indentation.
+
+Every edit is checked before it lands: the new text is loaded by the feeds-file loader and
+must list exactly the old feeds plus (or minus) the one edited, otherwise the file is refused
+as one that cannot be edited safely, with the entry to write by hand. The file is then
+replaced atomically (temporary file in the same folder, ``os.replace``), keeping its mode, and
+not at all when someone else changed it in the meantime.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .config_values import check_http_url, parse_duration
+from .errors import ConfigError
+from .feeds_file import _duplicate_key as feed_url_key
+from .feeds_file import load_feeds
+from .feeds_yaml import NewEntry, Style, UnsafeEdit, entry_lines, yaml_append, yaml_remove
+from .models import FeedSpec
+
+
+def find_feed(specs: Sequence[FeedSpec], url: str) -> FeedSpec | None:
+    """The subscribed entry for ``url``, compared the way the loader spots duplicates."""
+    key = feed_url_key(url)
+    return next((spec for spec in specs if feed_url_key(spec.url) == key), None)
+
+
+# --- JSON ---------------------------------------------------------------------------------
+
+
+def _json_indent(text: str) -> str | None:
+    """The indentation unit of the file ("  ", "    ", a tab), None for one-line JSON."""
+    match = re.search(r"\n([ \t]+)\S", text)
+    return match.group(1) if match else None
+
+
+def json_rewrite(text: str, change: Callable[[list[object]], None]) -> str:
+    """The JSON text after ``change`` edits its feeds list; key order and indentation kept."""
+    document = json.loads(text) if text.strip() else {}
+    feeds = document.get("feeds")
+    if feeds is None:
+        feeds = document["feeds"] = []
+    change(feeds)
+    dumped = json.dumps(document, indent=_json_indent(text), ensure_ascii=False)
+    return dumped + ("\n" if text.endswith("\n") or not text.strip() else "")
+
+
+def json_entry(entry: NewEntry, feeds: Sequence[object]) -> object:
+    if (
+        entry.title is None
+        and entry.interval is None
+        and feeds
+        and all(isinstance(item, str) for item in feeds)
+    ):
+        return entry.url
+    value: dict[str, str] = {"url": entry.url}
+    if entry.interval is not None:
+        value["interval"] = entry.interval
+    if entry.title is not None:
+        value["title"] = entry.title
+    return value
+
+
+# --- the file -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class EditResult:
+    feeds_file: Path
+    spec: FeedSpec
+    line: int | None
+    """Where the entry starts (YAML) or started; None for JSON."""
+
+
+def add_feed(feeds_file: Path, entry: NewEntry) -> EditResult:
+    """Append ``entry`` to the feeds file (created if missing); AlreadySubscribed if there."""
+    target = feeds_file.resolve()
+    original, text = read_feeds_text(target)
+    before = load_feeds(target) if original is not None else []
+    present = find_feed(before, entry.url)
+    if present is not None:
+        raise AlreadySubscribed(present)
+    spec = entry_spec(entry)
+    line: int | None = None
+    try:
+        if _is_json(target):
+            merged = json_rewrite(text, lambda feeds: feeds.append(json_entry(entry, feeds)))
+        else:
+            merged, line = yaml_append(text, entry)
+    except UnsafeEdit as exc:
+        raise _refusal("add", feeds_file, exc, _by_hand(entry, _is_json(target))) from exc
+    replace_checked(
+        target, merged, original, action="add", display=feeds_file, expect=[*before, spec]
+    )
+    return EditResult(feeds_file, spec, line)
+
+
+def entry_spec(entry: NewEntry) -> FeedSpec:
+    """The feed the loader will read from ``entry`` (ValueError for a bad URL or interval)."""
+    interval = parse_duration(entry.interval) if entry.interval is not None else None
+    title = entry.title.strip() or None if entry.title is not None else None
+    return FeedSpec(url=check_http_url(entry.url), interval=interval, title=title)
+
+
+class AlreadySubscribed(ConfigError):
+    def __init__(self, spec: FeedSpec) -> None:
+        super().__init__(f"{spec.url} is already in the feeds file")
+        self.spec = spec
+
+
+def remove_feed(feeds_file: Path, url: str) -> EditResult:
+    """Remove the entry for ``url``; ConfigError when it is not there or the file is odd."""
+    target = feeds_file.resolve()
+    original, text = read_feeds_text(target)
+    before = load_feeds(target) if original is not None else []
+    spec = find_feed(before, url)
+    if spec is None:
+        raise ConfigError(f"remove: {url} is not in the feeds file {feeds_file}")
+    line: int | None = None
+    key = feed_url_key(spec.url)
+    try:
+        if _is_json(target):
+            merged = json_rewrite(text, lambda feeds: _drop_json(feeds, key))
+        else:
+            merged, line = yaml_remove(text, spec.url)
+    except UnsafeEdit as exc:
+        raise _refusal("remove", feeds_file, exc, "delete its entry by hand") from exc
+    expected = [item for item in before if item is not spec]
+    replace_checked(target, merged, original, action="remove", display=feeds_file, expect=expected)
+    return EditResult(feeds_file, spec, line)
+
+
+def _drop_json(feeds: list[object], key: str) -> None:
+    for index, item in enumerate(feeds):
+        value = item.get("url") if isinstance(item, dict) else item
+        if isinstance(value, str) and feed_url_key(value.strip()) == key:
+            del feeds[index]
+            return
+
+
+def _is_json(path: Path) -> bool:
+    return path.suffix.lower() == ".json"
+
+
+def read_feeds_text(path: Path) -> tuple[bytes | None, str]:
+    """The file's bytes (None if missing) and its text without BOM, with ``\\n`` newlines."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None, ""
+    except OSError:
+        load_feeds(path)  # the loader's message names the file and the fix
+        raise
+    text = data.decode("utf-8-sig", errors="replace").replace("\r\n", "\n")
+    return data, text
+
+
+def _refusal(action: str, path: Path, why: Exception | None, by_hand: str) -> ConfigError:
+    reason = f" ({why})" if why else ""
+    return ConfigError(
+        f"{action}: the feeds file {path} cannot be edited safely{reason}, so it was left "
+        f"unchanged. Edit it by hand: {by_hand}"
+    )
+
+
+def _by_hand(entry: NewEntry, is_json: bool) -> str:
+    if is_json:
+        return "add " + json.dumps(json_entry(entry, []), ensure_ascii=False) + ' to "feeds".'
+    return "add\n" + "\n".join(entry_lines(entry, Style()))
+
+
+def replace_checked(
+    target: Path,
+    text: str,
+    original: bytes | None,
+    *,
+    action: str,
+    display: Path | None = None,
+    expect: Sequence[FeedSpec] | None = None,
+) -> list[FeedSpec]:
+    """Write ``text`` next to ``target``, load it (it must list ``expect`` when given), then
+    rename it into place, unless ``target`` no longer holds ``original``. Returns its feeds."""
+    shown = display or target
+    if original is not None:
+        if original.startswith(b"\xef\xbb\xbf"):
+            text = "\ufeff" + text
+        if b"\r\n" in original:
+            text = text.replace("\n", "\r\n")
+    folder = target.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, temp_name = tempfile.mkstemp(prefix=f".{action}-", suffix=target.suffix, dir=folder)
+    temp = Path(temp_name)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+            handle.write(text)
+        try:
+            specs = load_feeds(temp)
+        except ConfigError as exc:
+            raise ConfigError(
+                f"{action}: the edited feeds file would not load, {shown} is left unchanged: {exc}"
+            ) from exc
+        if expect is not None and list(expect) != specs:
+            raise ConfigError(
+                f"{action}: the feeds file {shown} cannot be edited safely (the edit would "
+                "change other entries), so it was left unchanged. Edit it by hand."
+            )
+        current = target.read_bytes() if target.exists() else None
+        if current != original:
+            raise ConfigError(
+                f"{action}: {shown} changed while it was being edited; it was left as it is "
+                "now. Run the command again."
+            )
+        if original is not None:
+            os.chmod(temp, target.stat().st_mode & 0o777)
+        os.replace(temp, target)
+    finally:
+        temp.unlink(missing_ok=True)
+    return specs

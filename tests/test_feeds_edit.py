@@ -1,0 +1,229 @@
+"""Editing the feeds file for ``add``/``remove``: the entry is the only change, in the file's own
+style; every result is checked by the loader; odd layouts are refused and left untouched."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from feedcollector.config import load_feeds
+from feedcollector.errors import ConfigError
+from feedcollector.feeds_edit import (
+    AlreadySubscribed,
+    add_feed,
+    find_feed,
+    remove_feed,
+    replace_checked,
+)
+from feedcollector.feeds_yaml import NewEntry, UnsafeEdit, yaml_append, yaml_remove
+from feedcollector.models import FeedSpec
+
+COMMENTED = """\
+# My subscriptions: keep this header
+feeds:
+  # --- tech ---
+  - url: https://a.example/feed   # the best one
+    title: A
+  - url: "https://b.example/rss"
+    interval: 1h
+
+  # --- news (disabled for now) ---
+  # - url: https://c.example/
+"""
+
+
+def test_append_keeps_everything_and_follows_the_last_entry_style() -> None:
+    text, line = yaml_append(
+        COMMENTED, NewEntry("https://d.example/atom.xml", title="D: news", interval="2h")
+    )
+    assert text == COMMENTED.replace(
+        "    interval: 1h\n",
+        '    interval: 1h\n  - url: "https://d.example/atom.xml"\n    interval: 2h\n'
+        '    title: "D: news"\n',
+    )
+    assert line == 8
+    assert text.splitlines()[line - 1] == '  - url: "https://d.example/atom.xml"'
+
+
+@pytest.mark.parametrize(
+    ("before", "entry", "after"),
+    [
+        (  # bare URLs at column 0 stay bare
+            "feeds:\n- https://x.example/a\n- https://x.example/b\n",
+            NewEntry("https://x.example/c"),
+            "feeds:\n- https://x.example/a\n- https://x.example/b\n- https://x.example/c\n",
+        ),
+        (  # ... unless the entry needs keys
+            "feeds:\n- https://x.example/a\n",
+            NewEntry("https://x.example/c", title="C"),
+            "feeds:\n- https://x.example/a\n- url: https://x.example/c\n  title: C\n",
+        ),
+        (  # single quotes are the file's style
+            "feeds:\n    - url: 'https://x.example/a'\n",
+            NewEntry("https://x.example/it's", title="It's"),
+            "feeds:\n    - url: 'https://x.example/a'\n    - url: 'https://x.example/it''s'\n"
+            "      title: 'It''s'\n",
+        ),
+        (  # keys aligned further right than "- "
+            "feeds:\n  -   url: https://x.example/a\n      title: x\n",
+            NewEntry("https://x.example/c", title="T"),
+            "feeds:\n  -   url: https://x.example/a\n      title: x\n"
+            "  -   url: https://x.example/c\n      title: T\n",
+        ),
+        (  # a dash alone on its line
+            "feeds:\n  -\n      url: https://x.example/a\n",
+            NewEntry("https://x.example/c", interval="15m"),
+            "feeds:\n  -\n      url: https://x.example/a\n"
+            "  - url: https://x.example/c\n    interval: 15m\n",
+        ),
+        (  # an empty flow list becomes a block list, its comment kept
+            "feeds: []  # nothing yet\n",
+            NewEntry("https://x.example/c"),
+            "feeds:  # nothing yet\n  - url: https://x.example/c\n",
+        ),
+        (  # "feeds:" with nothing, followed by comments
+            "feeds:\n# add feeds below\n",
+            NewEntry("https://x.example/c"),
+            "feeds:\n  - url: https://x.example/c\n# add feeds below\n",
+        ),
+        ("", NewEntry("https://x.example/c"), "feeds:\n  - url: https://x.example/c\n"),
+        (  # a title that YAML would misread is quoted
+            "feeds:\n  - url: https://x.example/a\n",
+            NewEntry("https://x.example/c", title="#1: yes"),
+            'feeds:\n  - url: https://x.example/a\n  - url: https://x.example/c\n    title: "#1: yes"\n',
+        ),
+    ],
+)
+def test_append_in_many_styles(before: str, entry: NewEntry, after: str) -> None:
+    assert yaml_append(before, entry)[0] == after
+
+
+def test_remove_takes_exactly_the_entry_lines() -> None:
+    text, line = yaml_remove(COMMENTED, "HTTPS://A.example/feed")
+    assert line == 4
+    assert text == COMMENTED.replace(
+        "  - url: https://a.example/feed   # the best one\n    title: A\n", ""
+    )
+    last, _ = yaml_remove(COMMENTED, "https://b.example/rss")
+    assert "b.example" not in last
+    assert "# --- news (disabled for now) ---\n  # - url: https://c.example/\n" in last, (
+        "comments after the last entry stay"
+    )
+    alone = "feeds:\n  -\n    url: https://x.example/a\n  - https://x.example/b\n"
+    assert yaml_remove(alone, "https://x.example/a")[0] == "feeds:\n  - https://x.example/b\n"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "feeds: [https://x.example/a, https://x.example/b]\n",
+        "{feeds: [https://x.example/a]}\n",
+        "feeds: https://x.example/a\n",
+    ],
+)
+def test_layouts_that_are_not_edited(text: str) -> None:
+    with pytest.raises(UnsafeEdit):
+        yaml_append(text, NewEntry("https://x.example/c"))
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_bytes(text.encode("utf-8"))
+    return path
+
+
+def test_add_feed_checks_writes_atomically_and_keeps_mode(tmp_path: Path) -> None:
+    feeds = write(tmp_path / "feeds.yaml", COMMENTED)
+    os.chmod(feeds, 0o640)
+    result = add_feed(feeds, NewEntry("https://d.example/feed", title=" D ", interval="90m"))
+    assert result.spec == FeedSpec("https://d.example/feed", timedelta(minutes=90), "D")
+    assert load_feeds(feeds)[-1] == result.spec
+    assert oct(feeds.stat().st_mode & 0o777) == oct(0o640)
+    assert [p.name for p in tmp_path.iterdir()] == ["feeds.yaml"], "no temporary file left"
+    with pytest.raises(AlreadySubscribed) as present:
+        add_feed(feeds, NewEntry("https://D.EXAMPLE/feed"))
+    assert present.value.spec.url == "https://d.example/feed"
+
+
+def test_add_feed_keeps_crlf_and_bom(tmp_path: Path) -> None:
+    original = "\ufefffeeds:\r\n  - url: https://a.example/feed\r\n"
+    feeds = tmp_path / "feeds.yaml"
+    feeds.write_bytes(original.encode("utf-8"))
+    add_feed(feeds, NewEntry("https://b.example/feed"))
+    assert feeds.read_bytes() == (original + "  - url: https://b.example/feed\r\n").encode()
+
+
+def test_add_feed_creates_a_missing_file(tmp_path: Path) -> None:
+    feeds = tmp_path / "feeds.yaml"
+    add_feed(feeds, NewEntry("https://b.example/feed"))
+    assert load_feeds(feeds) == [FeedSpec("https://b.example/feed")]
+
+
+def test_add_feed_through_a_symlink_edits_the_target(tmp_path: Path) -> None:
+    real = write(tmp_path / "real.yaml", "feeds:\n  - url: https://a.example/feed\n")
+    link = tmp_path / "feeds.yaml"
+    link.symlink_to(real)
+    add_feed(link, NewEntry("https://b.example/feed"))
+    assert link.is_symlink()
+    assert len(load_feeds(real)) == 2
+
+
+def test_an_unsafe_file_is_refused_with_the_entry_to_write_by_hand(tmp_path: Path) -> None:
+    text = "feeds: [https://a.example/feed]\n"
+    feeds = write(tmp_path / "feeds.yaml", text)
+    with pytest.raises(ConfigError, match=r"cannot be edited safely.*\n  - url: https://b\.ex"):
+        add_feed(feeds, NewEntry("https://b.example/feed"))
+    assert feeds.read_text() == text
+
+
+def test_remove_feed_refuses_an_edit_that_would_change_other_entries(tmp_path: Path) -> None:
+    text = (
+        "feeds:\n  - &base\n    url: https://a.example/feed\n    interval: 1h\n"
+        "  - <<: *base\n    url: https://b.example/feed\n"
+    )
+    feeds = write(tmp_path / "feeds.yaml", text)
+    assert len(load_feeds(feeds)) == 2
+    with pytest.raises(ConfigError, match="left unchanged"):
+        remove_feed(feeds, "https://a.example/feed")
+    assert feeds.read_text() == text
+
+
+def test_remove_feed_of_an_unknown_url(tmp_path: Path) -> None:
+    feeds = write(tmp_path / "feeds.yaml", COMMENTED)
+    with pytest.raises(ConfigError, match="is not in the feeds file"):
+        remove_feed(feeds, "https://zzz.example/")
+    assert feeds.read_text() == COMMENTED
+
+
+def test_a_file_changed_meanwhile_is_not_overwritten(tmp_path: Path) -> None:
+    feeds = write(tmp_path / "feeds.yaml", "feeds:\n  - url: https://a.example/feed\n")
+    stale = feeds.read_bytes()
+    write(feeds, "feeds:\n  - url: https://other.example/feed\n")
+    with pytest.raises(ConfigError, match="changed while it was being edited"):
+        replace_checked(feeds, "feeds:\n  - url: https://b.example/feed\n", stale, action="add")
+    assert "other.example" in feeds.read_text()
+
+
+def test_json_keeps_key_order_and_indentation(tmp_path: Path) -> None:
+    document = {"feeds": [{"title": "A", "url": "https://a.example/feed"}]}
+    for indent in (4, "\t"):
+        feeds = write(tmp_path / "feeds.json", json.dumps(document, indent=indent) + "\n")
+        add_feed(feeds, NewEntry("https://b.example/feed", interval="2h"))
+        expected = {
+            "feeds": [*document["feeds"], {"url": "https://b.example/feed", "interval": "2h"}]
+        }
+        assert feeds.read_text() == json.dumps(expected, indent=indent) + "\n"
+        remove_feed(feeds, "https://a.example/feed")
+        assert json.loads(feeds.read_text()) == {"feeds": expected["feeds"][1:]}
+    bare = write(tmp_path / "bare.json", '{"feeds": ["https://a.example/feed"]}')
+    add_feed(bare, NewEntry("https://b.example/feed"))
+    assert bare.read_text() == '{"feeds": ["https://a.example/feed", "https://b.example/feed"]}'
+
+
+def test_find_feed_compares_like_the_loader() -> None:
+    specs = [FeedSpec("https://a.example/Feed")]
+    assert find_feed(specs, "HTTPS://A.EXAMPLE/Feed") == specs[0]
+    assert find_feed(specs, "https://a.example/feed") is None, "paths are case-sensitive"

@@ -1,0 +1,144 @@
+"""Progress of long work: periodic plain lines off a terminal (through the log), rich bars on
+a (forced) terminal, and never on stdout."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import sqlite3
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from feedcollector.cli.progress import (
+    BarDisplay,
+    CycleProgress,
+    LineDisplay,
+    open_display,
+    progress_line,
+)
+from feedcollector.models import Feed
+from feedcollector.report import CycleReport, FeedOutcome
+
+from .feedserver import FeedServer
+from .samples import Entry, rss, write_project
+from .test_cli import feedcollector
+
+NOW = datetime(2026, 3, 2, 9, 0, 0, tzinfo=UTC)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_progress_line_wording() -> None:
+    assert progress_line("fetch", 120, 1000, "3 failed") == "fetch: [120/1000] 12%, 3 failed"
+    assert progress_line("images", 7, None, "") == "images: [7]"
+
+
+def test_line_display_is_periodic(caplog: pytest.LogCaptureFixture) -> None:
+    clock = FakeClock()
+    display = LineDisplay(every_s=10, clock=clock)
+    with caplog.at_level(logging.INFO, logger="feedcollector"):
+        for done in range(1, 51):
+            clock.now = done * 0.5  # 50 updates over 25 s
+            display.update("feeds", done, 100, "")
+        display.close()
+    assert [r.getMessage() for r in caplog.records] == [
+        "feeds: [1/100] 1%",
+        "feeds: [21/100] 21%",
+        "feeds: [41/100] 41%",
+        "feeds: [50/100] 50%",
+    ]
+
+
+def test_line_display_always_shows_the_end(caplog: pytest.LogCaptureFixture) -> None:
+    display = LineDisplay(every_s=3600, clock=FakeClock())
+    with caplog.at_level(logging.INFO, logger="feedcollector"):
+        display.update("restore", 0, 2, "a")
+        display.update("restore", 1, 2, "b")
+        display.update("restore", 2, 2, "c")
+        display.close()
+    assert [r.getMessage() for r in caplog.records] == [
+        "restore: [0/2] 0%, a",
+        "restore: [2/2] 100%, c",
+    ]
+
+
+def test_bars_on_a_terminal() -> None:
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=100, color_system=None)
+    display = open_display(console)
+    assert isinstance(display, BarDisplay)
+    display.update("feeds", 3, 4, "1 failed")
+    display.update("feeds", 4, 4, "1 failed")
+    display.close()
+    text = out.getvalue()
+    assert "feeds" in text
+    assert "4/4" in text
+    assert "1 failed" in text
+    assert "━" in text, "a drawn bar"
+    assert isinstance(open_display(Console(file=io.StringIO())), LineDisplay)
+
+
+def test_cycle_progress_only_for_cycles_of_many_feeds() -> None:
+    calls: list[tuple[str, int, int | None, str]] = []
+
+    class Recorder:
+        def update(self, task: str, done: int, total: int | None, detail: str) -> None:
+            calls.append((task, done, total, detail))
+
+        def close(self) -> None:
+            calls.append(("closed", 0, None, ""))
+
+    progress = CycleProgress(Recorder(), min_feeds=3)
+    outcome = FeedOutcome(Feed("id", "https://a.example/"), NOW, state="stored", new_items=2)
+    small = CycleReport(NOW, observer=progress, feeds_due=2)
+    small.add(outcome)
+    assert calls == []
+    big = CycleReport(NOW, observer=progress, feeds_due=3)
+    big.add(outcome)
+    big.images_stored = 5
+    big.images_counted()
+    assert calls == [
+        ("feeds", 1, 3, "0 failed, 2 new items"),
+        ("images", 5, None, "5 stored, 0 to retry, 0 failed"),
+    ]
+
+
+def test_fetch_all_of_many_feeds_logs_progress_lines(
+    feed_server: FeedServer, tmp_path: Path
+) -> None:
+    urls = [feed_server.route(f"/f{n}", body=rss([Entry("x", guid=f"{n}")])) for n in range(24)]
+    config = str(write_project(tmp_path, urls))
+    result = feedcollector("--config", config, "fetch", "--all", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "feeds: [1/24] 4%" in result.stderr
+    assert "feeds: [24/24] 100%, 0 failed, 24 new items" in result.stderr
+    assert "feeds: [" not in result.stdout
+    as_json = feedcollector(
+        "--config", config, "--log-format", "json", "fetch", "--all", cwd=tmp_path
+    )
+    messages = [json.loads(line)["message"] for line in as_json.stderr.splitlines()]
+    assert "feeds: [24/24] 100%, 0 failed, 0 new items" in messages
+
+
+def test_cleanup_logs_progress_lines(feed_server: FeedServer, tmp_path: Path) -> None:
+    url = feed_server.route("/f", body=rss([Entry("a", guid="a"), Entry("b", guid="b")]))
+    config = str(write_project(tmp_path, [url]))
+    assert feedcollector("--config", config, "run", "--once", cwd=tmp_path).returncode == 0
+    with sqlite3.connect(tmp_path / "collector.db") as conn:
+        conn.execute("UPDATE items SET created_at = '2020-01-01T00:00:00Z'")
+    result = feedcollector("--config", config, "cleanup", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "cleanup: backups: [0], old backups" in result.stderr
+    assert "cleanup: items: [0/2] 0%, with 0 image and content objects" in result.stderr
+    assert "cleanup: items: [2/2] 100%, with 0 image and content objects" in result.stderr
+    assert result.stdout.startswith("cleanup: deleted 0 backups")

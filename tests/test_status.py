@@ -1,0 +1,239 @@
+"""``status``: states, worst-first order, per-feed counts and totals from a real SQLite
+database filled by real cycles; a fixed number of queries however many feeds; the command's
+table and its documented ``--json``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+
+from feedcollector.backends.sqlite import SQLiteDatabase
+from feedcollector.collector import open_collector
+from feedcollector.config import load_feeds, load_settings
+from feedcollector.database import CountingDatabase
+from feedcollector.models import FeedSpec
+from feedcollector.pipeline import run_cycle
+from feedcollector.schema import migrate
+from feedcollector.status import FeedStatus, StatusReport, read_status, worst_first_key
+from feedcollector.store import sync_feeds
+from feedcollector.timestamps import utc_now
+
+from .feedserver import FeedServer
+from .samples import Entry, png, rss, write_project
+from .test_cli import feedcollector
+
+FEED_KEYS = {
+    "url",
+    "title",
+    "state",
+    "last_fetched_at",
+    "next_fetch_at",
+    "consecutive_failures",
+    "last_error",
+    "last_status",
+    "items",
+    "images_pending",
+    "images_failed",
+    "gone_at",
+    "moved_to",
+}
+
+
+def test_worst_first_order() -> None:
+    feeds = [
+        FeedStatus("https://e.example/", "active", last_fetched_at="2026-03-02T09:00:00Z"),
+        FeedStatus("https://d.example/", "active", last_fetched_at="2026-03-01T09:00:00Z"),
+        FeedStatus("https://n.example/", "active"),
+        FeedStatus("https://r.example/", "removed", consecutive_failures=9),
+        FeedStatus("https://f1.example/", "failing", consecutive_failures=1),
+        FeedStatus("https://f7.example/", "failing", consecutive_failures=7),
+        FeedStatus("https://g.example/", "gone", consecutive_failures=1),
+        FeedStatus("https://new.example/", "new"),
+    ]
+    ordered = [feed.url.split("//")[1].split(".")[0] for feed in sorted(feeds, key=worst_first_key)]
+    assert ordered == ["g", "f7", "f1", "new", "n", "d", "e", "r"]
+
+
+def collect(config: Path, feeds: Sequence[str]) -> None:
+    """Write ``feeds`` as the feeds file and run one forced cycle over it."""
+    (config.parent / "feeds.yaml").write_text(
+        "feeds:\n" + "".join(f"  - url: {url}\n" for url in feeds)
+    )
+
+    async def go() -> None:
+        async with open_collector(load_settings(config)) as collector:
+            await run_cycle(collector, force=True)
+
+    asyncio.run(go())
+
+
+def fill(feed_server: FeedServer, folder: Path) -> tuple[Path, dict[str, str]]:
+    """A database where every state occurs, made by real cycles (gone_at set as the collector
+    sets it on a 410)."""
+    image = feed_server.route("/ok.png", body=png(), headers={"Content-Type": "image/png"})
+    broken = feed_server.url("/broken.png")
+    items = [
+        Entry("One", guid="1", content=f'<img src="{image}"><img src="{broken}">'),
+        Entry("Two", guid="2"),
+    ]
+    urls = {
+        "ok": feed_server.route("/ok.xml", body=rss(items, title="Fine")),
+        "failing": feed_server.route("/failing.xml", status=500, body=b"down"),
+        "gone": feed_server.route("/gone.xml", body=rss([Entry("G", guid="g")], title="Gone")),
+        "removed": feed_server.route("/removed.xml", body=rss([Entry("R", guid="r")])),
+        "flaky": feed_server.route("/flaky.xml", status=503, body=b"busy"),
+        "new": feed_server.url("/new.xml"),
+    }
+    config = write_project(folder, [])
+    first = [urls[name] for name in ("ok", "failing", "gone", "removed")]
+    collect(config, first)
+    collect(config, first)
+    later = [*items, Entry("Three", guid="3", content=f'<img src="{broken}?again">')]
+    feed_server.route("/ok.xml", body=rss(later, title="Fine"))
+    collect(config, [urls[name] for name in ("ok", "failing", "gone", "flaky")])
+    with sqlite3.connect(folder / "collector.db") as conn:
+        conn.execute(
+            "UPDATE feeds SET gone_at = '2026-03-02T09:00:00Z', moved_to = ? WHERE url = ?",
+            (feed_server.url("/moved.xml"), urls["gone"]),
+        )
+    (folder / "feeds.yaml").write_text(
+        "feeds:\n"
+        + "".join(f"  - url: {urls[n]}\n" for n in ("ok", "failing", "gone", "flaky", "new"))
+    )
+    return config, urls
+
+
+def test_status_of_a_real_database(feed_server: FeedServer, tmp_path: Path) -> None:
+    config, urls = fill(feed_server, tmp_path)
+    settings = load_settings(config)
+
+    async def go() -> tuple[StatusReport, int]:
+        db = CountingDatabase(SQLiteDatabase(settings.database.path))
+        try:
+            report = await read_status(
+                db, load_feeds(settings.feeds_file), generated_at="2026-03-02T10:00:00Z"
+            )
+        finally:
+            await db.close()
+        return report, db.round_trips
+
+    report, round_trips = asyncio.run(go())
+    assert round_trips == 4
+    by_url = {feed.url: feed for feed in report.feeds}
+    name = {url: key for key, url in urls.items()}
+    assert [name[feed.url] for feed in report.feeds] == [
+        "gone",
+        "failing",
+        "flaky",
+        "new",
+        "ok",
+        "removed",
+    ]
+    assert [feed.state for feed in report.feeds] == [
+        "gone",
+        "failing",
+        "failing",
+        "new",
+        "active",
+        "removed",
+    ]
+    failing = by_url[urls["failing"]]
+    assert (failing.consecutive_failures, failing.last_status) == (3, 500)
+    assert failing.last_error is not None
+    assert "HTTP 500" in failing.last_error
+    assert failing.last_fetched_at is None
+    ok = by_url[urls["ok"]]
+    assert (ok.title, ok.items, ok.images_pending, ok.images_failed) == ("Fine", 3, 1, 1)
+    assert ok.last_fetched_at is not None
+    assert ok.next_fetch_at is not None
+    gone = by_url[urls["gone"]]
+    assert gone.moved_to == feed_server.url("/moved.xml")
+    assert gone.gone_at == "2026-03-02T09:00:00Z"
+    assert by_url[urls["removed"]].items == 1
+    assert by_url[urls["new"]].last_fetched_at is None
+    totals = report.totals.to_json()
+    assert totals == {
+        "feeds": 6,
+        "gone": 1,
+        "failing": 2,
+        "new": 1,
+        "active": 1,
+        "removed": 1,
+        "items": 5,
+        "image_tasks": {"pending": 1, "success": 1, "failed": 1},
+    }
+
+
+def test_a_fixed_number_of_queries_for_many_feeds(tmp_path: Path) -> None:
+    specs = [FeedSpec(f"https://feed{n}.example/rss") for n in range(600)]
+
+    async def go() -> tuple[int, int]:
+        db = SQLiteDatabase(tmp_path / "many.db")
+        await migrate(db)
+        await sync_feeds(db, specs[:500], utc_now())
+        counting = CountingDatabase(db)
+        report = await read_status(counting, specs, generated_at="2026-03-02T10:00:00Z")
+        await db.close()
+        return counting.round_trips, report.totals.feeds["new"]
+
+    assert asyncio.run(go()) == (4, 100)
+
+
+def test_status_command_table_and_json(feed_server: FeedServer, tmp_path: Path) -> None:
+    config, urls = fill(feed_server, tmp_path)
+    table = feedcollector("--config", str(config), "status", cwd=tmp_path)
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    rows = [line for line in lines if "http://" in line]
+    assert [row.split()[0] for row in rows] == [
+        "gone",
+        "failing",
+        "failing",
+        "new",
+        "active",
+        "removed",
+    ]
+    assert f"moved to {feed_server.url('/moved.xml')}" in rows[0]
+    assert "HTTP 500" in rows[1]
+    assert "1/1" in rows[4], "image tasks pending/failed"
+    assert lines[-1] == (
+        "6 feeds (1 gone, 2 failing, 1 new, 1 active, 1 removed); 5 items; image tasks: "
+        "1 pending, 1 stored, 1 failed"
+    )
+
+    as_json = feedcollector("--config", str(config), "status", "--json", cwd=tmp_path)
+    assert as_json.returncode == 0, as_json.stderr
+    document = json.loads(as_json.stdout)
+    assert set(document) == {"generated_at", "totals", "feeds"}
+    assert all(set(feed) == FEED_KEYS for feed in document["feeds"])
+    assert document["totals"]["feeds"] == 6
+    assert document["feeds"][0]["url"] == urls["gone"]
+
+    only = feedcollector(
+        "--config",
+        str(config),
+        "status",
+        "--json",
+        "--state",
+        "failing",
+        "--limit",
+        "1",
+        cwd=tmp_path,
+    )
+    chosen = json.loads(only.stdout)
+    assert [feed["url"] for feed in chosen["feeds"]] == [urls["failing"]]
+    assert chosen["totals"]["feeds"] == 6, "totals count every feed"
+
+
+def test_status_before_the_first_run(tmp_path: Path) -> None:
+    config = write_project(tmp_path, ["https://a.example/feed"])
+    result = feedcollector("--config", str(config), "status", "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert [(f["url"], f["state"]) for f in document["feeds"]] == [
+        ("https://a.example/feed", "new")
+    ]
+    assert not (tmp_path / "collector.db").exists(), "status creates no database"
