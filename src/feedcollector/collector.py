@@ -19,6 +19,8 @@ from .database import Database
 from .fetch import FetchLimits, make_http_client
 from .images import ImageLimits, make_image_client
 from .objectstore import ObjectStore
+from .politeness import HostGate
+from .schedule import SchedulePolicy
 from .schema import migrate
 from .timestamps import utc_now
 
@@ -39,6 +41,11 @@ class Collector:
     clock: Callable[[], datetime] = utc_now
     owner: str = field(default_factory=_owner_id)
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    hosts: HostGate = field(init=False)
+    """Per-host politeness of this process (lives as long as the collector, across cycles)."""
+
+    def __post_init__(self) -> None:
+        self.hosts = HostGate(self.settings.schedule.host_gap)
 
     @property
     def page_size(self) -> int:
@@ -53,6 +60,19 @@ class Collector:
             deadline_s=fetch.deadline.total_seconds(),
             max_body_bytes=fetch.max_body_bytes,
             user_agent=fetch.user_agent,
+        )
+
+    @property
+    def schedule_policy(self) -> SchedulePolicy:
+        schedule = self.settings.schedule
+        return SchedulePolicy(
+            default_interval=self.settings.fetch.default_interval,
+            adaptive=schedule.adaptive,
+            min_interval=schedule.min_interval,
+            max_interval=schedule.max_interval,
+            jitter=schedule.jitter,
+            max_cache_floor=schedule.max_cache_floor,
+            max_retry_after=schedule.max_retry_after,
         )
 
     @property

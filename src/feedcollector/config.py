@@ -43,6 +43,8 @@ from .config_values import (
     describe_value,
     parse_byte_size,
     parse_duration,
+    parse_duration_or_zero,
+    parse_fraction,
 )
 from .config_values import format_duration as format_duration
 from .errors import ConfigError
@@ -100,6 +102,8 @@ def _log_level_name(value: object) -> object:
 
 
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+DurationOrOff = Annotated[timedelta, BeforeValidator(parse_duration_or_zero)]
+Fraction = Annotated[float, BeforeValidator(parse_fraction)]
 ByteSize = Annotated[int, BeforeValidator(parse_byte_size)]
 AtLeastOne = Annotated[int, Field(strict=True, ge=1)]
 Flag = Annotated[bool, Field(strict=True)]
@@ -124,6 +128,35 @@ class FetchSettings(BaseModel):
     deadline: Duration = timedelta(minutes=2)
     max_body_bytes: ByteSize = 20 * 2**20
     user_agent: Text = DEFAULT_USER_AGENT
+
+
+class ScheduleSettings(BaseModel):
+    """``[schedule]``: when feeds are fetched again, and politeness towards their servers."""
+
+    model_config = _MODEL_CONFIG
+
+    adaptive: Flag = True
+    """Learn each feed's interval from how often it posts (unless the feeds file pins one)."""
+    min_interval: Duration = timedelta(minutes=15)
+    max_interval: Duration = timedelta(hours=24)
+    jitter: Fraction = 0.1
+    """Each feed's interval is stretched or shrunk by a fixed share of up to this fraction."""
+    host_gap: DurationOrOff = timedelta(seconds=1)
+    """Per host: one request at a time, and this gap between them; 0s turns both off."""
+    max_retry_after: Duration = timedelta(hours=24)
+    max_cache_floor: Duration = timedelta(hours=24)
+    """Cache-Control/Expires/<ttl> never delay a feed's next fetch by more than this."""
+
+    @model_validator(mode="after")
+    def _bounds_in_order(self) -> Self:
+        if self.min_interval > self.max_interval:
+            raise SettingProblem(
+                f'min_interval ("{format_duration(self.min_interval)}") is longer than '
+                f'max_interval ("{format_duration(self.max_interval)}")',
+                fix="Make min_interval at most max_interval (defaults: 15m and 24h).",
+                key="min_interval",
+            )
+        return self
 
 
 class DatabaseSettings(BaseModel):
@@ -239,6 +272,7 @@ class Settings(BaseModel):
     """The config file's folder (the current folder without one): relative paths start here."""
     feeds_file: ConfigPath = Path(DEFAULT_FEEDS_FILE)
     fetch: FetchSettings = Field(default_factory=FetchSettings)
+    schedule: ScheduleSettings = Field(default_factory=ScheduleSettings)
     database: DatabaseSettings = Field(default_factory=DatabaseSettings)
     storage: StorageSettings = Field(default_factory=StorageSettings)
     images: ImageSettings = Field(default_factory=ImageSettings)
@@ -248,6 +282,7 @@ class Settings(BaseModel):
 
 _SECTIONS: Mapping[str, type[BaseModel]] = {
     "fetch": FetchSettings,
+    "schedule": ScheduleSettings,
     "database": DatabaseSettings,
     "storage": StorageSettings,
     "images": ImageSettings,

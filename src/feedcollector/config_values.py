@@ -107,6 +107,40 @@ def parse_duration(value: object) -> timedelta:
     return timedelta(seconds=seconds)
 
 
+_ZERO_DURATION = re.compile(r"0+(?:\.0+)?(?:ms|s|m|h|d|w)?")
+
+
+def parse_duration_or_zero(value: object) -> timedelta:
+    """Like :func:`parse_duration`, but ``0`` / ``"0s"`` mean zero (a feature turned off)."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and value == 0:
+        return timedelta(0)
+    if isinstance(value, str) and _ZERO_DURATION.fullmatch(re.sub(r"\s+", "", value.lower())):
+        return timedelta(0)
+    try:
+        return parse_duration(value)
+    except ValueError:
+        raise ValueError(
+            f'must be {DURATION_HINT}, or "0s" to turn it off, got {describe_value(value)}'
+        ) from None
+
+
+FRACTION_HINT = 'a fraction like 0.1 or "10%"'
+
+
+def parse_fraction(value: object, *, most: float = 0.5) -> float:
+    """Read 0.1 or "10%" (from 0 up to ``most``)."""
+    number: float | None = None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        number = float(value)
+    elif isinstance(value, str) and (found := re.fullmatch(r"(\d+(?:\.\d+)?)\s*%", value.strip())):
+        number = float(found[1]) / 100
+    if number is None or math.isnan(number) or not 0 <= number <= most:
+        raise ValueError(
+            f"must be {FRACTION_HINT}, from 0 to {most:g}, got {describe_value(value)}"
+        )
+    return number
+
+
 def format_duration(duration: timedelta) -> str:
     """The inverse of :func:`parse_duration`, shortest form ("1h30m", "500ms")."""
     milliseconds = round(duration.total_seconds() * 1000)

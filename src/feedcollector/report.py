@@ -14,7 +14,8 @@ log = logging.getLogger("feedcollector")
 
 @dataclass(slots=True)
 class FeedOutcome:
-    """One feed's refresh; ``state`` is stored, not_modified, failed or aborted."""
+    """One feed's refresh; ``state`` is stored, not_modified, failed, aborted, deferred (a
+    Retry-After runs: not requested) or gone (410)."""
 
     feed: Feed
     fetched_at: datetime
@@ -53,6 +54,8 @@ class CycleReport:
     not_modified: int = 0
     failed: int = 0
     aborted: int = 0
+    deferred: int = 0
+    gone: int = 0
     new_items: int = 0
     bytes: int = 0
     images_stored: int = 0
@@ -71,17 +74,27 @@ class CycleReport:
             self.not_modified += 1
         elif outcome.state == "aborted":
             self.aborted += 1
+        elif outcome.state == "deferred":
+            self.deferred += 1
+        elif outcome.state == "gone":
+            self.gone += 1
         else:
             self.failed += 1
             if len(self.failed_urls) < 20:
                 self.failed_urls.append(outcome.feed.url)
-        level = logging.INFO if outcome.state in ("stored", "not_modified") else logging.WARNING
+        quiet = ("stored", "not_modified", "deferred")
+        level = logging.INFO if outcome.state in quiet else logging.WARNING
         log.log(level, "%s", outcome.describe())
 
     def summary(self) -> str:
+        polite = "".join(
+            f", {count} {what}"
+            for count, what in ((self.deferred, "deferred by Retry-After"), (self.gone, "gone"))
+            if count
+        )
         return (
             f"{self.feeds} feeds ({self.stored} updated, {self.not_modified} not modified, "
-            f"{self.failed} failed, {self.aborted} aborted by storage errors), "
+            f"{self.failed} failed, {self.aborted} aborted by storage errors{polite}), "
             f"{self.new_items} new items, {self.bytes / 1024:.1f} KiB; images: "
             f"{self.images_stored} stored, {self.images_retry_later} to retry, "
             f"{self.images_failed} failed for good; {self.elapsed_s:.2f} s"
