@@ -705,8 +705,9 @@ def test_schedule_section_defaults_and_values(tmp_path: Path) -> None:
             'default ("1s").',
         ),
         ('[schedule]\nmax_retry_after = "0s"\n', '"max_retry_after" in [schedule] must be'),
+        ('[schedule]\nmax_cache_floor = "-1h"\n', '"max_cache_floor" in [schedule] must be'),
     ],
-    ids=["bounds", "jitter", "host-gap", "zero-cap"],
+    ids=["bounds", "jitter", "host-gap", "zero-cap", "negative-floor-cap"],
 )
 def test_schedule_section_problems_name_the_line_and_the_fix(
     tmp_path: Path, toml: str, expected: str

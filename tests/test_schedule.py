@@ -209,6 +209,8 @@ def test_cache_floor_takes_the_longest_hint_and_caps_it() -> None:
     assert cache_floor(policy, http_fresh=hours(1), feed_ttl_seconds=3 * 3600) == hours(3)
     assert cache_floor(policy, http_fresh=timedelta(days=30), feed_ttl_seconds=None) == hours(6)
     assert cache_floor(policy, http_fresh=timedelta(0), feed_ttl_seconds=10**15) == hours(6)
+    ignored = SchedulePolicy(max_cache_floor=timedelta(0))
+    assert cache_floor(ignored, http_fresh=hours(5), feed_ttl_seconds=3600) == timedelta(0)
 
 
 def test_a_refusal_backs_off_but_never_before_retry_after() -> None:

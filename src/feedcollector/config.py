@@ -144,8 +144,9 @@ class ScheduleSettings(BaseModel):
     host_gap: DurationOrOff = timedelta(seconds=1)
     """Per host: one request at a time, and this gap between them; 0s turns both off."""
     max_retry_after: Duration = timedelta(hours=24)
-    max_cache_floor: Duration = timedelta(hours=24)
-    """Cache-Control/Expires/<ttl> never delay a feed's next fetch by more than this."""
+    max_cache_floor: DurationOrOff = timedelta(hours=24)
+    """Cache-Control/Expires/<ttl> never delay a feed's next fetch by more than this (0s:
+    they are ignored)."""
 
     @model_validator(mode="after")
     def _bounds_in_order(self) -> Self:
