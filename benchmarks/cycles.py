@@ -91,6 +91,9 @@ def write_workdir(folder: Path, urls: list[str], *, database: str = "") -> Path:
         f'[fetch]\ndefault_interval = "{INTERVAL}"\n'
         + (database or '[database]\npath = "collector.db"\n')
         + '[storage]\npath = "objects"\n[images]\nenabled = false\n'
+        # the farm is ours: no per-host gap, and every feed due again after INTERVAL (its
+        # <ttl> ignored)
+        + '[schedule]\nhost_gap = "0s"\nadaptive = false\njitter = 0\nmax_cache_floor = "0s"\n'
     )
     return config
 

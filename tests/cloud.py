@@ -50,6 +50,7 @@ from feedcollector.backends.d1 import D1Database
 from feedcollector.backends.s3 import S3ObjectStore
 
 from .conftest import PROJECT_ROOT
+from .samples import TEST_SCHEDULE
 
 WORKER_DIR = PROJECT_ROOT / "worker"
 LOCAL_SERVER = WORKER_DIR / "scripts" / "local-server.mjs"
@@ -490,7 +491,7 @@ def write_cloud_config(
         f'[database]\nbackend = "d1"\nurl = "{proxy_url}"\ntimeout = "{database_timeout}"\n'
         f'[storage]\nbackend = "s3"\nendpoint = "{s3_endpoint}"\nbucket = "{bucket}"\n'
         f'region = "{S3_REGION}"\n'
-        "[images]\nallow_private_addresses = true\n" + extra_toml,
+        "[images]\nallow_private_addresses = true\n" + extra_toml + TEST_SCHEDULE,
         encoding="utf-8",
     )
     return config

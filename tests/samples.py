@@ -80,12 +80,18 @@ def png(width: int = 2, height: int = 2) -> bytes:
     )
 
 
+TEST_SCHEDULE = '[schedule]\nhost_gap = "0s"\njitter = 0\n'
+"""Politeness gap and jitter off for the general tests: their feeds share one host (the
+loopback server) and they assert exact times; tests/test_politeness.py turns them on."""
+
+
 def write_project(
     folder: Path,
     feeds: Sequence[str | dict[str, str]],
     *,
     allow_private_images: bool = True,
     extra_toml: str = "",
+    schedule_toml: str = TEST_SCHEDULE,
 ) -> Path:
     """A config file plus a feeds file in ``folder``; returns the config path."""
     lines = ["feeds:"]
@@ -101,7 +107,8 @@ def write_project(
         '[database]\nbackend = "sqlite"\npath = "collector.db"\n'
         '[storage]\nbackend = "local"\npath = "objects"\n'
         f"[images]\nallow_private_addresses = {'true' if allow_private_images else 'false'}\n"
-        + extra_toml,
+        + extra_toml
+        + schedule_toml,
         encoding="utf-8",
     )
     return config

@@ -282,7 +282,10 @@ def test_unknown_section_lists_the_sections(tmp_path: Path) -> None:
     path = write(tmp_path, "c.toml", 'feeds_file = "f.yaml"\n\n[fetchh]\nconcurrency = 5\n')
     message = config_error(path)
     assert f'{path} line 3: unknown key "fetchh" at the top level' in message
-    assert "feeds_file, [fetch], [database], [storage], [images], [retention], [log]" in message
+    assert (
+        "feeds_file, [fetch], [schedule], [database], [storage], [images], [retention], [log]"
+        in message
+    )
 
 
 def test_unknown_storage_key_mentions_where_credentials_come_from(tmp_path: Path) -> None:
@@ -678,3 +681,62 @@ def test_the_readme_documents_every_config_key_with_its_default() -> None:
             continue
         keys = set(type(value).model_fields) - secrets
         assert set(documented.get(name, {})) == keys, f"README's [{name}] section != the model"
+
+
+def test_schedule_section_defaults_and_values(tmp_path: Path) -> None:
+    schedule = load_settings(None).schedule
+    assert (schedule.adaptive, schedule.min_interval, schedule.max_interval) == (
+        True,
+        timedelta(minutes=15),
+        timedelta(hours=24),
+    )
+    assert (schedule.jitter, schedule.host_gap) == (0.1, timedelta(seconds=1))
+    assert (schedule.max_retry_after, schedule.max_cache_floor) == (
+        timedelta(hours=24),
+        timedelta(hours=24),
+    )
+    path = write(
+        tmp_path,
+        "c.toml",
+        '[schedule]\nadaptive = false\nmin_interval = "5m"\nmax_interval = "2h"\n'
+        'jitter = "20%"\nhost_gap = "0s"\nmax_retry_after = "1h"\nmax_cache_floor = "6h"\n',
+    )
+    schedule = load_settings(path).schedule
+    assert (schedule.adaptive, schedule.jitter, schedule.host_gap) == (False, 0.2, timedelta(0))
+    assert (schedule.min_interval, schedule.max_interval) == (
+        timedelta(minutes=5),
+        timedelta(hours=2),
+    )
+    assert (schedule.max_retry_after, schedule.max_cache_floor) == (
+        timedelta(hours=1),
+        timedelta(hours=6),
+    )
+
+
+@pytest.mark.parametrize(
+    ("toml", "expected"),
+    [
+        (
+            '[schedule]\nmin_interval = "2h"\nmax_interval = "1h"\n',
+            'line 2: min_interval ("2h") is longer than max_interval ("1h"). Make min_interval',
+        ),
+        (
+            "[schedule]\njitter = 0.9\n",
+            'line 2: "jitter" in [schedule] must be a fraction like 0.1 or "10%", from 0 to 0.5, '
+            "got 0.9. Fix the value or remove the key to use the default (0.1).",
+        ),
+        (
+            '[schedule]\nhost_gap = "polite"\n',
+            'line 2: "host_gap" in [schedule] must be a duration like "30m", "2h" or "1h30m", '
+            'or "0s" to turn it off, got "polite". Fix the value or remove the key to use the '
+            'default ("1s").',
+        ),
+        ('[schedule]\nmax_retry_after = "0s"\n', '"max_retry_after" in [schedule] must be'),
+        ('[schedule]\nmax_cache_floor = "-1h"\n', '"max_cache_floor" in [schedule] must be'),
+    ],
+    ids=["bounds", "jitter", "host-gap", "zero-cap", "negative-floor-cap"],
+)
+def test_schedule_section_problems_name_the_line_and_the_fix(
+    tmp_path: Path, toml: str, expected: str
+) -> None:
+    assert expected in config_error(write(tmp_path, "c.toml", toml))

@@ -19,7 +19,9 @@ from .database import Database
 from .fetch import FetchLimits, make_http_client
 from .images import ImageLimits, make_image_client
 from .objectstore import ObjectStore
+from .politeness import HostGate
 from .report import CycleObserver
+from .schedule import SchedulePolicy
 from .schema import migrate
 from .timestamps import utc_now
 
@@ -42,6 +44,11 @@ class Collector:
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     observer: CycleObserver | None = None
     """Hears every cycle's progress (progress display, metrics); None for nobody."""
+    hosts: HostGate = field(init=False)
+    """Per-host politeness of this process (lives as long as the collector, across cycles)."""
+
+    def __post_init__(self) -> None:
+        self.hosts = HostGate(self.settings.schedule.host_gap)
 
     @property
     def page_size(self) -> int:
@@ -51,6 +58,19 @@ class Collector:
     @property
     def fetch_limits(self) -> FetchLimits:
         return fetch_limits(self.settings)
+
+    @property
+    def schedule_policy(self) -> SchedulePolicy:
+        schedule = self.settings.schedule
+        return SchedulePolicy(
+            default_interval=self.settings.fetch.default_interval,
+            adaptive=schedule.adaptive,
+            min_interval=schedule.min_interval,
+            max_interval=schedule.max_interval,
+            jitter=schedule.jitter,
+            max_cache_floor=schedule.max_cache_floor,
+            max_retry_after=schedule.max_retry_after,
+        )
 
     @property
     def image_limits(self) -> ImageLimits:

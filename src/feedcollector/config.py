@@ -38,11 +38,15 @@ from .config_errors import (
 from .config_values import (
     Problem,
     SettingProblem,
-    check_http_url,
     config_error,
-    describe_value,
     parse_byte_size,
     parse_duration,
+    parse_duration_or_zero,
+    parse_fraction,
+    parse_listen_address,
+    parse_log_level_name,
+    parse_path,
+    parse_service_url,
 )
 from .config_values import format_duration as format_duration
 from .errors import ConfigError
@@ -68,14 +72,6 @@ def _package_version() -> str:
 DEFAULT_USER_AGENT = f"feedcollector/{_package_version()} (personal RSS/Atom collector)"
 
 
-def _path_input(value: object) -> Path:
-    if isinstance(value, Path):
-        return value.expanduser()
-    if isinstance(value, str) and value.strip():
-        return Path(value.strip()).expanduser()
-    raise ValueError(f"must be a file or folder path in quotes, got {describe_value(value)}")
-
-
 def _resolve_path(value: Path, info: ValidationInfo) -> Path:
     """Relative paths mean "next to the config file"; the loader passes that folder as context."""
     base_dir = info.context.get("base_dir") if isinstance(info.context, dict) else None
@@ -84,43 +80,18 @@ def _resolve_path(value: Path, info: ValidationInfo) -> Path:
     return Path(os.path.abspath(base_dir / value))
 
 
-def _service_url(value: object) -> str:
-    """An http(s) base address without a trailing slash, so clients can append paths to it."""
-    if not isinstance(value, str):
-        raise ValueError(
-            f"must be an http:// or https:// address in quotes, got {describe_value(value)}"
-        )
-    return check_http_url(value).rstrip("/")
-
-
-def _log_level_name(value: object) -> object:
-    """Level names are case-insensitive, and "warn" is what people type for WARNING."""
-    name = value.strip().upper() if isinstance(value, str) else value
-    return "WARNING" if name == "WARN" else name
-
-
-def _listen_address(value: object) -> str:
-    """``HOST:PORT`` (``[::1]:9108`` for IPv6); port 0 asks for any free port."""
-    text = value.strip() if isinstance(value, str) else ""
-    host, _, port = text.rpartition(":")
-    bracketed = host.startswith("[") == host.endswith("]")
-    if not host or not port.isdigit() or int(port) > 65535 or not bracketed:
-        raise ValueError(
-            f'must be "HOST:PORT" in quotes, e.g. "127.0.0.1:9108", got {describe_value(value)}'
-        )
-    return text
-
-
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+DurationOrOff = Annotated[timedelta, BeforeValidator(parse_duration_or_zero)]
+Fraction = Annotated[float, BeforeValidator(parse_fraction)]
 ByteSize = Annotated[int, BeforeValidator(parse_byte_size)]
 AtLeastOne = Annotated[int, Field(strict=True, ge=1)]
 Flag = Annotated[bool, Field(strict=True)]
 Text = Annotated[str, Field(strict=True, min_length=1)]
-ConfigPath = Annotated[Path, BeforeValidator(_path_input), AfterValidator(_resolve_path)]
-ServiceUrl = Annotated[str, BeforeValidator(_service_url)]
-ListenAddress = Annotated[str, BeforeValidator(_listen_address)]
+ConfigPath = Annotated[Path, BeforeValidator(parse_path), AfterValidator(_resolve_path)]
+ServiceUrl = Annotated[str, BeforeValidator(parse_service_url)]
+ListenAddress = Annotated[str, BeforeValidator(parse_listen_address)]
 LogLevel = Annotated[
-    Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], BeforeValidator(_log_level_name)
+    Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], BeforeValidator(parse_log_level_name)
 ]
 
 _MODEL_CONFIG = ConfigDict(extra="forbid", frozen=True, validate_default=True)
@@ -137,6 +108,36 @@ class FetchSettings(BaseModel):
     deadline: Duration = timedelta(minutes=2)
     max_body_bytes: ByteSize = 20 * 2**20
     user_agent: Text = DEFAULT_USER_AGENT
+
+
+class ScheduleSettings(BaseModel):
+    """``[schedule]``: when feeds are fetched again, and politeness towards their servers."""
+
+    model_config = _MODEL_CONFIG
+
+    adaptive: Flag = True
+    """Learn each feed's interval from how often it posts (unless the feeds file pins one)."""
+    min_interval: Duration = timedelta(minutes=15)
+    max_interval: Duration = timedelta(hours=24)
+    jitter: Fraction = 0.1
+    """Each feed's interval is stretched or shrunk by a fixed share of up to this fraction."""
+    host_gap: DurationOrOff = timedelta(seconds=1)
+    """Per host: one request at a time, and this gap between them; 0s turns both off."""
+    max_retry_after: Duration = timedelta(hours=24)
+    max_cache_floor: DurationOrOff = timedelta(hours=24)
+    """Cache-Control/Expires/<ttl> never delay a feed's next fetch by more than this (0s:
+    they are ignored)."""
+
+    @model_validator(mode="after")
+    def _bounds_in_order(self) -> Self:
+        if self.min_interval > self.max_interval:
+            raise SettingProblem(
+                f'min_interval ("{format_duration(self.min_interval)}") is longer than '
+                f'max_interval ("{format_duration(self.max_interval)}")',
+                fix="Make min_interval at most max_interval (defaults: 15m and 24h).",
+                key="min_interval",
+            )
+        return self
 
 
 class DatabaseSettings(BaseModel):
@@ -261,6 +262,7 @@ class Settings(BaseModel):
     """The config file's folder (the current folder without one): relative paths start here."""
     feeds_file: ConfigPath = Path(DEFAULT_FEEDS_FILE)
     fetch: FetchSettings = Field(default_factory=FetchSettings)
+    schedule: ScheduleSettings = Field(default_factory=ScheduleSettings)
     database: DatabaseSettings = Field(default_factory=DatabaseSettings)
     storage: StorageSettings = Field(default_factory=StorageSettings)
     images: ImageSettings = Field(default_factory=ImageSettings)
@@ -271,6 +273,7 @@ class Settings(BaseModel):
 
 _SECTIONS: Mapping[str, type[BaseModel]] = {
     "fetch": FetchSettings,
+    "schedule": ScheduleSettings,
     "database": DatabaseSettings,
     "storage": StorageSettings,
     "images": ImageSettings,

@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from .errors import ConfigError
@@ -107,6 +108,40 @@ def parse_duration(value: object) -> timedelta:
     return timedelta(seconds=seconds)
 
 
+_ZERO_DURATION = re.compile(r"0+(?:\.0+)?(?:ms|s|m|h|d|w)?")
+
+
+def parse_duration_or_zero(value: object) -> timedelta:
+    """Like :func:`parse_duration`, but ``0`` / ``"0s"`` mean zero (a feature turned off)."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and value == 0:
+        return timedelta(0)
+    if isinstance(value, str) and _ZERO_DURATION.fullmatch(re.sub(r"\s+", "", value.lower())):
+        return timedelta(0)
+    try:
+        return parse_duration(value)
+    except ValueError:
+        raise ValueError(
+            f'must be {DURATION_HINT}, or "0s" to turn it off, got {describe_value(value)}'
+        ) from None
+
+
+FRACTION_HINT = 'a fraction like 0.1 or "10%"'
+
+
+def parse_fraction(value: object, *, most: float = 0.5) -> float:
+    """Read 0.1 or "10%" (from 0 up to ``most``)."""
+    number: float | None = None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        number = float(value)
+    elif isinstance(value, str) and (found := re.fullmatch(r"(\d+(?:\.\d+)?)\s*%", value.strip())):
+        number = float(found[1]) / 100
+    if number is None or math.isnan(number) or not 0 <= number <= most:
+        raise ValueError(
+            f"must be {FRACTION_HINT}, from 0 to {most:g}, got {describe_value(value)}"
+        )
+    return number
+
+
 def format_duration(duration: timedelta) -> str:
     """The inverse of :func:`parse_duration`, shortest form ("1h30m", "500ms")."""
     milliseconds = round(duration.total_seconds() * 1000)
@@ -180,4 +215,40 @@ def check_http_url(value: str) -> str:
         parts.port  # noqa: B018 (urlsplit checks the port only when asked)
     except ValueError as exc:
         raise ValueError(f"must have a port between 0 and 65535, got {shown}") from exc
+    return text
+
+
+def parse_path(value: object) -> Path:
+    """A file or folder path; ``~`` expands (relative paths resolve later, next to the config)."""
+    if isinstance(value, Path):
+        return value.expanduser()
+    if isinstance(value, str) and value.strip():
+        return Path(value.strip()).expanduser()
+    raise ValueError(f"must be a file or folder path in quotes, got {describe_value(value)}")
+
+
+def parse_service_url(value: object) -> str:
+    """An http(s) base address without a trailing slash, so clients can append paths to it."""
+    if not isinstance(value, str):
+        raise ValueError(
+            f"must be an http:// or https:// address in quotes, got {describe_value(value)}"
+        )
+    return check_http_url(value).rstrip("/")
+
+
+def parse_log_level_name(value: object) -> object:
+    """Level names are case-insensitive, and "warn" is what people type for WARNING."""
+    name = value.strip().upper() if isinstance(value, str) else value
+    return "WARNING" if name == "WARN" else name
+
+
+def parse_listen_address(value: object) -> str:
+    """``HOST:PORT`` (``[::1]:9108`` for IPv6); port 0 asks for any free port."""
+    text = value.strip() if isinstance(value, str) else ""
+    host, _, port = text.rpartition(":")
+    bracketed = host.startswith("[") == host.endswith("]")
+    if not host or not port.isdigit() or int(port) > 65535 or not bracketed:
+        raise ValueError(
+            f'must be "HOST:PORT" in quotes, e.g. "127.0.0.1:9108", got {describe_value(value)}'
+        )
     return text

@@ -13,6 +13,8 @@ obstore exceptions. The pipeline reacts to the class:
 
 from __future__ import annotations
 
+from .models import ResponseHints
+
 
 class FeedCollectorError(Exception):
     """Base class of every error feedcollector raises on purpose."""
@@ -25,10 +27,19 @@ class ConfigError(FeedCollectorError):
 class FetchError(FeedCollectorError):
     """The feed could not be downloaded (timeout, DNS, refused, 4xx/5xx, too large...)."""
 
-    def __init__(self, message: str, *, kind: str = "error", status: int | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        kind: str = "error",
+        status: int | None = None,
+        hints: ResponseHints | None = None,
+    ) -> None:
         super().__init__(message)
         self.kind = kind
         self.status = status
+        self.hints = hints
+        """The refusing answer's headers (Retry-After...), when there was an answer."""
 
 
 class ParseError(FeedCollectorError):

@@ -19,6 +19,7 @@ from http import HTTPStatus
 import httpx
 
 from .errors import FetchError
+from .http_hints import permanent_target, response_hints
 from .httpbody import ACCEPT_ENCODING, TransferError, describe_http_error, read_body
 from .models import FetchedFeed
 
@@ -82,7 +83,11 @@ async def fetch_feed(
     last_modified: str | None,
     limits: FetchLimits,
 ) -> FetchedFeed:
-    """Conditional GET: 304 gives an empty body, 2xx the raw bytes, anything else FetchError."""
+    """Conditional GET: 304 gives an empty body, 2xx the raw bytes, anything else FetchError.
+
+    The answer carries the headers the scheduler reads and where the chain's leading permanent
+    redirects (301/308) led; a 4xx/5xx FetchError carries its headers (Retry-After) too.
+    """
     headers: dict[str, str] = {}
     if etag:
         headers["If-None-Match"] = etag
@@ -91,6 +96,7 @@ async def fetch_feed(
     if limits.user_agent:
         headers["User-Agent"] = limits.user_agent
     started = time.monotonic()
+    hops: list[tuple[int, str]] = []
     try:
         async with asyncio.timeout(limits.deadline_s):
             response = await open_response(
@@ -99,9 +105,12 @@ async def fetch_feed(
                 headers=headers,
                 timeout_s=limits.timeout_s,
                 max_redirects=limits.max_redirects,
+                on_redirect=lambda status, target: hops.append((status, str(target))),
             )
             try:
-                return await _read_feed_response(response, url, limits, started)
+                return await _read_feed_response(
+                    response, url, limits, started, permanent_target(hops)
+                )
             finally:
                 await response.aclose()
     except TimeoutError as exc:
@@ -115,12 +124,17 @@ async def fetch_feed(
 
 
 async def _read_feed_response(
-    response: httpx.Response, url: str, limits: FetchLimits, started: float
+    response: httpx.Response,
+    url: str,
+    limits: FetchLimits,
+    started: float,
+    permanent_url: str | None,
 ) -> FetchedFeed:
     status = response.status_code
     final_url = str(response.url)
     etag = response.headers.get("ETag")
     last_modified = response.headers.get("Last-Modified")
+    hints = response_hints(response.headers)
     if status == 304:
         return FetchedFeed(
             url=url,
@@ -129,9 +143,12 @@ async def _read_feed_response(
             etag=etag,
             last_modified=last_modified,
             elapsed_s=time.monotonic() - started,
+            hints=hints,
+            permanent_url=permanent_url,
         )
     if not 200 <= status < 300:
-        raise feed_status_error(status, response.reason_phrase, final_url, response.headers)
+        error = feed_status_error(status, response.reason_phrase, final_url, response.headers)
+        raise FetchError(f"fetch: {error.detail}", kind=error.kind, status=status, hints=hints)
     body = await read_body(response, max_bytes=limits.max_body_bytes)
     if status != 200 and not body:
         raise TransferError(
@@ -149,6 +166,8 @@ async def _read_feed_response(
         etag=etag,
         last_modified=last_modified,
         elapsed_s=time.monotonic() - started,
+        hints=hints,
+        permanent_url=permanent_url,
     )
 
 
@@ -159,13 +178,15 @@ def feed_status_error(
     if status == 404:
         hint = "the feed is not there; check its URL"
     elif status == 410:
-        hint = "the feed was removed for good; consider dropping it from the feeds file"
+        hint = "the feed was removed for good; it is no longer fetched"
     elif status in (401, 403):
         hint = "access denied; the feed needs credentials or blocks this client"
     elif status == 429:
         retry_after = headers.get("Retry-After")
         wait = f", the server asks to wait {retry_after}" if retry_after else ""
-        hint = f"rate limited{wait}; will retry with backoff"
+        hint = f"rate limited{wait}; this host's feeds wait"
+    elif status == 503 and headers.get("Retry-After"):
+        hint = f"unavailable, the server asks to wait {headers['Retry-After']}"
     elif status >= 500:
         hint = "the server is failing; will retry with backoff"
     else:
@@ -195,10 +216,12 @@ async def open_response(
     timeout_s: float,
     max_redirects: int,
     check_url: Callable[[httpx.URL], None] | None = None,
+    on_redirect: Callable[[int, httpx.URL], None] | None = None,
 ) -> httpx.Response:
     """Send GET, following redirects by hand; the caller must ``aclose()`` the streaming answer.
 
-    Every hop must be http(s), must not revisit a URL of the chain, and passes ``check_url``.
+    Every hop must be http(s), must not revisit a URL of the chain, and passes ``check_url``;
+    ``on_redirect`` hears each hop followed, as ``(status, target)``.
     """
     try:
         current = httpx.URL(url)
@@ -225,6 +248,8 @@ async def open_response(
         if str(target) in visited:
             raise TransferError("redirect", f"redirect loop: {current} leads back to {target}")
         visited.add(str(target))
+        if on_redirect is not None:
+            on_redirect(response.status_code, target)
         current = target
     raise TransferError(
         "redirect", f"more than {max_redirects} redirects starting at {url} (last: {current})"

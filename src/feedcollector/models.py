@@ -28,6 +28,29 @@ class Feed:
     consecutive_failures: int = 0
     next_fetch_at: str | None = None
     interval_seconds: int | None = None
+    moved_to: str | None = None
+    """Where a permanent redirect pointed: fetched from there instead of ``url``."""
+    gone_at: str | None = None
+    """When it answered 410 Gone (no longer scheduled; a manual fetch still tries it)."""
+    retry_after_until: str | None = None
+    """Until when the server's last Retry-After asks us to stay away."""
+    feed_ttl_seconds: int | None = None
+    """The feed's own ``<ttl>``/``sy:updatePeriod`` from its last 200, kept over 304s."""
+    post_gap_seconds: int | None = None
+    """Average gap between its newest dated items (None: too few to tell)."""
+    newest_item_at: str | None = None
+    """The publication time of its newest dated item."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseHints:
+    """The response headers that say when to come back, as the server sent them."""
+
+    retry_after: str | None = None
+    cache_control: str | None = None
+    expires: str | None = None
+    date: str | None = None
+    age: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +65,9 @@ class FetchedFeed:
     etag: str | None = None
     last_modified: str | None = None
     elapsed_s: float = 0.0
+    hints: ResponseHints = field(default_factory=ResponseHints)
+    permanent_url: str | None = None
+    """Where the leading permanent redirects (301/308) of the chain led, if there were any."""
 
     @property
     def not_modified(self) -> bool:

@@ -2,7 +2,9 @@
 
 config -> schedule -> fetch -> backup -> decode -> parse -> spill -> store -> images.
 ``refresh_feed`` reads one feed's whole refresh top to bottom; ``run_cycle`` runs it for every
-due feed with bounded concurrency, then downloads the pending images.
+due feed with bounded concurrency, then downloads the pending images. Feeds reach the workers
+through :class:`~.politeness.PoliteQueue`: one request per host at a time, a gap between them,
+other hosts flowing meanwhile; a Retry-After defers a feed (429: its whole host).
 
 Failure policy (seed section 8): fetch and parse failures count against the feed (backoff);
 a database or object-store failure aborts that feed's work for this cycle without touching
@@ -17,7 +19,7 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from datetime import datetime, timedelta
 
-from . import store
+from . import outcomes, store, store_schedule
 from .backups import write_backup
 from .collector import Collector
 from .config import load_feeds
@@ -29,14 +31,15 @@ from .models import Feed, ItemRecord, ParsedFeed
 from .normalize import item_records
 from .parse import parse_feed
 from .parse_common import MAX_ITEMS_PER_FEED
+from .politeness import PoliteQueue, Ticket, host_key
 from .report import CycleReport, FeedOutcome
 from .schedule import (
-    FAILURE_ALERT_THRESHOLD,
-    feed_interval,
-    next_fetch_after_failure,
-    next_fetch_after_success,
+    MAX_STORED_SECONDS,
+    deferred_until,
+    posting_stats,
 )
 from .spill import plan_spill, write_spilled
+from .timestamps import format_timestamp, parse_timestamp
 
 log = logging.getLogger("feedcollector")
 
@@ -44,6 +47,8 @@ FEED_LEASE = timedelta(minutes=15)
 """How long a claimed feed stays reserved; a crashed collector's feeds come back after it."""
 NOT_MODIFIED_FLUSH = 200
 """304 bookkeeping is written in batches of this many feeds."""
+BACKLOG_PAGES = 25
+"""Claimed feeds held at most, in claim pages, while every waiting feed's host is busy."""
 
 
 async def run_cycle(
@@ -62,6 +67,12 @@ async def run_cycle(
             sync.reactivated,
             sync.removed,
         )
+    for old, new in sync.renamed:
+        log.info(
+            "schedule: %s is now listed at %s, where it had moved: same feed and items", old, new
+        )
+    for limit in await store_schedule.live_rate_limits(collector.db, report.started):
+        collector.hosts.defer(host_key(limit.moved_to or limit.url), parse_timestamp(limit.until))
     if collector.observer is not None and not force:
         report.feeds_due = await store.count_due_feeds(collector.db, report.started)
     pages = (
@@ -78,26 +89,46 @@ async def run_cycle(
 
 
 async def refresh_feed(collector: Collector, feed: Feed) -> FeedOutcome:
-    """Fetch, back up, decode, parse and store one feed; never raises for a feed's own trouble."""
-    settings = collector.settings
+    """Fetch, back up, decode, parse and store one feed; never raises for a feed's own trouble.
+
+    The request waits for its host's turn, and is not sent while a Retry-After runs."""
     began = time.monotonic()
     fetched_at = collector.clock()
     outcome = FeedOutcome(feed=feed, fetched_at=fetched_at)
+    source = feed.moved_to or feed.url
+    host = host_key(source)
     try:
+        wait = deferred_until(
+            outcomes.moment(feed.retry_after_until),
+            collector.hosts.deferred_until(host, fetched_at),
+            fetched_at,
+        )
+        if wait is not None:
+            return await outcomes.defer(collector, outcome, wait, began)
         try:
-            response = await fetch_feed(
-                collector.feed_http,
-                feed.url,
-                etag=feed.last_etag,
-                last_modified=feed.last_modified,
-                limits=collector.fetch_limits,
-            )
+            async with collector.hosts.request(host):
+                response = await fetch_feed(
+                    collector.feed_http,
+                    source,
+                    etag=feed.last_etag,
+                    last_modified=feed.last_modified,
+                    limits=collector.fetch_limits,
+                )
         except FetchError as exc:
-            return await _fail(collector, outcome, exc, exc.status, began)
+            if exc.status == 410:
+                return await outcomes.gone(collector, outcome, exc, began)
+            return await outcomes.fail(collector, outcome, exc, exc.status, began)
         outcome.http_status = response.status
-        interval = feed_interval(feed.interval_seconds, settings.fetch.default_interval)
-        outcome.next_fetch_at = next_fetch_after_success(fetched_at, interval)
+        if response.permanent_url is not None:
+            await outcomes.record_move(collector, feed, response.permanent_url)
         if response.not_modified:
+            outcome.next_fetch_at = outcomes.next_fetch(
+                collector,
+                outcome,
+                response.hints,
+                feed.feed_ttl_seconds,
+                outcomes.stored_stats(feed),
+            )
             outcome.state = "not_modified"
             return outcome.finish(began)
 
@@ -114,7 +145,10 @@ async def refresh_feed(collector: Collector, feed: Feed) -> FeedOutcome:
                 fetched_at,
             )
         except ParseError as exc:
-            return await _fail(collector, outcome, exc, response.status, began)
+            return await outcomes.fail(collector, outcome, exc, response.status, began)
+        stats = posting_stats((i.pub_date for i in parsed.items if i.pub_date), fetched_at)
+        ttl = min(parsed.ttl_minutes * 60, MAX_STORED_SECONDS) if parsed.ttl_minutes else None
+        outcome.next_fetch_at = outcomes.next_fetch(collector, outcome, response.hints, ttl, stats)
         plan = plan_spill(feed.id, records)
         await write_spilled(collector.objects, feed.url, plan.spilled)
         new_ids = await store.save_items(
@@ -128,6 +162,9 @@ async def refresh_feed(collector: Collector, feed: Feed) -> FeedOutcome:
                 fetched_at=fetched_at,
                 next_fetch_at=outcome.next_fetch_at,
                 status=response.status,
+                feed_ttl_seconds=ttl,
+                post_gap_seconds=outcomes.whole_seconds(stats.gap) if stats else None,
+                newest_item_at=format_timestamp(stats.newest) if stats else None,
             ),
         )
         outcome.state = "stored"
@@ -143,7 +180,7 @@ async def refresh_feed(collector: Collector, feed: Feed) -> FeedOutcome:
         )
         outcome.state = "aborted"
         outcome.error = str(exc)
-        await _release(collector, feed)
+        await outcomes.release(collector, feed)
         return outcome.finish(began)
     except Exception as exc:
         log.exception(
@@ -153,7 +190,7 @@ async def refresh_feed(collector: Collector, feed: Feed) -> FeedOutcome:
             type(exc).__name__,
             feed.url,
         )
-        return await _fail_unexpected(collector, outcome, exc, began)
+        return await outcomes.fail_unexpected(collector, outcome, exc, began)
 
 
 def read_feed_body(
@@ -190,61 +227,6 @@ def read_feed_body(
     return parsed, records
 
 
-async def _fail(
-    collector: Collector,
-    outcome: FeedOutcome,
-    exc: FetchError | ParseError,
-    status: int | None,
-    began: float,
-) -> FeedOutcome:
-    """Count a fetch/parse failure and back off (30 min · 2^(n-1), capped at 24 h)."""
-    failures = outcome.feed.consecutive_failures + 1
-    outcome.state = "failed"
-    outcome.error = str(exc)
-    outcome.error_kind = exc.kind if isinstance(exc, FetchError) else "parse"
-    outcome.http_status = status
-    outcome.next_fetch_at = next_fetch_after_failure(outcome.fetched_at, failures)
-    await store.record_failure(
-        collector.db,
-        outcome.feed.id,
-        failures=failures,
-        next_fetch_at=outcome.next_fetch_at,
-        error=str(exc),
-        status=status,
-    )
-    if failures >= FAILURE_ALERT_THRESHOLD:
-        log.warning(
-            "!!! feed %s has failed %d times in a row (last: %s). Check whether it moved or died, "
-            "and fix or remove it in the feeds file.",
-            outcome.feed.url,
-            failures,
-            exc,
-        )
-    return outcome.finish(began)
-
-
-async def _fail_unexpected(
-    collector: Collector, outcome: FeedOutcome, exc: Exception, began: float
-) -> FeedOutcome:
-    """Record a bug's exception as the feed's failure, so it backs off and shows in status."""
-    error = ParseError(f"internal: {type(exc).__name__}: {exc}")
-    try:
-        return await _fail(collector, outcome, error, outcome.http_status, began)
-    except Exception:
-        log.exception("internal: could not record the failure of feed %s", outcome.feed.url)
-        outcome.state = "aborted"
-        outcome.error = str(error)
-        await _release(collector, outcome.feed)
-        return outcome.finish(began)
-
-
-async def _release(collector: Collector, feed: Feed) -> None:
-    try:
-        await store.release_feed(collector.db, feed.id, collector.owner)
-    except StorageError as exc:
-        log.debug("%s; the lease of %s is left to expire", exc, feed.url)
-
-
 async def _due_pages(collector: Collector, due_by: datetime) -> AsyncIterator[list[Feed]]:
     cursor = store.ClaimCursor()
     while not collector.stopping.is_set():
@@ -266,24 +248,39 @@ async def _due_pages(collector: Collector, due_by: datetime) -> AsyncIterator[li
 async def _forced_pages(
     collector: Collector, urls: Sequence[str] | None, report: CycleReport
 ) -> AsyncIterator[list[Feed]]:
+    """A manual fetch: the feeds now, whatever their schedule, backoff or 410 (a running
+    Retry-After still holds); a feed another collector is fetching right now is skipped."""
     ids = await store.active_feed_ids(collector.db, urls)
     report.feeds_due = len(ids)
     for start in range(0, len(ids), collector.page_size):
         if collector.stopping.is_set():
             return
         chunk = ids[start : start + collector.page_size]
-        yield await store.claim_feeds_by_id(
+        page = await store.claim_feeds_by_id(
             collector.db, chunk, now=collector.clock(), owner=collector.owner, lease=FEED_LEASE
         )
+        taken = {feed.id for feed in page}
+        busy = [feed_id for feed_id in chunk if feed_id not in taken]
+        for url in await store_schedule.feed_urls(collector.db, busy) if busy else ():
+            log.warning("fetch: %s is being fetched by another collector right now; skipped", url)
+        yield page
 
 
 async def _refresh_all(
     collector: Collector, pages: AsyncIterator[list[Feed]], report: CycleReport
 ) -> None:
-    """Run refresh_feed over the claimed pages with at most ``concurrency`` feeds in flight."""
-    queue: asyncio.Queue[Feed | None] = asyncio.Queue(maxsize=collector.page_size)
+    """Run refresh_feed over the claimed pages with at most ``concurrency`` feeds in flight,
+    handed out host by host (:class:`PoliteQueue`)."""
+    queue: PoliteQueue[Feed] = PoliteQueue(
+        collector.hosts,
+        lambda feed: host_key(feed.moved_to or feed.url),
+        collector.clock,
+        low_water=collector.page_size,
+        max_backlog=collector.page_size * BACKLOG_PAGES,
+    )
     workers = collector.settings.fetch.concurrency
     not_modified: list[store.NotModified] = []
+    unstarted: list[Feed] = []
 
     async def flush_not_modified() -> None:
         batch = not_modified[:]
@@ -294,15 +291,17 @@ async def _refresh_all(
             log.error("%s; 304 bookkeeping of %d feeds not written", exc, len(batch))
 
     async def work() -> None:
-        while (feed := await queue.get()) is not None:
-            if collector.stopping.is_set():
-                await _release(collector, feed)
+        while (ticket := await queue.get()) is not None:
+            try:
+                outcome = await _refresh_ticket(collector, ticket, unstarted)
+            finally:
+                queue.done(ticket)
+            if outcome is None:
                 continue
-            outcome = await refresh_feed(collector, feed)
             report.add(outcome)
             if outcome.state == "not_modified" and outcome.next_fetch_at is not None:
                 not_modified.append(
-                    store.NotModified(feed.id, outcome.fetched_at, outcome.next_fetch_at)
+                    store.NotModified(ticket.item.id, outcome.fetched_at, outcome.next_fetch_at)
                 )
                 if len(not_modified) >= NOT_MODIFIED_FLUSH:
                     await flush_not_modified()
@@ -310,16 +309,58 @@ async def _refresh_all(
     async def produce() -> None:
         try:
             async for page in pages:
-                for feed in page:
-                    await queue.put(feed)
+                queue.extend(page)
+                await queue.wait_for_room()
         except StorageError as exc:
             log.error("%s; could not claim due feeds, the next cycle retries", exc)
         finally:
-            for _ in range(workers):
-                await queue.put(None)
+            queue.close()
+
+    async def stop_when_asked() -> None:
+        await collector.stopping.wait()
+        unstarted.extend(queue.stop())
 
     async with asyncio.TaskGroup() as group:
         group.create_task(produce())
-        for _ in range(workers):
-            group.create_task(work())
+        watcher = group.create_task(stop_when_asked())
+        await asyncio.gather(*(group.create_task(work()) for _ in range(workers)))
+        watcher.cancel()
+    unstarted.extend(queue.stop())
     await flush_not_modified()
+    if unstarted:
+        try:
+            await store_schedule.release_feeds(
+                collector.db, [feed.id for feed in unstarted], collector.owner
+            )
+        except StorageError as exc:
+            log.debug(
+                "storage: could not hand back %d feeds (leases expire): %s", len(unstarted), exc
+            )
+
+
+async def _refresh_ticket(
+    collector: Collector, ticket: Ticket[Feed], unstarted: list[Feed]
+) -> FeedOutcome | None:
+    """Refresh the ticket's feed, unless stopping (handed back) or its lease was lost while it
+    waited for its host (another collector has it now)."""
+    feed = ticket.item
+    if collector.stopping.is_set():
+        unstarted.append(feed)
+        return None
+    if time.monotonic() - ticket.queued_at > FEED_LEASE.total_seconds() / 2:
+        try:
+            ours = await store_schedule.renew_lease(
+                collector.db, feed.id, owner=collector.owner, until=collector.clock() + FEED_LEASE
+            )
+        except StorageError as exc:
+            log.error(
+                "storage: %s; %s skipped this cycle (its lease could not be renewed)", exc, feed.url
+            )
+            return None
+        if not ours:
+            log.info(
+                "schedule: %s waited for its host past its lease; another collector has it",
+                feed.url,
+            )
+            return None
+    return await refresh_feed(collector, feed)

@@ -22,7 +22,8 @@ log = logging.getLogger("feedcollector")
 
 @dataclass(slots=True)
 class FeedOutcome:
-    """One feed's refresh; ``state`` is stored, not_modified, failed or aborted."""
+    """One feed's refresh; ``state`` is stored, not_modified, failed, aborted, deferred (a
+    Retry-After runs: not requested) or gone (410)."""
 
     feed: Feed
     fetched_at: datetime
@@ -45,7 +46,13 @@ class FeedOutcome:
     @property
     def outcome_label(self) -> str:
         """A small, fixed set of names for metrics: ok, not_modified, http_5xx, timeout, ..."""
-        fixed = {"stored": "ok", "not_modified": "not_modified", "aborted": "storage_error"}
+        fixed = {
+            "stored": "ok",
+            "not_modified": "not_modified",
+            "aborted": "storage_error",
+            "deferred": "deferred",
+            "gone": "gone",
+        }
         if self.state in fixed:
             return fixed[self.state]
         if self.error_kind == "http" and self.http_status:
@@ -92,6 +99,8 @@ class CycleReport:
     not_modified: int = 0
     failed: int = 0
     aborted: int = 0
+    deferred: int = 0
+    gone: int = 0
     new_items: int = 0
     bytes: int = 0
     images_stored: int = 0
@@ -110,6 +119,10 @@ class CycleReport:
             self.not_modified += 1
         elif outcome.state == "aborted":
             self.aborted += 1
+        elif outcome.state == "deferred":
+            self.deferred += 1
+        elif outcome.state == "gone":
+            self.gone += 1
         else:
             self.failed += 1
             if len(self.failed_urls) < 20:
@@ -117,7 +130,8 @@ class CycleReport:
         due = outcome.feed.next_fetch_at
         if due and (self.oldest_due is None or due < self.oldest_due):
             self.oldest_due = due
-        level = logging.INFO if outcome.state in ("stored", "not_modified") else logging.WARNING
+        quiet = ("stored", "not_modified", "deferred")
+        level = logging.INFO if outcome.state in quiet else logging.WARNING
         log.log(level, "%s", outcome.describe())
         if self.observer is not None:
             self.observer.feed_done(outcome, self)
@@ -139,9 +153,14 @@ class CycleReport:
         return max((self.started - due).total_seconds(), 0.0)
 
     def summary(self) -> str:
+        polite = "".join(
+            f", {count} {what}"
+            for count, what in ((self.deferred, "deferred by Retry-After"), (self.gone, "gone"))
+            if count
+        )
         return (
             f"{self.feeds} feeds ({self.stored} updated, {self.not_modified} not modified, "
-            f"{self.failed} failed, {self.aborted} aborted by storage errors), "
+            f"{self.failed} failed, {self.aborted} aborted by storage errors{polite}), "
             f"{self.new_items} new items, {self.bytes / 1024:.1f} KiB; images: "
             f"{self.images_stored} stored, {self.images_retry_later} to retry, "
             f"{self.images_failed} failed for good; {self.elapsed_s:.2f} s"

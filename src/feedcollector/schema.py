@@ -101,6 +101,16 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
             "ALTER TABLE feeds ADD COLUMN moved_to TEXT",
         ),
     ),
+    (
+        5,
+        "feeds: Retry-After deadline, the feed's own ttl and its posting rate (scheduling)",
+        (
+            "ALTER TABLE feeds ADD COLUMN retry_after_until TEXT",
+            "ALTER TABLE feeds ADD COLUMN feed_ttl_seconds INTEGER",
+            "ALTER TABLE feeds ADD COLUMN post_gap_seconds INTEGER",
+            "ALTER TABLE feeds ADD COLUMN newest_item_at TEXT",
+        ),
+    ),
 )
 
 

@@ -26,7 +26,8 @@ MAX_PARAMS = 100
 
 _FEED_COLUMNS = (
     "id, url, title, last_etag, last_modified, last_fetched_at, consecutive_failures, "
-    "next_fetch_at, interval_seconds"
+    "next_fetch_at, interval_seconds, moved_to, gone_at, retry_after_until, feed_ttl_seconds, "
+    "post_gap_seconds, newest_item_at"
 )
 
 
@@ -51,6 +52,12 @@ def _feed(row: Row) -> Feed:
         consecutive_failures=int(row["consecutive_failures"] or 0),
         next_fetch_at=row["next_fetch_at"],
         interval_seconds=row["interval_seconds"],
+        moved_to=row["moved_to"],
+        gone_at=row["gone_at"],
+        retry_after_until=row["retry_after_until"],
+        feed_ttl_seconds=row["feed_ttl_seconds"],
+        post_gap_seconds=row["post_gap_seconds"],
+        newest_item_at=row["newest_item_at"],
     )
 
 
@@ -63,14 +70,23 @@ class SyncReport:
     reactivated: int
     changed: int
     removed: int
+    renamed: tuple[tuple[str, str], ...] = ()
+    """``(old URL, new URL)`` of moved feeds now listed at their new URL (ids carried over)."""
 
 
 async def sync_feeds(db: Database, specs: Sequence[FeedSpec], now: datetime) -> SyncReport:
     """Make the ``feeds`` table follow the feeds file (one batch, only when something changed)."""
-    rows = await db.query("SELECT id, url, active, interval_seconds, config_title FROM feeds")
+    rows = await db.query(
+        "SELECT id, url, active, interval_seconds, config_title, moved_to FROM feeds"
+    )
     known = {
         row["url"]: KnownFeed(
-            row["id"], row["url"], bool(row["active"]), row["interval_seconds"], row["config_title"]
+            row["id"],
+            row["url"],
+            bool(row["active"]),
+            row["interval_seconds"],
+            row["config_title"],
+            row["moved_to"],
         )
         for row in rows
     }
@@ -89,10 +105,18 @@ async def sync_feeds(db: Database, specs: Sequence[FeedSpec], now: datetime) -> 
     statements += [
         Statement(
             "UPDATE feeds SET active = 1, config_title = ?, interval_seconds = ?, "
-            "next_fetch_at = ? WHERE url = ?",
+            "next_fetch_at = ?, gone_at = NULL, moved_to = NULL WHERE url = ?",
             (s.title, interval_seconds_of(s), stamp, s.url),
         )
         for s in plan.reactivated
+    ]
+    statements += [
+        Statement(
+            "UPDATE feeds SET url = ?, moved_to = NULL, active = 1, gone_at = NULL, "
+            "config_title = ?, title = COALESCE(?, title), interval_seconds = ? WHERE id = ?",
+            (s.url, s.title, s.title, interval_seconds_of(s), row.id),
+        )
+        for row, s in plan.renamed
     ]
     statements += [
         Statement(
@@ -106,7 +130,13 @@ async def sync_feeds(db: Database, specs: Sequence[FeedSpec], now: datetime) -> 
         Statement("UPDATE feeds SET active = 0 WHERE id = ?", (row.id,)) for row in plan.removed
     ]
     await db.batch(statements)
-    return SyncReport(len(plan.added), len(plan.reactivated), len(plan.changed), len(plan.removed))
+    return SyncReport(
+        len(plan.added),
+        len(plan.reactivated),
+        len(plan.changed),
+        len(plan.removed),
+        tuple((row.url, s.url) for row, s in plan.renamed),
+    )
 
 
 # --- claiming feeds -----------------------------------------------------------------------
@@ -130,10 +160,12 @@ async def claim_due_feeds(
     limit: int,
     after: ClaimCursor,
 ) -> list[Feed]:
-    """Lease up to ``limit`` active feeds due by ``due_by``, in due order, past ``after``."""
+    """Lease up to ``limit`` active feeds due by ``due_by``, in due order, past ``after``.
+
+    A feed that answered 410 Gone (``gone_at``) is not scheduled any more."""
     rows = await db.query(
         "UPDATE feeds SET lease_owner = ?, lease_until = ? WHERE id IN ("
-        " SELECT id FROM feeds WHERE active = 1 AND next_fetch_at <= ?"
+        " SELECT id FROM feeds WHERE active = 1 AND gone_at IS NULL AND next_fetch_at <= ?"
         " AND (lease_until IS NULL OR lease_until <= ?)"
         " AND (next_fetch_at > ? OR (next_fetch_at = ? AND id > ?))"
         " ORDER BY next_fetch_at, id LIMIT ?)"
@@ -193,14 +225,17 @@ async def release_feed(db: Database, feed_id: str, owner: str) -> None:
 async def count_due_feeds(db: Database, due_by: datetime) -> int:
     """How many active feeds are due by ``due_by`` (for progress displays; one index range)."""
     rows = await db.query(
-        "SELECT COUNT(*) AS n FROM feeds WHERE active = 1 AND next_fetch_at <= ?",
+        "SELECT COUNT(*) AS n FROM feeds"
+        " WHERE active = 1 AND gone_at IS NULL AND next_fetch_at <= ?",
         (format_timestamp(due_by),),
     )
     return int(rows[0]["n"]) if rows else 0
 
 
 async def next_due_at(db: Database) -> str | None:
-    rows = await db.query("SELECT MIN(next_fetch_at) AS due FROM feeds WHERE active = 1")
+    rows = await db.query(
+        "SELECT MIN(next_fetch_at) AS due FROM feeds WHERE active = 1 AND gone_at IS NULL"
+    )
     return rows[0]["due"] if rows else None
 
 
@@ -217,6 +252,9 @@ class FetchSuccess:
     fetched_at: datetime
     next_fetch_at: datetime
     status: int
+    feed_ttl_seconds: int | None = None
+    post_gap_seconds: int | None = None
+    newest_item_at: str | None = None
 
 
 def _item_statements(feed_id: str, items: Sequence[ItemRecord], stamp: str) -> list[Statement]:
@@ -266,6 +304,8 @@ async def save_items(
             "UPDATE feeds SET title = COALESCE(config_title, ?, title), last_etag = ?, "
             "last_modified = ?, last_fetched_at = ?, next_fetch_at = ?, "
             "consecutive_failures = 0, last_error = NULL, last_status = ?, "
+            "feed_ttl_seconds = ?, post_gap_seconds = ?, newest_item_at = ?, "
+            "gone_at = NULL, retry_after_until = NULL, "
             "lease_owner = NULL, lease_until = NULL WHERE id = ?",
             (
                 outcome.title,
@@ -274,6 +314,9 @@ async def save_items(
                 stamp,
                 format_timestamp(outcome.next_fetch_at),
                 outcome.status,
+                outcome.feed_ttl_seconds,
+                outcome.post_gap_seconds,
+                outcome.newest_item_at,
                 feed.id,
             ),
         )
@@ -298,6 +341,7 @@ async def record_not_modified(db: Database, updates: Sequence[NotModified]) -> N
             Statement(
                 "UPDATE feeds SET last_fetched_at = ?, next_fetch_at = ?, "
                 "consecutive_failures = 0, last_error = NULL, last_status = 304, "
+                "gone_at = NULL, retry_after_until = NULL, "
                 "lease_owner = NULL, lease_until = NULL WHERE id = ?",
                 (format_timestamp(u.fetched_at), format_timestamp(u.next_fetch_at), u.feed_id),
             )
@@ -314,10 +358,21 @@ async def record_failure(
     next_fetch_at: datetime,
     error: str,
     status: int | None,
+    retry_after_until: datetime | None = None,
 ) -> None:
-    """A fetch or parse failure: count it, back off; ``last_fetched_at`` is left alone."""
+    """A fetch or parse failure: count it, back off; ``last_fetched_at`` is left alone.
+
+    ``retry_after_until`` is when a 429/503's Retry-After ends (even a manual fetch waits)."""
     await db.query(
         "UPDATE feeds SET consecutive_failures = ?, next_fetch_at = ?, last_error = ?, "
-        "last_status = ?, lease_owner = NULL, lease_until = NULL WHERE id = ?",
-        (failures, format_timestamp(next_fetch_at), error[:2000], status, feed_id),
+        "last_status = ?, retry_after_until = ?, lease_owner = NULL, lease_until = NULL "
+        "WHERE id = ?",
+        (
+            failures,
+            format_timestamp(next_fetch_at),
+            error[:2000],
+            status,
+            format_timestamp(retry_after_until) if retry_after_until else None,
+            feed_id,
+        ),
     )

@@ -1,0 +1,111 @@
+"""What a feed server says about when to come back, read from its response headers (pure).
+
+``Retry-After`` (429/503: seconds or an HTTP-date), the freshness of the answer
+(``Cache-Control: max-age`` minus ``Age``, else ``Expires`` minus ``Date``) and the permanent part
+of a redirect chain. Dates in headers are measured against the server's own ``Date`` when it
+sends one, so a server whose clock is off by an hour still means what it says. Nothing here
+caps a value: the caps are policy (:mod:`.schedule`); here a value too large for ``timedelta``
+is only clipped to ``MAX_HINT``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from email.utils import parsedate_to_datetime
+
+from .models import ResponseHints
+
+MAX_HINT = timedelta(days=3650)
+"""Larger values are clipped here, before any policy cap (a header may hold any number)."""
+PERMANENT_REDIRECTS = frozenset({301, 308})
+_DELTA_SECONDS = re.compile(r"\d+")
+_MAX_AGE = re.compile(r'max-age\s*=\s*"?(\d+)"?')
+
+
+def response_hints(headers: Mapping[str, str]) -> ResponseHints:
+    """The headers the scheduler reads, as sent (case-insensitive lookup by the caller's map)."""
+    return ResponseHints(
+        retry_after=headers.get("Retry-After"),
+        cache_control=headers.get("Cache-Control"),
+        expires=headers.get("Expires"),
+        date=headers.get("Date"),
+        age=headers.get("Age"),
+    )
+
+
+def http_date(text: str | None) -> datetime | None:
+    """An HTTP-date (IMF-fixdate, RFC 850 or asctime) as an aware UTC datetime, else None."""
+    if not text or not text.strip():
+        return None
+    try:
+        moment = parsedate_to_datetime(text.strip())
+    except (ValueError, TypeError, IndexError, OverflowError):
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC)
+
+
+def _seconds(count: int) -> timedelta:
+    return timedelta(seconds=min(count, int(MAX_HINT.total_seconds())))
+
+
+def _server_now(hints: ResponseHints, now: datetime) -> datetime:
+    """The server's idea of now (its ``Date``), else ours."""
+    return http_date(hints.date) or now
+
+
+def retry_after(hints: ResponseHints | None, now: datetime) -> timedelta | None:
+    """How long the server asked us to wait, or None: no header, garbage, zero or a past date."""
+    if hints is None or hints.retry_after is None:
+        return None
+    text = hints.retry_after.strip()
+    if _DELTA_SECONDS.fullmatch(text):
+        delay = _seconds(int(text))
+    else:
+        moment = http_date(text)
+        if moment is None:
+            return None
+        delay = min(moment - _server_now(hints, now), MAX_HINT)
+    return delay if delay > timedelta(0) else None
+
+
+def freshness(hints: ResponseHints | None, now: datetime) -> timedelta:
+    """How long the answer stays fresh by HTTP caching rules; zero when it does not say.
+
+    ``max-age`` wins over ``Expires`` (RFC 9111); ``no-cache``/``no-store`` mean no floor at
+    all; an invalid or past ``Expires`` means already stale.
+    """
+    if hints is None or (hints.cache_control is None and hints.expires is None):
+        return timedelta(0)
+    directives = (hints.cache_control or "").lower()
+    if re.search(r"\bno-(?:cache|store)\b", directives):
+        return timedelta(0)
+    found = _MAX_AGE.search(directives)
+    if found is not None:
+        age = hints.age.strip() if hints.age else ""
+        lifetime = _seconds(int(found[1])) - (
+            _seconds(int(age)) if _DELTA_SECONDS.fullmatch(age) else timedelta(0)
+        )
+    else:
+        expires = http_date(hints.expires)
+        if expires is None:
+            return timedelta(0)
+        lifetime = min(expires - _server_now(hints, now), MAX_HINT)
+    return max(lifetime, timedelta(0))
+
+
+def permanent_target(hops: Sequence[tuple[int, str]]) -> str | None:
+    """Where the leading run of permanent redirects (301/308) of a chain leads, or None.
+
+    ``hops`` are ``(status, target)`` in order. A temporary hop (302/303/307) ends the run: the
+    URL it left from is the feed's address from then on, and the rest is a detour.
+    """
+    target: str | None = None
+    for status, location in hops:
+        if status not in PERMANENT_REDIRECTS:
+            break
+        target = location
+    return target

@@ -1,0 +1,210 @@
+"""What a feed's answer means for its row and its host, beyond items: the next fetch time
+from the answer's hints, a failure's backoff, a Retry-After (429: for the whole host), 410 Gone,
+a permanent move, and handing a claimed feed back.
+
+The decisions are :mod:`.schedule`'s pure functions; this module applies them to one feed with
+the collector's settings, database and host gate, and words the log lines the operator acts on.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+from . import store, store_schedule
+from .collector import Collector
+from .errors import FetchError, ParseError, StorageError
+from .http_hints import freshness, retry_after
+from .models import Feed, ResponseHints
+from .politeness import host_key
+from .report import FeedOutcome
+from .schedule import (
+    FAILURE_ALERT_THRESHOLD,
+    MAX_STORED_SECONDS,
+    RATE_LIMIT_PAUSE,
+    PostingStats,
+    cache_floor,
+    capped_retry_after,
+    next_fetch_after_answer,
+    next_fetch_after_refusal,
+)
+from .timestamps import format_timestamp, parse_timestamp
+
+log = logging.getLogger("feedcollector")
+
+
+def honour_refusal(
+    collector: Collector,
+    feed: Feed,
+    exc: FetchError | ParseError,
+    status: int | None,
+    now: datetime,
+) -> timedelta | None:
+    """The (capped) Retry-After of a 429/503, or None; a 429 also makes the feed's host wait
+    in this process, for the Retry-After or ``RATE_LIMIT_PAUSE`` without one."""
+    hints = exc.hints if isinstance(exc, FetchError) and status in (429, 503) else None
+    asked = capped_retry_after(collector.schedule_policy, retry_after(hints, now))
+    if status == 429:
+        host = host_key(feed.moved_to or feed.url)
+        until = now + (asked or RATE_LIMIT_PAUSE)
+        collector.hosts.defer(host, until)
+        log.info(
+            "fetch: %s rate-limits this collector (HTTP 429): its feeds wait until %s",
+            host,
+            format_timestamp(until),
+        )
+    return asked
+
+
+async def defer(
+    collector: Collector, outcome: FeedOutcome, until: datetime, began: float
+) -> FeedOutcome:
+    """A Retry-After (the feed's, or its host's 429) still runs: no request, no failure."""
+    outcome.state = "deferred"
+    outcome.next_fetch_at = until
+    outcome.error = (
+        f"not requested: the server asked (Retry-After) to wait until {format_timestamp(until)}"
+    )
+    await store_schedule.defer_feed(
+        collector.db, outcome.feed.id, until=until, owner=collector.owner
+    )
+    return outcome.finish(began)
+
+
+async def gone(
+    collector: Collector, outcome: FeedOutcome, exc: FetchError, began: float
+) -> FeedOutcome:
+    """410 Gone: no longer scheduled, items kept; the operator is told once what to do."""
+    feed = outcome.feed
+    outcome.state = "gone"
+    outcome.error = str(exc)
+    outcome.http_status = 410
+    first = await store_schedule.record_gone(
+        collector.db, feed.id, at=outcome.fetched_at, error=str(exc)
+    )
+    if first:
+        log.warning(
+            "fetch: %s answered 410 Gone: it is no longer fetched, and its items stay. Remove "
+            "it from the feeds file %s (`feedcollector fetch %s` tries it once more).",
+            feed.url,
+            collector.settings.feeds_file,
+            feed.url,
+        )
+    return outcome.finish(began)
+
+
+async def record_move(collector: Collector, feed: Feed, target: str) -> None:
+    """A permanent redirect: fetch from ``target`` from now on, and tell the operator."""
+    moved_to = None if target == feed.url else target
+    if moved_to == feed.moved_to:
+        return
+    await store_schedule.record_move(collector.db, feed.id, moved_to)
+    if moved_to is None:
+        log.info("fetch: %s is served from its own URL again", feed.url)
+        return
+    log.warning(
+        "fetch: %s has moved permanently to %s; it is fetched from there from now on. "
+        "Update the feeds file %s: replace the old URL with the new one (the feed keeps its "
+        "id and items).",
+        feed.url,
+        moved_to,
+        collector.settings.feeds_file,
+    )
+
+
+def next_fetch(
+    collector: Collector,
+    outcome: FeedOutcome,
+    hints: ResponseHints,
+    feed_ttl_seconds: int | None,
+    stats: PostingStats | None,
+) -> datetime:
+    """After a 200 or 304: the feed's interval, not before the answer's cache floor."""
+    feed, now = outcome.feed, outcome.fetched_at
+    policy = collector.schedule_policy
+    floor = cache_floor(policy, http_fresh=freshness(hints, now), feed_ttl_seconds=feed_ttl_seconds)
+    return next_fetch_after_answer(
+        now,
+        feed_id=feed.id,
+        policy=policy,
+        pinned_seconds=feed.interval_seconds,
+        stats=stats,
+        floor=floor,
+    )
+
+
+def stored_stats(feed: Feed) -> PostingStats | None:
+    newest = moment(feed.newest_item_at)
+    if feed.post_gap_seconds is None or newest is None:
+        return None
+    return PostingStats(timedelta(seconds=feed.post_gap_seconds), newest)
+
+
+def moment(stamp: str | None) -> datetime | None:
+    return parse_timestamp(stamp) if stamp else None
+
+
+def whole_seconds(duration: timedelta) -> int:
+    return min(round(duration.total_seconds()), MAX_STORED_SECONDS)
+
+
+async def fail(
+    collector: Collector,
+    outcome: FeedOutcome,
+    exc: FetchError | ParseError,
+    status: int | None,
+    began: float,
+) -> FeedOutcome:
+    """Count a fetch/parse failure and back off (30 min · 2^(n-1), capped at 24 h), but not
+    sooner than a 429/503's Retry-After; a 429 also makes the feed's host wait."""
+    feed, now = outcome.feed, outcome.fetched_at
+    failures = feed.consecutive_failures + 1
+    asked = honour_refusal(collector, feed, exc, status, now)
+    outcome.state = "failed"
+    outcome.error = str(exc)
+    outcome.error_kind = exc.kind if isinstance(exc, FetchError) else "parse"
+    outcome.http_status = status
+    outcome.next_fetch_at = next_fetch_after_refusal(now, failures, asked)
+    await store.record_failure(
+        collector.db,
+        feed.id,
+        failures=failures,
+        next_fetch_at=outcome.next_fetch_at,
+        error=str(exc),
+        status=status,
+        retry_after_until=now + asked if asked else None,
+    )
+    if failures >= FAILURE_ALERT_THRESHOLD:
+        log.warning(
+            "!!! feed %s has failed %d times in a row (last: %s). Check whether it moved or died, "
+            "and fix or remove it in the feeds file.",
+            feed.url,
+            failures,
+            exc,
+        )
+    return outcome.finish(began)
+
+
+async def fail_unexpected(
+    collector: Collector, outcome: FeedOutcome, exc: Exception, began: float
+) -> FeedOutcome:
+    """Record a bug's exception as the feed's failure, so it backs off and shows in status."""
+    error = ParseError(f"internal: {type(exc).__name__}: {exc}")
+    try:
+        failed = await fail(collector, outcome, error, outcome.http_status, began)
+        failed.error_kind = "internal"
+        return failed
+    except Exception:
+        log.exception("internal: could not record the failure of feed %s", outcome.feed.url)
+        outcome.state = "aborted"
+        outcome.error = str(error)
+        await release(collector, outcome.feed)
+        return outcome.finish(began)
+
+
+async def release(collector: Collector, feed: Feed) -> None:
+    """Hand a claimed feed back at once (its lease would otherwise hold it for minutes)."""
+    try:
+        await store.release_feed(collector.db, feed.id, collector.owner)
+    except StorageError as exc:
+        log.debug("%s; the lease of %s is left to expire", exc, feed.url)

@@ -1,0 +1,94 @@
+"""The queries behind the scheduler's courtesies: 410 Gone, permanent moves, Retry-After
+deferrals, and the leases of feeds that wait their turn for a busy host.
+
+Each is one statement (a rare event, or a small batch), on SQLite and D1 alike; the common
+paths (claims, stored items, 304s, failures) stay in :mod:`.store`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from .database import Database
+from .store import chunked, placeholders
+from .timestamps import format_timestamp
+
+
+async def record_gone(db: Database, feed_id: str, *, at: datetime, error: str) -> bool:
+    """410 Gone: stop scheduling the feed (its items stay). True if it was not gone before."""
+    rows = await db.query(
+        "UPDATE feeds SET gone_at = COALESCE(gone_at, ?), last_status = 410, last_error = ?, "
+        "lease_owner = NULL, lease_until = NULL WHERE id = ? RETURNING gone_at",
+        (format_timestamp(at), error[:2000], feed_id),
+    )
+    return bool(rows) and rows[0]["gone_at"] == format_timestamp(at)
+
+
+async def record_move(db: Database, feed_id: str, moved_to: str | None) -> None:
+    """Where a permanent redirect led (None: back at the feeds-file URL)."""
+    await db.query("UPDATE feeds SET moved_to = ? WHERE id = ?", (moved_to, feed_id))
+
+
+async def defer_feed(db: Database, feed_id: str, *, until: datetime, owner: str) -> None:
+    """Not before ``until`` (a Retry-After): never earlier than already planned; lease dropped.
+
+    Not a failure: nothing was asked of the server."""
+    stamp = format_timestamp(until)
+    await db.query(
+        "UPDATE feeds SET next_fetch_at = CASE WHEN next_fetch_at IS NULL OR next_fetch_at < ? "
+        "THEN ? ELSE next_fetch_at END, lease_owner = NULL, lease_until = NULL "
+        "WHERE id = ? AND lease_owner = ?",
+        (stamp, stamp, feed_id, owner),
+    )
+
+
+async def renew_lease(db: Database, feed_id: str, *, owner: str, until: datetime) -> bool:
+    """Extend our lease of a feed still waiting for its host; False if it is no longer ours."""
+    rows = await db.query(
+        "UPDATE feeds SET lease_until = ? WHERE id = ? AND lease_owner = ? RETURNING id",
+        (format_timestamp(until), feed_id, owner),
+    )
+    return bool(rows)
+
+
+async def release_feeds(db: Database, feed_ids: Sequence[str], owner: str) -> None:
+    """Hand back claimed feeds that were not started (shutdown), in as few statements as fit."""
+    for chunk in chunked(feed_ids):
+        await db.query(
+            "UPDATE feeds SET lease_owner = NULL, lease_until = NULL "  # noqa: S608 (placeholders)
+            f"WHERE lease_owner = ? AND id IN ({placeholders(len(chunk))})",
+            (owner, *chunk),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class HostDeferral:
+    """A feed whose host answered 429 with a Retry-After that has not run out."""
+
+    url: str
+    moved_to: str | None
+    until: str
+
+
+async def live_rate_limits(db: Database, now: datetime) -> list[HostDeferral]:
+    """The 429 Retry-Afters still running, so a new process keeps honouring them per host."""
+    rows = await db.query(
+        "SELECT url, moved_to, retry_after_until FROM feeds "
+        "WHERE last_status = 429 AND retry_after_until > ?",
+        (format_timestamp(now),),
+    )
+    return [HostDeferral(row["url"], row["moved_to"], row["retry_after_until"]) for row in rows]
+
+
+async def feed_urls(db: Database, feed_ids: Sequence[str]) -> list[str]:
+    """The URLs of these feeds (to name the ones a manual fetch could not take)."""
+    urls: list[str] = []
+    for chunk in chunked(feed_ids):
+        rows = await db.query(
+            f"SELECT url FROM feeds WHERE id IN ({placeholders(len(chunk))}) ORDER BY url",  # noqa: S608
+            tuple(chunk),
+        )
+        urls += [row["url"] for row in rows]
+    return urls
