@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -15,6 +15,8 @@ from feedcollector.errors import DatabaseError
 from feedcollector.models import FeedSpec, ItemRecord
 from feedcollector.schedule import feed_id_for
 from feedcollector.schema import latest_version, migrate
+
+from .cloud import Live, d1_database, live, run_d1_proxy
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 LEASE = timedelta(minutes=15)
@@ -514,3 +516,57 @@ def test_a_migration_that_fails_unrecorded_still_raises(tmp_path: Path) -> None:
 
     with pytest.raises(DatabaseError, match="duplicate column name: content_key"):
         asyncio.run(broken())
+
+
+@pytest.fixture(params=["sqlite", pytest.param("d1", marks=pytest.mark.cloud)])
+def any_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Live[Database]]:
+    """The store's SQL on the embedded database and on D1 through the real Proxy Worker."""
+    if request.param == "sqlite":
+        with live("sqlite", lambda: SQLiteDatabase(tmp_path / "collector.db")) as database:
+            database.run(migrate(database.backend))
+            yield database
+        return
+    with run_d1_proxy() as proxy, live("d1", lambda: d1_database(proxy)) as database:
+        database.run(migrate(database.backend))
+        yield database
+
+
+def test_a_long_feed_is_stored_in_a_few_multi_row_statements(any_db: Live[Database]) -> None:
+    db = any_db.backend
+    any_db.run(store.sync_feeds(db, [FeedSpec("https://a.example/")], NOW))
+    (feed,) = any_db.run(
+        store.claim_due_feeds(
+            db, due_by=NOW, now=NOW, owner="a", lease=LEASE, limit=10, after=store.ClaimCursor()
+        )
+    )
+    any_db.run(
+        db.query(
+            "INSERT INTO item_tombstones (feed_id, guid, deleted_at) VALUES (?, ?, ?)",
+            (feed.id, "g07", "2026-01-01T00:00:00Z"),
+        )
+    )
+    records = [
+        item(f"g{n:02}", *(f"https://img.example/{n}/{k}.png" for k in range(3))) for n in range(40)
+    ]
+    records.insert(5, item("g03", "https://img.example/dup.png", item_id="dup"))
+    statements = store.item_statements(feed.id, records, "2026-03-01T12:00:00Z")
+    assert all(len(s.params) <= store.MAX_PARAMS for s in statements)
+    assert len(statements) == 4 + 6  # 41 items, 13 a statement; 121 image tasks, 24 a statement
+
+    counting = CountingDatabase(db)
+    new = any_db.run(store.save_items(counting, feed, records, success()))
+
+    assert counting.round_trips == 1
+    expected = [f"id-g{n:02}-3" for n in range(40) if n != 7]
+    assert sorted(new) == expected
+    rows = any_db.run(db.query("SELECT id FROM items ORDER BY guid"))
+    assert [row["id"] for row in rows] == expected
+    tasks = any_db.run(
+        db.query("SELECT item_id, original_url FROM image_tasks ORDER BY item_id, position")
+    )
+    assert len(tasks) == 39 * 3
+    assert {task["item_id"] for task in tasks} == set(expected)
+    assert tasks[:3] == [
+        {"item_id": "id-g00-3", "original_url": f"https://img.example/0/{k}.png"} for k in range(3)
+    ]
+    assert any_db.run(store.save_items(db, feed, records, success())) == []

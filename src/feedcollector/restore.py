@@ -35,7 +35,7 @@ from .objectstore import ObjectStore
 from .pipeline import read_feed_body
 from .schedule import feed_id_for, interval_seconds_of
 from .spill import plan_spill, write_spilled
-from .store import _item_statements as item_statements
+from .store import inserted_ids, item_statements
 from .timestamps import format_timestamp
 
 log = logging.getLogger("feedcollector")
@@ -210,7 +210,7 @@ async def _restore_feed(
             )
         )
         results = await db.batch(statements)
-        new_ids = {rows[0]["id"] for rows in results if rows and "id" in rows[0]}
+        new_ids = set(inserted_ids(results))
         report.items_recovered += len(new_ids)
         recovered = [r for r in plan.records if r.id in new_ids and r.image_urls]
         report.images_relinked += await _relink_images(

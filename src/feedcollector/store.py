@@ -15,8 +15,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TypeVar
 
-from .database import Database, Row, Statement
+from .database import Database, Row, SqlValue, Statement
 from .models import Feed, FeedSpec, ItemRecord
 from .schedule import KnownFeed, feed_id_for, interval_seconds_of, plan_feed_sync
 from .timestamps import format_timestamp
@@ -33,7 +34,7 @@ _FEED_COLUMNS = (
 
 def chunked(values: Sequence[str], size: int = MAX_PARAMS - 4) -> list[Sequence[str]]:
     """Slices small enough to bind, with room for a few other parameters."""
-    return [values[i : i + size] for i in range(0, len(values), size)]
+    return _slices(values, size)
 
 
 def placeholders(count: int) -> str:
@@ -257,40 +258,83 @@ class FetchSuccess:
     newest_item_at: str | None = None
 
 
-def _item_statements(feed_id: str, items: Sequence[ItemRecord], stamp: str) -> list[Statement]:
+ITEM_ROWS_PER_STATEMENT = (MAX_PARAMS - 3) // 7
+"""Items per multi-row INSERT: 7 parameters each, plus the feed id (twice) and the time."""
+IMAGE_ROWS_PER_STATEMENT = (MAX_PARAMS - 2) // 4
+"""Image tasks per multi-row INSERT: 4 parameters each, plus the time (twice)."""
+
+
+def item_statements(feed_id: str, items: Sequence[ItemRecord], stamp: str) -> list[Statement]:
+    """Multi-row ``INSERT OR IGNORE`` statements for items and their image tasks.
+
+    A few statements per feed instead of one per item and one per image keep the batch cheap
+    on SQLite and small on D1 (its 100-parameter limit sets the rows per statement). An item
+    whose GUID has a tombstone is not inserted; an image task is created only when its item
+    row exists (so a re-fetched GUID with another id makes none). Rows go in feed order, so a
+    GUID repeated within the feed keeps its first item, as one statement per item did.
+    """
     statements: list[Statement] = []
-    for item in items:
+    for chunk in _slices(items, ITEM_ROWS_PER_STATEMENT):
+        params: list[SqlValue] = [feed_id, stamp]
+        for item in chunk:
+            params += (
+                item.id,
+                item.guid,
+                item.link,
+                item.title,
+                item.pub_date,
+                item.content_html,
+                item.content_key,
+            )
+        params.append(feed_id)
         statements.append(
             Statement(
                 "INSERT OR IGNORE INTO items (id, feed_id, guid, link, title, pub_date, "
-                "content_html, content_key, created_at) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ? "
-                "WHERE NOT EXISTS (SELECT 1 FROM item_tombstones WHERE feed_id = ? AND guid = ?) "
+                "content_html, content_key, created_at) SELECT v.column1, ?, v.column2, "
+                "v.column3, v.column4, v.column5, v.column6, v.column7, ? "
+                f"FROM (VALUES {_rows(len(chunk), 7)}) AS v WHERE NOT EXISTS "
+                "(SELECT 1 FROM item_tombstones AS t WHERE t.feed_id = ? AND t.guid = v.column2) "
                 "RETURNING id",
-                (
-                    item.id,
-                    feed_id,
-                    item.guid,
-                    item.link,
-                    item.title,
-                    item.pub_date,
-                    item.content_html,
-                    item.content_key,
-                    stamp,
-                    feed_id,
-                    item.guid,
-                ),
+                tuple(params),
             )
         )
-        statements += [
+    tasks = [
+        (f"{item.id}-{position}", item.id, url, position)
+        for item in items
+        for position, url in enumerate(item.image_urls)
+    ]
+    for task_chunk in _slices(tasks, IMAGE_ROWS_PER_STATEMENT):
+        task_params: list[SqlValue] = [stamp, stamp]
+        for task in task_chunk:
+            task_params += task
+        statements.append(
             Statement(
                 "INSERT OR IGNORE INTO image_tasks (id, item_id, original_url, status, attempts, "
-                "created_at, updated_at, position) SELECT ?, ?, ?, 'pending', 0, ?, ?, ? "
-                "WHERE EXISTS (SELECT 1 FROM items WHERE id = ?)",
-                (f"{item.id}-{position}", item.id, url, stamp, stamp, position, item.id),
+                "created_at, updated_at, position) SELECT v.column1, v.column2, v.column3, "
+                "'pending', 0, ?, ?, v.column4 "
+                f"FROM (VALUES {_rows(len(task_chunk), 4)}) AS v "
+                "WHERE EXISTS (SELECT 1 FROM items WHERE id = v.column2)",
+                tuple(task_params),
             )
-            for position, url in enumerate(item.image_urls)
-        ]
+        )
     return statements
+
+
+def inserted_ids(results: Sequence[Sequence[Row]]) -> list[str]:
+    """The ids the item statements of a batch returned: the items that were new."""
+    return [row["id"] for rows in results for row in rows if "id" in row]
+
+
+T = TypeVar("T")
+
+
+def _slices(values: Sequence[T], size: int) -> list[Sequence[T]]:
+    return [values[i : i + size] for i in range(0, len(values), size)]
+
+
+def _rows(count: int, width: int) -> str:
+    row = f"({placeholders(width)})"
+    return ", ".join([row] * count)
 
 
 async def save_items(
@@ -298,7 +342,7 @@ async def save_items(
 ) -> list[str]:
     """Store a feed's items, their image tasks and its new state in ONE batch; return new ids."""
     stamp = format_timestamp(outcome.fetched_at)
-    statements = _item_statements(feed.id, items, stamp)
+    statements = item_statements(feed.id, items, stamp)
     statements.append(
         Statement(
             "UPDATE feeds SET title = COALESCE(config_title, ?, title), last_etag = ?, "
@@ -321,8 +365,7 @@ async def save_items(
             ),
         )
     )
-    results = await db.batch(statements)
-    return [rows[0]["id"] for rows in results if rows and "id" in rows[0]]
+    return inserted_ids(await db.batch(statements))
 
 
 @dataclass(frozen=True, slots=True)
