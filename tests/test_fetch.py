@@ -10,13 +10,16 @@ import tracemalloc
 import zlib
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
+from types import SimpleNamespace
 
+import aiohttp
 import brotli
 import httpx
 import pytest
 import zstandard
 
 from feedcollector.errors import FetchError
+from feedcollector.feedhttp import describe_aiohttp_error
 from feedcollector.fetch import DEFAULT_USER_AGENT, FetchLimits, fetch_feed, make_http_client
 from feedcollector.httpbody import describe_http_error
 from feedcollector.models import FetchedFeed
@@ -268,6 +271,16 @@ def test_dns_failures_are_classified_from_the_cause() -> None:
     described = describe_http_error(error, "https://no-such-host.example/feed", 30)
     assert described.kind == "dns"
     assert "no-such-host.example" in described.detail
+
+
+def test_dns_failures_of_the_feed_client_are_classified_too() -> None:
+    """A name that does not resolve, as aiohttp reports it (no DNS query leaves the machine)."""
+    key = SimpleNamespace(host="no-such-host.example", port=443, ssl=True)
+    cause = socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+    error = aiohttp.ClientConnectorDNSError(key, cause)  # type: ignore[arg-type]
+    described = describe_aiohttp_error(error, "https://no-such-host.example/feed", 30)
+    assert described.kind == "dns"
+    assert described.detail.startswith("could not resolve the host no-such-host.example")
 
 
 def dripping(request: BaseHTTPRequestHandler) -> None:

@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 
+import aiohttp
 import httpx
 
 from .backends import open_database, open_object_store
@@ -37,7 +38,7 @@ class Collector:
     settings: Settings
     db: Database
     objects: ObjectStore
-    feed_http: httpx.AsyncClient
+    feed_http: aiohttp.ClientSession
     image_http: httpx.AsyncClient
     clock: Callable[[], datetime] = utc_now
     owner: str = field(default_factory=_owner_id)
@@ -117,7 +118,7 @@ async def open_collector(
                 settings, db, objects, feed_http, image_http, clock=clock, observer=observer
             )
         finally:
-            await feed_http.aclose()
+            await feed_http.close()
             await image_http.aclose()
             await objects.close()
     finally:

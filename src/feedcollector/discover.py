@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from urllib.parse import urljoin, urlsplit
 
-import httpx
+import aiohttp
 from selectolax.lexbor import LexborHTMLParser
 
 from .errors import ConfigError, FetchError, ParseError
@@ -124,7 +124,7 @@ def common_feed_urls(page_url: str) -> list[str]:
 
 
 async def discover_feeds(
-    client: httpx.AsyncClient,
+    client: aiohttp.ClientSession,
     url: str,
     limits: FetchLimits,
     *,
@@ -173,7 +173,7 @@ async def discover_feeds(
 
 
 async def _check(
-    client: httpx.AsyncClient, url: str, via: str, limits: FetchLimits, now: datetime
+    client: aiohttp.ClientSession, url: str, via: str, limits: FetchLimits, now: datetime
 ) -> tuple[FoundFeed, str] | str:
     """The feed at ``url`` with the key of where it really is, or why it is not one."""
     try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import socket
 import ssl
 import zlib
+from collections.abc import AsyncIterator, Mapping
 from typing import IO, Protocol, cast
 
 import brotli
@@ -35,7 +36,7 @@ class TransferError(Exception):
 def describe_http_error(exc: httpx.HTTPError, url: str, timeout_s: float | None) -> TransferError:
     """Translate an httpx error into a kind and plain words (pure, so it is testable directly)."""
     host = httpx.URL(url).host
-    root = _root_cause(exc)
+    root = root_cause(exc)
     if isinstance(exc, httpx.TimeoutException):
         phase = {
             httpx.ConnectTimeout: "connecting to",
@@ -46,11 +47,11 @@ def describe_http_error(exc: httpx.HTTPError, url: str, timeout_s: float | None)
         after = f" after {timeout_s:g} s" if timeout_s else ""
         return TransferError("timeout", f"timed out{after} {phase} {url}")
     if isinstance(exc, httpx.ConnectError):
-        if _caused_by(exc, socket.gaierror):
+        if caused_by(exc, socket.gaierror):
             return TransferError("dns", f"could not resolve the host {host} of {url} ({root})")
-        if _caused_by(exc, ssl.SSLError):
+        if caused_by(exc, ssl.SSLError):
             return TransferError("tls", f"TLS handshake with {host} failed for {url} ({root})")
-        if _caused_by(exc, ConnectionRefusedError):
+        if caused_by(exc, ConnectionRefusedError):
             return TransferError("connect", f"{host} refused the connection for {url} ({root})")
         return TransferError("connect", f"could not connect to {host} for {url} ({root})")
     if isinstance(exc, httpx.UnsupportedProtocol):
@@ -70,29 +71,33 @@ def _causes(exc: BaseException) -> list[BaseException]:
     return chain
 
 
-def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
+def caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
     return any(isinstance(link, kind) for link in _causes(exc))
 
 
-def _root_cause(exc: BaseException) -> str:
+def root_cause(exc: BaseException) -> str:
     deepest = _causes(exc)[-1]
     return str(deepest) or type(deepest).__name__
 
 
-async def read_body(response: httpx.Response, *, max_bytes: int) -> bytes:
-    """Read a streaming answer, undoing Content-Encoding, never holding more than ``max_bytes``."""
-    url = str(response.url)
-    declared = response.headers.get("Content-Length", "")
+async def read_limited(
+    chunks: AsyncIterator[bytes], url: str, headers: Mapping[str, str], *, max_bytes: int
+) -> bytes:
+    """Read raw body ``chunks``, undoing Content-Encoding, never holding more than ``max_bytes``.
+
+    Client-neutral: the transport's own errors pass through for its caller to word.
+    """
+    declared = headers.get("Content-Length", "")
     if declared.isdigit() and int(declared) > max_bytes:
         raise TransferError(
             "too_large", f"{url} declares {int(declared)} bytes, over the {max_bytes} byte limit"
         )
-    encodings = _content_encodings(response.headers.get("Content-Encoding", ""))
+    encodings = _content_encodings(headers.get("Content-Encoding", ""))
     decoder = _decoder_chain(encodings, max_bytes)
     parts: list[bytes] = []
     received = 0
     try:
-        async for chunk in response.aiter_raw():
+        async for chunk in chunks:
             received += len(chunk)
             if received > max_bytes:
                 raise TransferError("too_large", f"{url} sent more than the {max_bytes} byte limit")
@@ -107,10 +112,17 @@ async def read_body(response: httpx.Response, *, max_bytes: int) -> bytes:
         raise TransferError(
             "protocol", f"{url} sent a body that is not valid {', '.join(encodings)} data ({exc})"
         ) from exc
+    return b"".join(parts)
+
+
+async def read_body(response: httpx.Response, *, max_bytes: int) -> bytes:
+    """:func:`read_limited` for a streaming httpx answer."""
+    url = str(response.url)
+    try:
+        return await read_limited(response.aiter_raw(), url, response.headers, max_bytes=max_bytes)
     except httpx.HTTPError as exc:
         timeouts = response.request.extensions.get("timeout", {})
         raise describe_http_error(exc, url, timeouts.get("read")) from exc
-    return b"".join(parts)
 
 
 def _content_encodings(header: str) -> list[str]:

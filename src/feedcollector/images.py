@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from urllib.parse import urlsplit
@@ -15,10 +16,11 @@ from urllib.parse import urlsplit
 import httpx
 
 from .errors import ImageError
-from .fetch import MIB, open_response, status_text
-from .httpbody import TransferError, read_body
+from .fetch import MIB, status_text
+from .httpbody import TransferError, describe_http_error, read_body
 from .netguard import IMAGE_ACCEPT, NetGuard
 from .netguard import make_image_client as make_image_client
+from .redirects import RedirectChain, require_web_scheme
 
 EXTENSION_BY_TYPE: dict[str, str] = {
     "image/jpeg": "jpg",
@@ -250,3 +252,65 @@ async def _accept_image(response: httpx.Response, limits: ImageLimits) -> Downlo
         ext=extension_for(content_type, final_url),
         final_url=final_url,
     )
+
+
+async def open_response(
+    client: httpx.AsyncClient,
+    url: str,
+    *,
+    headers: Mapping[str, str],
+    timeout_s: float,
+    max_redirects: int,
+    check_url: Callable[[httpx.URL], None] | None = None,
+) -> httpx.Response:
+    """Send GET, following redirects by hand; the caller must ``aclose()`` the streaming answer.
+
+    Every hop obeys :class:`~.redirects.RedirectChain` and passes ``check_url``.
+    """
+    try:
+        current = httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        raise TransferError("protocol", f"{url!r} is not a valid URL ({exc})") from exc
+    require_web_scheme(current.scheme, f"{url} is not an http(s) URL")
+    chain = RedirectChain(str(current), max_redirects)
+    for _ in chain.hops():
+        if check_url is not None:
+            check_url(current)
+        response = await _send(client, current, headers, timeout_s)
+        if not 300 <= response.status_code < 400 or response.status_code == 304:
+            return response
+        await response.aclose()
+        location = chain.follow(
+            response.status_code, str(current), response.headers.get("Location")
+        )
+        target = _redirect_target(current, location)
+        chain.visit(str(current), str(target), target.scheme)
+        current = target
+    raise chain.too_long(str(current))
+
+
+def _redirect_target(current: httpx.URL, location: str) -> httpx.URL:
+    try:
+        return current.join(location)
+    except httpx.InvalidURL as exc:
+        raise TransferError(
+            "redirect", f"{current} redirects to an invalid URL {location!r} ({exc})"
+        ) from exc
+
+
+async def _send(
+    client: httpx.AsyncClient, url: httpx.URL, headers: Mapping[str, str], timeout_s: float
+) -> httpx.Response:
+    request = client.build_request("GET", url, headers=headers, timeout=httpx.Timeout(timeout_s))
+    try:
+        return await client.send(request, stream=True, follow_redirects=False)
+    except httpx.HTTPError as exc:
+        raise describe_http_error(exc, str(url), timeout_s) from exc
+    except httpx.InvalidURL as exc:
+        # httpx prepares the next request of a redirect even when it is not following it, and
+        # a Location it cannot rebuild (``data:...``, ``javascript:...``) fails right there.
+        raise TransferError(
+            "redirect",
+            f"redirect from {url} to a Location that is no usable URL refused ({exc}): "
+            "only http and https are supported",
+        ) from exc

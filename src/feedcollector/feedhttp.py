@@ -1,0 +1,155 @@
+"""The feed fetch's HTTP client: an aiohttp session, hand-followed redirects, plain-word errors.
+
+aiohttp parses HTTP in C and keeps little per-request state: on loopback a conditional GET
+answered 304 costs about 0.2 ms of CPU against about 2 ms through httpx, and most of a steady
+cycle is exactly that. Its own redirect following and decompression stay off: every hop is
+checked here (:class:`~.redirects.RedirectChain`) and bodies are decompressed by the bounded
+decoders of :mod:`.httpbody`. Cookies are not kept: a feed fetch carries no session state.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+from collections.abc import Callable, Mapping
+
+import aiohttp
+import yarl
+
+from .httpbody import ACCEPT_ENCODING, TransferError, caused_by, read_limited, root_cause
+from .redirects import RedirectChain, require_web_scheme
+
+FEED_ACCEPT = (
+    "application/rss+xml, application/atom+xml, application/xml;q=0.9, text/xml;q=0.9, */*;q=0.8"
+)
+MAX_HEADER_BYTES = 64 * 1024
+"""Longest status line or header field accepted (aiohttp's default, 8 KiB, refuses some
+servers' long ``Set-Cookie`` or ``Link`` headers that other clients read fine)."""
+DNS_CACHE_S = 300
+"""How long a resolved host name is reused: a cycle asks for the same few hosts again and
+again."""
+
+
+def make_feed_session(user_agent: str, *, max_connections: int) -> aiohttp.ClientSession:
+    """A keep-alive session with at most ``max_connections`` open connections."""
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=max_connections, ttl_dns_cache=DNS_CACHE_S),
+        headers={
+            "User-Agent": user_agent,
+            "Accept": FEED_ACCEPT,
+            "Accept-Encoding": ACCEPT_ENCODING,
+        },
+        cookie_jar=aiohttp.DummyCookieJar(),
+        auto_decompress=False,
+        trust_env=True,
+        max_line_size=MAX_HEADER_BYTES,
+        max_field_size=MAX_HEADER_BYTES,
+    )
+
+
+async def open_feed_response(
+    session: aiohttp.ClientSession,
+    url: str,
+    *,
+    headers: Mapping[str, str],
+    timeout_s: float,
+    max_redirects: int,
+    on_redirect: Callable[[int, str], None] | None = None,
+) -> aiohttp.ClientResponse:
+    """Send GET, following redirects by hand; the caller must ``release()`` the answer.
+
+    ``on_redirect`` hears each hop followed, as ``(status, target)``.
+    """
+    current = _parse_url(url)
+    require_web_scheme(current.scheme, f"{url} is not an http(s) URL")
+    chain = RedirectChain(str(current), max_redirects)
+    timeout = aiohttp.ClientTimeout(total=None, connect=timeout_s, sock_read=timeout_s)
+    for _ in chain.hops():
+        response = await _send(session, current, headers, timeout, timeout_s)
+        if not 300 <= response.status < 400 or response.status == 304:
+            return response
+        response.release()
+        location = chain.follow(response.status, str(current), response.headers.get("Location"))
+        target = _redirect_target(current, location)
+        chain.visit(str(current), str(target), target.scheme)
+        if on_redirect is not None:
+            on_redirect(response.status, str(target))
+        current = target
+    raise chain.too_long(str(current))
+
+
+async def read_feed_body(
+    response: aiohttp.ClientResponse, *, max_bytes: int, timeout_s: float
+) -> bytes:
+    """The whole body, decompressed and bounded (see :func:`.httpbody.read_limited`)."""
+    url = str(response.url)
+    try:
+        return await read_limited(
+            response.content.iter_any(), url, response.headers, max_bytes=max_bytes
+        )
+    except aiohttp.ClientError as exc:
+        raise describe_aiohttp_error(exc, url, timeout_s) from exc
+
+
+def describe_aiohttp_error(
+    exc: aiohttp.ClientError, url: str, timeout_s: float | None
+) -> TransferError:
+    """Translate an aiohttp error into a kind and plain words (the kinds httpx's get too)."""
+    host = yarl.URL(url).host
+    root = root_cause(exc)
+    if isinstance(exc, aiohttp.ServerTimeoutError):
+        phase = (
+            "connecting to"
+            if isinstance(exc, aiohttp.ConnectionTimeoutError)
+            else "waiting for data from"
+        )
+        after = f" after {timeout_s:g} s" if timeout_s else ""
+        return TransferError("timeout", f"timed out{after} {phase} {url}")
+    if isinstance(exc, aiohttp.ClientConnectorDNSError) or caused_by(exc, socket.gaierror):
+        return TransferError("dns", f"could not resolve the host {host} of {url} ({root})")
+    if isinstance(exc, aiohttp.ClientSSLError) or caused_by(exc, ssl.SSLError):
+        return TransferError("tls", f"TLS handshake with {host} failed for {url} ({root})")
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        if isinstance(exc.os_error, ConnectionRefusedError):
+            return TransferError("connect", f"{host} refused the connection for {url} ({root})")
+        return TransferError("connect", f"could not connect to {host} for {url} ({root})")
+    if isinstance(exc, aiohttp.InvalidURL):
+        return TransferError("protocol", f"{url!r} is not a usable URL ({exc})")
+    if isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)):
+        return TransferError("connect", f"the connection to {host} broke during {url} ({root})")
+    return TransferError("protocol", f"{host} broke the HTTP protocol for {url} ({root})")
+
+
+def _parse_url(url: str) -> yarl.URL:
+    try:
+        parsed = yarl.URL(url)
+    except (ValueError, TypeError) as exc:
+        raise TransferError("protocol", f"{url!r} is not a valid URL ({exc})") from exc
+    if parsed.scheme in ("http", "https") and not parsed.host:
+        raise TransferError("protocol", f"{url!r} is not a valid URL (it names no host)")
+    return parsed
+
+
+def _redirect_target(current: yarl.URL, location: str) -> yarl.URL:
+    try:
+        target = current.join(yarl.URL(location))
+    except (ValueError, TypeError) as exc:
+        raise TransferError(
+            "redirect", f"{current} redirects to an invalid URL {location!r} ({exc})"
+        ) from exc
+    if target.scheme in ("http", "https") and not target.host:
+        raise TransferError("redirect", f"{current} redirects to an invalid URL {location!r}")
+    return target
+
+
+async def _send(
+    session: aiohttp.ClientSession,
+    url: yarl.URL,
+    headers: Mapping[str, str],
+    timeout: aiohttp.ClientTimeout,
+    timeout_s: float,
+) -> aiohttp.ClientResponse:
+    try:
+        return await session.get(url, headers=headers, allow_redirects=False, timeout=timeout)
+    except aiohttp.ClientError as exc:
+        raise describe_aiohttp_error(exc, str(url), timeout_s) from exc

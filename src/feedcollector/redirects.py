@@ -1,0 +1,53 @@
+"""The rules of a redirect chain followed by hand, whatever HTTP client follows it.
+
+Feeds are fetched with aiohttp and images with httpx (its transport carries the image
+downloader's address guard); both follow redirects themselves so that every hop is checked:
+http(s) only, no URL visited twice, at most ``max_redirects`` hops.
+"""
+
+from __future__ import annotations
+
+from .httpbody import TransferError
+
+WEB_SCHEMES = frozenset({"http", "https"})
+
+
+def require_web_scheme(scheme: str, context: str) -> None:
+    if scheme not in WEB_SCHEMES:
+        raise TransferError("scheme", f"{context}: only http and https are supported")
+
+
+class RedirectChain:
+    """The URLs one request has visited so far."""
+
+    def __init__(self, url: str, max_redirects: int) -> None:
+        self.start = url
+        self.max_redirects = max_redirects
+        self._visited = {url}
+
+    def hops(self) -> range:
+        """One request, plus one per redirect allowed."""
+        return range(self.max_redirects + 1)
+
+    def follow(self, status: int, current: str, location: str | None) -> str:
+        """The Location to join against ``current``: refused when there is none."""
+        if location is None:
+            raise TransferError(
+                "redirect",
+                f"HTTP {status} from {current} without a Location to follow",
+                status=status,
+            )
+        return location
+
+    def visit(self, current: str, target: str, scheme: str) -> None:
+        """Accept the hop ``current -> target`` or refuse it (scheme, loop)."""
+        require_web_scheme(scheme, f"redirect from {current} to {target} refused")
+        if target in self._visited:
+            raise TransferError("redirect", f"redirect loop: {current} leads back to {target}")
+        self._visited.add(target)
+
+    def too_long(self, last: str) -> TransferError:
+        return TransferError(
+            "redirect",
+            f"more than {self.max_redirects} redirects starting at {self.start} (last: {last})",
+        )
