@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from feedcollector import store
+from feedcollector import store, store_items
 from feedcollector.collector import open_collector
 from feedcollector.config import Settings, load_settings
 from feedcollector.errors import DatabaseError
@@ -437,7 +437,7 @@ def test_without_spilling_d1_refuses_the_whole_batch(d1_proxy: D1Proxy) -> None:
             ]
             outcome = store.FetchSuccess("t", None, None, START, START, 200)
             with pytest.raises(DatabaseError, match="SQLITE_TOOBIG"):
-                await store.save_items(db, feed, records, outcome)
+                await store_items.save_items(db, feed, records, outcome)
             for table in ("items", "image_tasks"):
                 assert (await db.query(f"SELECT COUNT(*) AS n FROM {table}"))[0]["n"] == 0
             (feed_row,) = await db.query("SELECT last_fetched_at FROM feeds")

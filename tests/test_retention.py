@@ -13,7 +13,7 @@ from typing import TypeVar
 
 import pytest
 
-from feedcollector import store
+from feedcollector import store, store_items
 from feedcollector.backends.local import LocalObjectStore
 from feedcollector.backends.sqlite import SQLiteDatabase
 from feedcollector.backups import backup_key
@@ -138,7 +138,7 @@ async def add_item(
         await pair.objects.put(content_key(feed_id, guid), b"<p>big</p>")
     feed = Feed(id=feed_id, url=feed_url)
     outcome = store.FetchSuccess(None, None, None, created, created + timedelta(hours=1), 200)
-    await store.save_items(pair.db, feed, [record], outcome)
+    await store_items.save_items(pair.db, feed, [record], outcome)
     results = []
     for position, ok in enumerate(images):
         key = object_key(feed_id, guid, position, "png")
@@ -260,7 +260,7 @@ def test_items_are_paged_and_every_statement_stays_under_the_parameter_limit(
             )
         created = ITEM_CUTOFF - timedelta(days=10)
         outcome = store.FetchSuccess(None, None, None, created, created, 200)
-        await store.save_items(pair.db, Feed(id=FEED_ID, url=FEED_URL), records, outcome)
+        await store_items.save_items(pair.db, Feed(id=FEED_ID, url=FEED_URL), records, outcome)
         results = []
         for record in records:
             key = object_key(FEED_ID, record.guid, 0, "png")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from feedcollector import spill, store, store_images
+from feedcollector import spill, store, store_images, store_items
 from feedcollector.backends.sqlite import SQLiteDatabase
 from feedcollector.database import CountingDatabase, Database, Row, SqlValue, Statement
 from feedcollector.errors import DatabaseError
@@ -162,7 +162,7 @@ def test_save_items_is_one_batch_insert_or_ignore_and_tasks_only_for_new_items(
     (feed,) = claim(db)
     counting = CountingDatabase(db)
     new = run(
-        store.save_items(
+        store_items.save_items(
             counting,
             feed,
             [item("g1", "https://img.example/1.png", "https://img.example/2.png"), item("g2")],
@@ -173,7 +173,7 @@ def test_save_items_is_one_batch_insert_or_ignore_and_tasks_only_for_new_items(
     assert sorted(new) == ["id-g1-2", "id-g2-0"]
     # The same GUIDs again, with other content and other ids: nothing changes.
     again = run(
-        store.save_items(
+        store_items.save_items(
             db,
             feed,
             [item("g1", "https://img.example/other.png", item_id="x1"), item("g3")],
@@ -234,7 +234,7 @@ def test_a_failing_batch_leaves_nothing_behind(db: Database) -> None:
     )
     with pytest.raises(DatabaseError, match="disk on fire"):
         run(
-            store.save_items(
+            store_items.save_items(
                 db, feed, [item("g1", "https://img.example/1.png"), item("boom")], success()
             )
         )
@@ -246,7 +246,7 @@ def test_a_failing_batch_leaves_nothing_behind(db: Database) -> None:
 def test_config_title_wins_over_the_channel_title(db: Database) -> None:
     run(store.sync_feeds(db, [FeedSpec("https://a.example/", title="My name")], NOW))
     (feed,) = claim(db)
-    run(store.save_items(db, feed, [], success()))
+    run(store_items.save_items(db, feed, [], success()))
     assert run(db.query("SELECT title FROM feeds"))[0]["title"] == "My name"
 
 
@@ -318,7 +318,7 @@ def test_image_tasks_count_attempts_and_fail_at_three(db: Database) -> None:
     run(store.sync_feeds(db, [FeedSpec("https://a.example/")], NOW))
     (feed,) = claim(db)
     run(
-        store.save_items(
+        store_items.save_items(
             db,
             feed,
             [item("g1", "https://img.example/ok.png", "https://img.example/bad.png")],
@@ -439,7 +439,7 @@ def test_spilled_items_are_stored_with_null_content_and_their_key(db: Database) 
         [sized("big", 3000, "https://img.example/1.png"), sized("small", 10)],
         inline_limit=2000,
     )
-    assert sorted(run(store.save_items(db, feed, plan.records, success()))) == [
+    assert sorted(run(store_items.save_items(db, feed, plan.records, success()))) == [
         "id-big",
         "id-small",
     ]
@@ -549,12 +549,12 @@ def test_a_long_feed_is_stored_in_a_few_multi_row_statements(any_db: Live[Databa
         item(f"g{n:02}", *(f"https://img.example/{n}/{k}.png" for k in range(3))) for n in range(40)
     ]
     records.insert(5, item("g03", "https://img.example/dup.png", item_id="dup"))
-    statements = store.item_statements(feed.id, records, "2026-03-01T12:00:00Z")
-    assert all(len(s.params) <= store.MAX_PARAMS for s in statements)
+    statements = store_items.item_statements(feed.id, records, "2026-03-01T12:00:00Z")
+    assert all(len(s.params) <= store_items.MAX_PARAMS for s in statements)
     assert len(statements) == 4 + 6  # 41 items, 13 a statement; 121 image tasks, 24 a statement
 
     counting = CountingDatabase(db)
-    new = any_db.run(store.save_items(counting, feed, records, success()))
+    new = any_db.run(store_items.save_items(counting, feed, records, success()))
 
     assert counting.round_trips == 1
     expected = [f"id-g{n:02}-3" for n in range(40) if n != 7]
@@ -569,4 +569,4 @@ def test_a_long_feed_is_stored_in_a_few_multi_row_statements(any_db: Live[Databa
     assert tasks[:3] == [
         {"item_id": "id-g00-3", "original_url": f"https://img.example/0/{k}.png"} for k in range(3)
     ]
-    assert any_db.run(store.save_items(db, feed, records, success())) == []
+    assert any_db.run(store_items.save_items(db, feed, records, success())) == []

@@ -19,7 +19,7 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from datetime import datetime, timedelta
 
-from . import outcomes, store, store_schedule
+from . import outcomes, store, store_items, store_schedule
 from .backups import write_backup
 from .collector import Collector
 from .config import load_feeds
@@ -151,7 +151,7 @@ async def refresh_feed(collector: Collector, feed: Feed) -> FeedOutcome:
         outcome.next_fetch_at = outcomes.next_fetch(collector, outcome, response.hints, ttl, stats)
         plan = plan_spill(feed.id, records)
         await write_spilled(collector.objects, feed.url, plan.spilled)
-        new_ids = await store.save_items(
+        new_ids = await store_items.save_items(
             collector.db,
             feed,
             plan.records,

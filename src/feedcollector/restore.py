@@ -35,7 +35,7 @@ from .objectstore import ObjectStore
 from .pipeline import read_feed_body
 from .schedule import feed_id_for, interval_seconds_of
 from .spill import plan_spill, write_spilled
-from .store import inserted_ids, item_statements
+from .store_items import inserted_ids, item_statements
 from .timestamps import format_timestamp
 
 log = logging.getLogger("feedcollector")

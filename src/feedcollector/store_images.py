@@ -1,6 +1,6 @@
 """The image-task queries: lease pending downloads, record each attempt, hand back aborted ones.
 
-Tasks are created by :func:`feedcollector.store.save_items` in the feed's own batch; here they
+Tasks are created by :func:`feedcollector.store_items.save_items` in the feed's own batch; here they
 are claimed with a lease (``UPDATE ... RETURNING``) so several collectors never download the
 same image twice, and every attempt is counted: the third failure marks a task ``failed``.
 """

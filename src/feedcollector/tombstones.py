@@ -4,7 +4,7 @@ Retention deletes an item after ``item_days``, but many feeds (podcasts, full-ar
 list old entries for years; without a memory of the deletion the next fetch would insert the
 item again as new and download its images again. So retention leaves a tombstone
 ``(feed_id, guid, deleted_at)`` per deleted item, and the items ``INSERT`` skips a GUID with a
-tombstone (``store.item_statements``). This goes beyond the seed.
+tombstone (``store_items.item_statements``). This goes beyond the seed.
 
 Tombstones expire too, or they would grow forever. One that is older than ``item_days`` is
 checked against its feed's newest raw backup (the feed's current content, also when it has

@@ -1,0 +1,117 @@
+"""Storing a feed's items and their image tasks: the seed's one batch per changed feed.
+
+``INSERT OR IGNORE`` on ``UNIQUE(feed_id, guid)`` with no pre-query; image tasks only for the
+items that were new in that batch; the feed's new state in the same batch. Shared by the cycle
+and by recovery from backups (:mod:`.restore`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .database import Database, Row, SqlValue, Statement
+from .models import Feed, ItemRecord
+from .store import MAX_PARAMS, FetchSuccess, chunked, placeholders
+from .timestamps import format_timestamp
+
+ITEM_ROWS_PER_STATEMENT = (MAX_PARAMS - 3) // 7
+"""Items per multi-row INSERT: 7 parameters each, plus the feed id (twice) and the time."""
+IMAGE_ROWS_PER_STATEMENT = (MAX_PARAMS - 2) // 4
+"""Image tasks per multi-row INSERT: 4 parameters each, plus the time (twice)."""
+
+
+def item_statements(feed_id: str, items: Sequence[ItemRecord], stamp: str) -> list[Statement]:
+    """Multi-row ``INSERT OR IGNORE`` statements for items and their image tasks.
+
+    A few statements per feed instead of one per item and one per image keep the batch cheap
+    on SQLite and small on D1 (its 100-parameter limit sets the rows per statement). An item
+    whose GUID has a tombstone is not inserted; an image task is created only when its item
+    row exists (so a re-fetched GUID with another id makes none). Rows go in feed order, so a
+    GUID repeated within the feed keeps its first item, as one statement per item did.
+    """
+    statements: list[Statement] = []
+    for chunk in chunked(items, ITEM_ROWS_PER_STATEMENT):
+        params: list[SqlValue] = [feed_id, stamp]
+        for item in chunk:
+            params += (
+                item.id,
+                item.guid,
+                item.link,
+                item.title,
+                item.pub_date,
+                item.content_html,
+                item.content_key,
+            )
+        params.append(feed_id)
+        statements.append(
+            Statement(
+                "INSERT OR IGNORE INTO items (id, feed_id, guid, link, title, pub_date, "
+                "content_html, content_key, created_at) SELECT v.column1, ?, v.column2, "
+                "v.column3, v.column4, v.column5, v.column6, v.column7, ? "
+                f"FROM (VALUES {_rows(len(chunk), 7)}) AS v WHERE NOT EXISTS "
+                "(SELECT 1 FROM item_tombstones AS t WHERE t.feed_id = ? AND t.guid = v.column2) "
+                "RETURNING id",
+                tuple(params),
+            )
+        )
+    tasks = [
+        (f"{item.id}-{position}", item.id, url, position)
+        for item in items
+        for position, url in enumerate(item.image_urls)
+    ]
+    for task_chunk in chunked(tasks, IMAGE_ROWS_PER_STATEMENT):
+        task_params: list[SqlValue] = [stamp, stamp]
+        for task in task_chunk:
+            task_params += task
+        statements.append(
+            Statement(
+                "INSERT OR IGNORE INTO image_tasks (id, item_id, original_url, status, attempts, "
+                "created_at, updated_at, position) SELECT v.column1, v.column2, v.column3, "
+                "'pending', 0, ?, ?, v.column4 "
+                f"FROM (VALUES {_rows(len(task_chunk), 4)}) AS v "
+                "WHERE EXISTS (SELECT 1 FROM items WHERE id = v.column2)",
+                tuple(task_params),
+            )
+        )
+    return statements
+
+
+def inserted_ids(results: Sequence[Sequence[Row]]) -> list[str]:
+    """The ids the item statements of a batch returned: the items that were new."""
+    return [row["id"] for rows in results for row in rows if "id" in row]
+
+
+def _rows(count: int, width: int) -> str:
+    row = f"({placeholders(width)})"
+    return ", ".join([row] * count)
+
+
+async def save_items(
+    db: Database, feed: Feed, items: Sequence[ItemRecord], outcome: FetchSuccess
+) -> list[str]:
+    """Store a feed's items, their image tasks and its new state in ONE batch; return new ids."""
+    stamp = format_timestamp(outcome.fetched_at)
+    statements = item_statements(feed.id, items, stamp)
+    statements.append(
+        Statement(
+            "UPDATE feeds SET title = COALESCE(config_title, ?, title), last_etag = ?, "
+            "last_modified = ?, last_fetched_at = ?, next_fetch_at = ?, "
+            "consecutive_failures = 0, last_error = NULL, last_status = ?, "
+            "feed_ttl_seconds = ?, post_gap_seconds = ?, newest_item_at = ?, "
+            "gone_at = NULL, retry_after_until = NULL, "
+            "lease_owner = NULL, lease_until = NULL WHERE id = ?",
+            (
+                outcome.title,
+                outcome.etag,
+                outcome.last_modified,
+                stamp,
+                format_timestamp(outcome.next_fetch_at),
+                outcome.status,
+                outcome.feed_ttl_seconds,
+                outcome.post_gap_seconds,
+                outcome.newest_item_at,
+                feed.id,
+            ),
+        )
+    )
+    return inserted_ids(await db.batch(statements))
