@@ -264,6 +264,15 @@ def test_garbage_instead_of_http_is_a_protocol_error(feed_server: FeedServer) ->
     assert error.kind == "protocol"
 
 
+def test_long_headers_are_read_and_endless_ones_refused(feed_server: FeedServer) -> None:
+    """Some servers send a 10 KiB Set-Cookie; nobody needs a header field over 64 KiB."""
+    long = serving(feed_server, "/long", GUARDIAN_FEED, **{"X-Padding": "a" * 10_000})
+    assert fetch(long).body == GUARDIAN_FEED
+    endless = serving(feed_server, "/endless", GUARDIAN_FEED, **{"X-Padding": "a" * 70_000})
+    error = fetch_error(endless)
+    assert error.kind == "protocol"
+
+
 def test_dns_failures_are_classified_from_the_cause() -> None:
     cause = socket.gaierror(socket.EAI_NONAME, "Name or service not known")
     error = httpx.ConnectError("[Errno -2] Name or service not known")

@@ -522,3 +522,26 @@ def test_items_beyond_the_per_feed_cap_are_dropped_with_a_warning(
     (warning,) = [r.getMessage() for r in caplog.records if "more than" in r.getMessage()]
     assert url in warning
     assert "25 more were not read" in warning
+
+
+def test_an_unchanged_feeds_file_is_not_synced_again(
+    feed_server: FeedServer, project: Callable[..., Project]
+) -> None:
+    """The file's digest in the database stands for "the feeds table follows these bytes"."""
+    url = feed_server.route("/feed", body=rss([Entry("a", guid="a")]))
+    p = project([url])
+    p.cycle()
+    digest = hashlib.sha256((p.folder / "feeds.yaml").read_bytes()).hexdigest()
+    assert p.rows("SELECT key, value FROM collector_state") == [
+        {"key": "feeds_file_sha256", "value": digest}
+    ]
+    with sqlite3.connect(p.folder / "collector.db") as conn:
+        conn.execute("UPDATE feeds SET active = 0")  # a state the file does not describe
+    p.clock.advance(hours=1)
+    p.cycle()
+    assert p.rows("SELECT active FROM feeds") == [{"active": 0}]
+
+    (p.folder / "feeds.yaml").write_text(f"# edited\nfeeds:\n  - {url}\n")
+    p.cycle()
+    assert p.rows("SELECT active FROM feeds") == [{"active": 1}]
+    assert p.rows("SELECT value FROM collector_state")[0]["value"] != digest

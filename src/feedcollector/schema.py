@@ -111,6 +111,17 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
             "ALTER TABLE feeds ADD COLUMN newest_item_at TEXT",
         ),
     ),
+    (
+        6,
+        "collector_state: small facts about the collector itself (the feeds file last synced)",
+        (
+            """CREATE TABLE IF NOT EXISTS collector_state (
+                key TEXT PRIMARY KEY,
+                value TEXT NOT NULL,
+                updated_at TEXT NOT NULL
+            )""",
+        ),
+    ),
 )
 
 

@@ -144,6 +144,24 @@ async def sync_feeds(db: Database, specs: Sequence[FeedSpec], now: datetime) -> 
     )
 
 
+FEEDS_FILE_DIGEST = "feeds_file_sha256"
+"""``collector_state`` key: the SHA-256 of the feeds file the ``feeds`` table last followed."""
+
+
+async def synced_feeds_digest(db: Database) -> str | None:
+    """The digest of the feeds file last synced, by any collector sharing this database."""
+    rows = await db.query("SELECT value FROM collector_state WHERE key = ?", (FEEDS_FILE_DIGEST,))
+    return str(rows[0]["value"]) if rows else None
+
+
+async def record_feeds_digest(db: Database, digest: str, now: datetime) -> None:
+    await db.query(
+        "INSERT INTO collector_state (key, value, updated_at) VALUES (?, ?, ?) "
+        "ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
+        (FEEDS_FILE_DIGEST, digest, format_timestamp(now)),
+    )
+
+
 # --- claiming feeds -----------------------------------------------------------------------
 
 
