@@ -12,7 +12,7 @@ from feedcollector.dates import (
     ZONE_MINUTES,
     parse_date,
 )
-from feedcollector.timestamps import format_timestamp
+from feedcollector.timestamps import format_timestamp, parse_timestamp
 
 REAL_WORLD_DATES = {
     # RFC 822 / 1123 as the RSS spec wants it
@@ -165,3 +165,17 @@ def test_arbitrary_text_never_raises(text: str) -> None:
 def test_formatted_datetimes_round_trip(moment: datetime, pattern: str) -> None:
     expected = moment.replace(microsecond=0, tzinfo=UTC)
     assert parse_date(moment.strftime(pattern)) == expected
+
+
+@given(st.datetimes(min_value=datetime(1000, 1, 1), max_value=datetime(9999, 12, 31)))
+def test_stored_timestamps_read_back_exactly(moment: datetime) -> None:
+    expected = moment.replace(microsecond=0, tzinfo=UTC)
+    assert parse_timestamp(format_timestamp(expected)) == expected
+
+
+@pytest.mark.parametrize(
+    "text", ["2026-13-01T00:00:00Z", "2026-02-30T00:00:00Z", "2026-03-01", "2026-03-01T12:00:00"]
+)
+def test_what_is_not_a_stored_timestamp_is_refused(text: str) -> None:
+    with pytest.raises(ValueError, match=r"does not match format|out of range|must be in"):
+        parse_timestamp(text)

@@ -273,6 +273,21 @@ def test_long_headers_are_read_and_endless_ones_refused(feed_server: FeedServer)
     assert error.kind == "protocol"
 
 
+def test_feeds_go_through_the_proxy_the_environment_names(
+    feed_server: FeedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As with httpx before: ``http_proxy`` / ``HTTP_PROXY`` are honoured for feeds."""
+    target = "http://feeds.example/feed"
+    feed_server.route(target, body=GUARDIAN_FEED, headers={"Content-Type": "application/rss+xml"})
+    for name in ("http_proxy", "HTTP_PROXY"):
+        monkeypatch.setenv(name, feed_server.url(""))
+    for name in ("no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+
+    assert fetch(target).body == GUARDIAN_FEED
+    assert [request.path for request in feed_server.requests] == [target]
+
+
 def test_dns_failures_are_classified_from_the_cause() -> None:
     cause = socket.gaierror(socket.EAI_NONAME, "Name or service not known")
     error = httpx.ConnectError("[Errno -2] Name or service not known")

@@ -130,9 +130,14 @@ class CycleReport:
         due = outcome.feed.next_fetch_at
         if due and (self.oldest_due is None or due < self.oldest_due):
             self.oldest_due = due
-        quiet = ("stored", "not_modified", "deferred")
-        level = logging.INFO if outcome.state in quiet else logging.WARNING
-        log.log(level, "%s", outcome.describe())
+        if outcome.state == "not_modified":
+            level = logging.DEBUG  # the usual answer: counted in the cycle's summary line
+        elif outcome.state in ("stored", "deferred"):
+            level = logging.INFO
+        else:
+            level = logging.WARNING
+        if log.isEnabledFor(level):
+            log.log(level, "%s", outcome.describe())
         if self.observer is not None:
             self.observer.feed_done(outcome, self)
 
