@@ -19,6 +19,7 @@ from pathlib import Path
 
 from .cycles import (
     BaselineFigures,
+    CorpusCycle,
     CycleFigures,
     RoundTrips,
     round_trips_d1,
@@ -33,6 +34,7 @@ from .parse_stage import (
     ensure_node_packages,
     farm_documents,
     measure,
+    served_corpus,
 )
 from .report import machine_description, render
 
@@ -51,10 +53,12 @@ class Sizes:
     feedparser_rounds: int
     latency_ms: float
     hosts: int
+    corpus_copies: int
+    """Each real-world corpus feed is served at this many URLs for the corpus cycle."""
 
 
-FULL = Sizes((1000, 10000), 20, 300, 1000, 200, 10, 3, 0.0, 8)
-QUICK = Sizes((100, 400), 10, 40, 100, 30, 5, 1, 0.0, 4)
+FULL = Sizes((1000, 10000), 20, 300, 1000, 200, 10, 3, 0.0, 8, 10)
+QUICK = Sizes((100, 400), 10, 40, 100, 30, 5, 1, 0.0, 4, 2)
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
@@ -67,6 +71,9 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--round-trip-feeds", type=int, help="feeds for the round-trip counts")
     parser.add_argument("--rounds", type=int, help="parse rounds (the fastest counts)")
     parser.add_argument("--latency-ms", type=float, help="farm latency per response")
+    parser.add_argument(
+        "--corpus-copies", type=int, help="URLs per real-world feed in the corpus cycle"
+    )
     parser.add_argument("--skip-node", action="store_true", help="no rss-parser comparison")
     parser.add_argument("--skip-d1", action="store_true", help="no D1 round-trip count")
     parser.add_argument("--skip-baseline", action="store_true", help="no baseline collector")
@@ -88,7 +95,20 @@ def _sizes(arguments: argparse.Namespace) -> Sizes:
         feedparser_rounds=min(base.feedparser_rounds, rounds),
         latency_ms=arguments.latency_ms if arguments.latency_ms is not None else base.latency_ms,
         hosts=base.hosts,
+        corpus_copies=arguments.corpus_copies or base.corpus_copies,
     )
+
+
+def _corpus_cycle(sizes: Sizes, scratch: Path, *, baseline: bool) -> CorpusCycle:
+    """A first cycle over the real-world corpus (each feed at several URLs), and the baseline
+    collector over the same feeds: CPU per new item on real-world bytes."""
+    served = served_corpus(CORPUS)
+    feeds = len(served) * sizes.corpus_copies
+    print(f"cycles: real-world corpus, {feeds} feeds...", flush=True)
+    with run_farm(feeds, 0, hosts=sizes.hosts, documents=served) as farm:
+        ours = run_cycles(farm, scratch / "cycles-corpus")
+        theirs = run_baseline(farm, feeds, scratch / "baseline-corpus") if baseline else None
+    return CorpusCycle(ours, theirs)
 
 
 def main(argv: list[str] | None = None) -> dict[str, object]:
@@ -98,6 +118,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     parse: list[ParseFigures] = []
     cycles: list[CycleFigures] = []
     baseline: BaselineFigures | None = None
+    corpus_cycle: CorpusCycle | None = None
     round_trips: list[RoundTrips | str] = []
     load_at_start = os.getloadavg()[0]
     node = None if arguments.skip_node else ensure_node_packages()
@@ -126,6 +147,8 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
                 count, sizes.items, hosts=sizes.hosts, latency_s=sizes.latency_ms / 1000
             ) as farm:
                 cycles.append(run_cycles(farm, scratch / f"cycles-{count}"))
+        if not arguments.skip_corpus:
+            corpus_cycle = _corpus_cycle(sizes, scratch, baseline=not arguments.skip_baseline)
         with run_farm(max(sizes.baseline_feeds, sizes.round_trip_feeds), sizes.items) as farm:
             if not arguments.skip_baseline:
                 print(f"baseline collector: {sizes.baseline_feeds} feeds...", flush=True)
@@ -144,9 +167,10 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         "parse": [asdict(figure) for figure in parse],
         "cycles": [asdict(figure) for figure in cycles],
         "baseline": asdict(baseline) if baseline else None,
+        "corpus_cycle": asdict(corpus_cycle) if corpus_cycle else None,
         "round_trips": [asdict(r) if isinstance(r, RoundTrips) else r for r in round_trips],
     }
-    print(render(figures, parse, cycles, baseline, round_trips))
+    print(render(figures, parse, cycles, baseline, corpus_cycle, round_trips))
     if arguments.json:
         arguments.json.write_text(json.dumps(figures, indent=2, default=str))
     return figures

@@ -72,6 +72,14 @@ class BaselineFigures:
 
 
 @dataclass(frozen=True, slots=True)
+class CorpusCycle:
+    """Ours and the baseline over the real-world corpus served by the farm."""
+
+    ours: CycleFigures
+    baseline: BaselineFigures | None
+
+
+@dataclass(frozen=True, slots=True)
 class RoundTrips:
     backend: str
     feeds: int

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from .feeds import feed_document
+from .feeds import FeedDocument, feed_document
 
 MAX_HEADER_BYTES = 16 * 1024
 
@@ -40,6 +40,8 @@ class Farm:
     items: int
     hosts: list[tuple[str, int]]
     latency_s: float
+    documents: tuple[FeedDocument, ...] = ()
+    """When set, feed ``i`` serves ``documents[i % len(documents)]`` (real-world bytes)."""
     stats: FarmStats = field(default_factory=FarmStats)
     connections: set[asyncio.StreamWriter] = field(default_factory=set)
 
@@ -64,7 +66,10 @@ def _answer(farm: Farm, path: str, headers: dict[str, str]) -> bytes:
         farm.stats.not_modified += 1
         validators = f"ETag: {etag}\r\n"
         return f"HTTP/1.1 304 Not Modified\r\n{validators}\r\n".encode("ascii")
-    document = feed_document(index, farm.items)
+    if farm.documents:
+        document = farm.documents[index % len(farm.documents)]
+    else:
+        document = feed_document(index, farm.items)
     if headers.get("if-modified-since") == document.last_modified:
         farm.stats.not_modified += 1
         return (
@@ -114,11 +119,19 @@ async def _serve_connection(
 
 
 @contextmanager
-def run_farm(feeds: int, items: int, *, hosts: int = 8, latency_s: float = 0.0) -> Iterator[Farm]:
-    """Serve ``feeds`` feeds of ``items`` items each on ``hosts`` loopback addresses."""
+def run_farm(
+    feeds: int,
+    items: int,
+    *,
+    hosts: int = 8,
+    latency_s: float = 0.0,
+    documents: tuple[FeedDocument, ...] = (),
+) -> Iterator[Farm]:
+    """Serve ``feeds`` feeds of ``items`` items each (or the given ``documents``, in turn) on
+    ``hosts`` loopback addresses."""
     loop = asyncio.new_event_loop()
     ready = threading.Event()
-    farm = Farm(feeds=feeds, items=items, hosts=[], latency_s=latency_s)
+    farm = Farm(feeds=feeds, items=items, hosts=[], latency_s=latency_s, documents=documents)
     servers: list[asyncio.Server] = []
     failure: list[BaseException] = []
 

@@ -28,7 +28,7 @@ from feedcollector.errors import ParseError
 from feedcollector.normalize import item_records
 from feedcollector.parse import parse_feed
 
-from .feeds import feed_document
+from .feeds import FeedDocument, feed_document
 from .measure import best_cpu_seconds
 
 NODE_DIR = Path(__file__).resolve().parent / "node"
@@ -77,6 +77,21 @@ def corpus_documents(corpus: Path) -> list[Document]:
     """The real-world feeds of the shared corpus (rss-parser's test inputs), as files."""
     folder = corpus / "rss-parser" / "test" / "input"
     return [Document(path.name, path, path.read_bytes(), None) for path in sorted(folder.iterdir())]
+
+
+def served_corpus(corpus: Path) -> tuple[FeedDocument, ...]:
+    """The real-world corpus as the farm serves it: the bytes as they are, a Content-Type
+    without charset (as the parse comparison passes none), fixed validators."""
+    return tuple(
+        FeedDocument(
+            body=document.body,
+            content_type="application/xml",
+            etag=f'"corpus-{number}"',
+            last_modified="Mon, 02 Mar 2026 09:00:00 GMT",
+            items=0,
+        )
+        for number, document in enumerate(corpus_documents(corpus))
+    )
 
 
 def farm_documents(folder: Path, count: int, items: int) -> list[Document]:

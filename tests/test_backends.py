@@ -8,9 +8,11 @@ the D1 client and the S3 store follow the contract.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import re
+import shutil
 import socket
 import time
 from collections.abc import Iterator
@@ -438,3 +440,15 @@ def test_d1_client_keeps_one_connection_and_one_request_per_batch(fake_proxy: Fa
     assert [path for path, _, _ in fake_proxy.requests] == ["/batch", "/query", "/exec"]
     assert len(fake_proxy.requests[0][1]["statements"]) == 50
     assert len({client for _, _, client in fake_proxy.requests}) == 1, "one keep-alive connection"
+
+
+def test_the_local_store_makes_missing_folders_again(tmp_path: Path) -> None:
+    """Folders are made when a write finds them missing, even if removed while running."""
+    root = tmp_path / "objects"
+    objects = LocalObjectStore(root)
+    asyncio.run(objects.put("backups/feed/one.xml", b"1"))
+    shutil.rmtree(root / ".partial")
+    shutil.rmtree(root / "backups")
+    asyncio.run(objects.put("backups/feed/two.xml", b"2"))
+    assert (root / "backups" / "feed" / "two.xml").read_bytes() == b"2"
+    assert list((root / ".partial").iterdir()) == []

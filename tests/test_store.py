@@ -570,3 +570,13 @@ def test_a_long_feed_is_stored_in_a_few_multi_row_statements(any_db: Live[Databa
         {"item_id": "id-g00-3", "original_url": f"https://img.example/0/{k}.png"} for k in range(3)
     ]
     assert any_db.run(store_items.save_items(db, feed, records, success())) == []
+
+
+def test_small_contents_are_never_measured_for_spilling() -> None:
+    """The fast path: even at 4 bytes a character, nothing could cross a limit."""
+    records = [item(f"g{n}", "https://img.example/x.png") for n in range(3)]
+    plan = spill.plan_spill("feed", records, inline_limit=4 * 60, batch_budget=4 * 180)
+    assert plan.records == tuple(records)
+    assert plan.spilled == ()
+    tight = spill.plan_spill("feed", records, inline_limit=4 * 60, batch_budget=4)
+    assert [s.guid for s in tight.spilled] == ["g0", "g1", "g2"]

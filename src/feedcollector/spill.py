@@ -71,6 +71,9 @@ def plan_spill(
     batch_budget: int = BATCH_CONTENT_BUDGET,
 ) -> SpillPlan:
     """Decide which items' HTML leaves the batch: every oversized one, then largest first."""
+    lengths = [len(record.content_html) for record in records if record.content_html]
+    if max(lengths, default=0) * 4 <= inline_limit and sum(lengths) * 4 <= batch_budget:
+        return SpillPlan(tuple(records), ())  # UTF-8 takes at most 4 bytes a character
     encoded = {
         index: record.content_html.encode("utf-8")
         for index, record in enumerate(records)

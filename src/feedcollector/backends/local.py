@@ -61,13 +61,19 @@ class LocalObjectStore:
         try:
             if not self._swept:
                 self._sweep_abandoned()
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._temp.mkdir(exist_ok=True)
-            fd, temp_name = tempfile.mkstemp(prefix=_TEMP_PREFIX, dir=self._temp)
+            try:
+                fd, temp_name = tempfile.mkstemp(prefix=_TEMP_PREFIX, dir=self._temp)
+            except FileNotFoundError:  # folders are made when missing, not checked every time
+                self._temp.mkdir(parents=True, exist_ok=True)
+                fd, temp_name = tempfile.mkstemp(prefix=_TEMP_PREFIX, dir=self._temp)
             try:
                 with os.fdopen(fd, "wb") as handle:
                     handle.write(data)
-                os.replace(temp_name, path)
+                try:
+                    os.replace(temp_name, path)
+                except FileNotFoundError:  # the key's folder is new: make it only then
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(temp_name, path)
             except BaseException:
                 Path(temp_name).unlink(missing_ok=True)
                 raise
