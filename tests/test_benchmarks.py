@@ -57,7 +57,8 @@ def test_the_suite_runs_on_a_tiny_size(tmp_path: Path) -> None:
     figures = main(
         [
             "--feeds", "6", "--items", "3", "--parse-sample", "4", "--baseline-feeds", "4",
-            "--round-trip-feeds", "3", "--rounds", "1", "--skip-node", "--skip-d1",
+            "--round-trip-feeds", "3", "--rounds", "1", "--corpus-copies", "1", "--skip-node",
+            "--skip-d1",
             "--json", str(tmp_path / "figures.json"),
         ]
     )  # fmt: skip
@@ -78,6 +79,12 @@ def test_the_suite_runs_on_a_tiny_size(tmp_path: Path) -> None:
     baseline = figures["baseline"]
     assert isinstance(baseline, dict)
     assert baseline["new_items"] == 4 * 3
+    corpus_cycle = figures["corpus_cycle"]
+    assert isinstance(corpus_cycle, dict)
+    served = len(corpus_documents(CORPUS))
+    assert corpus_cycle["ours"]["feeds"] == corpus_cycle["baseline"]["feeds"] == served
+    assert corpus_cycle["ours"]["new_items"] > 1000  # the corpus holds 1,371 items
+    assert corpus_cycle["baseline"]["new_items"] > 1000
     [sqlite] = figures["round_trips"]  # type: ignore[misc]
     assert sqlite["feeds"] == 3
     assert sqlite["first"] >= 3  # at least one items batch per feed
