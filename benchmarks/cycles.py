@@ -51,7 +51,7 @@ class CycleFigures:
     new_items: int
     steady_not_modified: int
     feeds_file_cpu_s: float
-    """CPU to read and check the feeds file once (it is re-read every cycle)."""
+    """CPU to read and check the feeds file once (a cycle does it when the file changed)."""
 
     def first_cpu_per_item_ms(self) -> float:
         return (self.first.cpu_s - self.idle.cpu_s) / self.new_items * 1000
