@@ -580,3 +580,18 @@ def test_small_contents_are_never_measured_for_spilling() -> None:
     assert plan.spilled == ()
     tight = spill.plan_spill("feed", records, inline_limit=4 * 60, batch_budget=4)
     assert [s.guid for s in tight.spilled] == ["g0", "g1", "g2"]
+
+
+def test_image_tasks_are_found_by_item_through_the_unique_index(db: Database) -> None:
+    """Migration 7 dropped the separate item_id index; lookups by item stay indexed."""
+    plan = run(
+        db.query(
+            "EXPLAIN QUERY PLAN SELECT position FROM image_tasks WHERE item_id = ? "
+            "ORDER BY position",
+            ("x",),
+        )
+    )
+    details = [row["detail"] for row in plan]
+    assert any(d.startswith("SEARCH") and "sqlite_autoindex_image_tasks" in d for d in details)
+    indexes = run(db.query("SELECT name FROM sqlite_master WHERE type = 'index'"))
+    assert "image_tasks_item" not in {row["name"] for row in indexes}

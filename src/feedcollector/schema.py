@@ -122,6 +122,11 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
             )""",
         ),
     ),
+    (
+        7,
+        "drop image_tasks_item: UNIQUE (item_id, position) already indexes item_id first",
+        ("DROP INDEX IF EXISTS image_tasks_item",),
+    ),
 )
 
 
