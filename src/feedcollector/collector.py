@@ -48,8 +48,19 @@ class Collector:
     hosts: HostGate = field(init=False)
     """Per-host politeness of this process (lives as long as the collector, across cycles)."""
 
+    _derived: tuple[Settings, FetchLimits, SchedulePolicy] | None = field(
+        default=None, init=False, repr=False
+    )
+    """The limits and policy built from ``settings`` (asked for once per feed), with the
+    settings they were built from, so replacing ``settings`` rebuilds them."""
+
     def __post_init__(self) -> None:
         self.hosts = HostGate(self.settings.schedule.host_gap)
+
+    def _from_settings(self) -> tuple[Settings, FetchLimits, SchedulePolicy]:
+        if self._derived is None or self._derived[0] is not self.settings:
+            self._derived = (self.settings, fetch_limits(self.settings), _policy(self.settings))
+        return self._derived
 
     @property
     def page_size(self) -> int:
@@ -58,20 +69,11 @@ class Collector:
 
     @property
     def fetch_limits(self) -> FetchLimits:
-        return fetch_limits(self.settings)
+        return self._from_settings()[1]
 
     @property
     def schedule_policy(self) -> SchedulePolicy:
-        schedule = self.settings.schedule
-        return SchedulePolicy(
-            default_interval=self.settings.fetch.default_interval,
-            adaptive=schedule.adaptive,
-            min_interval=schedule.min_interval,
-            max_interval=schedule.max_interval,
-            jitter=schedule.jitter,
-            max_cache_floor=schedule.max_cache_floor,
-            max_retry_after=schedule.max_retry_after,
-        )
+        return self._from_settings()[2]
 
     @property
     def image_limits(self) -> ImageLimits:
@@ -82,6 +84,19 @@ class Collector:
             max_bytes=images.max_bytes,
             allow_private_addresses=images.allow_private_addresses,
         )
+
+
+def _policy(settings: Settings) -> SchedulePolicy:
+    schedule = settings.schedule
+    return SchedulePolicy(
+        default_interval=settings.fetch.default_interval,
+        adaptive=schedule.adaptive,
+        min_interval=schedule.min_interval,
+        max_interval=schedule.max_interval,
+        jitter=schedule.jitter,
+        max_cache_floor=schedule.max_cache_floor,
+        max_retry_after=schedule.max_retry_after,
+    )
 
 
 def fetch_limits(settings: Settings) -> FetchLimits:

@@ -111,15 +111,17 @@ async def _sync_feeds_file(collector: Collector, now: datetime) -> None:
         await store.record_feeds_digest(collector.db, digest, now)
 
 
-async def refresh_feed(collector: Collector, feed: Feed) -> FeedOutcome:
+async def refresh_feed(collector: Collector, feed: Feed, host: str | None = None) -> FeedOutcome:
     """Fetch, back up, decode, parse and store one feed; never raises for a feed's own trouble.
 
-    The request waits for its host's turn, and is not sent while a Retry-After runs."""
+    The request waits for its host's turn (``host``: its :func:`host_key`, when the caller
+    knows it already), and is not sent while a Retry-After runs."""
     began = time.monotonic()
     fetched_at = collector.clock()
     outcome = FeedOutcome(feed=feed, fetched_at=fetched_at)
     source = feed.moved_to or feed.url
-    host = host_key(source)
+    if host is None:
+        host = host_key(source)
     try:
         wait = deferred_until(
             outcomes.moment(feed.retry_after_until),
@@ -383,4 +385,4 @@ async def _refresh_ticket(
                 feed.url,
             )
             return None
-    return await refresh_feed(collector, feed)
+    return await refresh_feed(collector, feed, ticket.host)
