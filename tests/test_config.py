@@ -740,3 +740,25 @@ def test_schedule_section_problems_name_the_line_and_the_fix(
     tmp_path: Path, toml: str, expected: str
 ) -> None:
     assert expected in config_error(write(tmp_path, "c.toml", toml))
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("feeds:\n  - <<: {url: https://c.example/}\n", "https://c.example/"),
+        ("feeds: !x\n  - https://a.example/\n", "https://a.example/"),
+    ],
+)
+def test_merged_or_tagged_feed_entries_are_read(tmp_path: Path, text: str, expected: str) -> None:
+    path = tmp_path / "feeds.yaml"
+    path.write_text(text)
+    assert [spec.url for spec in load_feeds(path)] == [expected]
+
+
+def test_a_value_its_yaml_tag_cannot_build_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "feeds.yaml"
+    path.write_text("feeds: !!int 12\n  - https://a.example/\n")
+    with pytest.raises(ConfigError) as caught:
+        load_feeds(path)
+    assert "YAML error" in str(caught.value)
+    assert "feeds.yaml" in str(caught.value)

@@ -111,7 +111,7 @@ def _parse_yaml(text: str, display: str) -> _Node:
             "after every colon and consistent indentation."
         )
         raise config_error(display, [Problem(what, fix, line=line, column=column)]) from exc
-    except YAMLError as exc:
+    except (YAMLError, ValueError) as exc:  # ValueError: a value its tag cannot build (!!int x)
         raise config_error(display, [Problem(f"YAML error: {exc}", "Fix the file.")]) from exc
     try:
         return _yaml_node(document, 1, 1, _ExpansionBudget(display))
@@ -148,15 +148,15 @@ def _yaml_node(value: object, line: int, column: int, budget: _ExpansionBudget) 
         members: dict[str, _Node] = {}
         for key, item in value.items():
             try:
-                key_line, key_column = value.lc.key(key)
-            except KeyError:  # merged in from an anchor: no position of its own
+                key_line, key_column = value.lc.key(key) or (line - 1, column - 1)
+            except KeyError:  # merged in from an anchor (or tagged): no position of its own
                 key_line, key_column = line - 1, column - 1
             members[str(key)] = _yaml_node(item, key_line + 1, key_column + 1, budget)
         return _Node(members, line, column)
     if isinstance(value, CommentedSeq):
         items = []
         for index, item in enumerate(value):
-            item_line, item_column = value.lc.item(index)
+            item_line, item_column = value.lc.item(index) or (line - 1, column - 1)
             items.append(_yaml_node(item, item_line + 1, item_column + 1, budget))
         return _Node(items, line, column)
     if isinstance(value, str):
