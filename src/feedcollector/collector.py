@@ -48,32 +48,20 @@ class Collector:
     hosts: HostGate = field(init=False)
     """Per-host politeness of this process (lives as long as the collector, across cycles)."""
 
-    _derived: tuple[Settings, FetchLimits, SchedulePolicy] | None = field(
-        default=None, init=False, repr=False
-    )
-    """The limits and policy built from ``settings`` (asked for once per feed), with the
-    settings they were built from, so replacing ``settings`` rebuilds them."""
+    fetch_limits: FetchLimits = field(init=False)
+    """The ``[fetch]`` limits, built once: every feed asks for them."""
+    schedule_policy: SchedulePolicy = field(init=False)
+    """The ``[schedule]`` policy, built once: every feed asks for it."""
 
     def __post_init__(self) -> None:
         self.hosts = HostGate(self.settings.schedule.host_gap)
-
-    def _from_settings(self) -> tuple[Settings, FetchLimits, SchedulePolicy]:
-        if self._derived is None or self._derived[0] is not self.settings:
-            self._derived = (self.settings, fetch_limits(self.settings), _policy(self.settings))
-        return self._derived
+        self.fetch_limits = fetch_limits(self.settings)
+        self.schedule_policy = _policy(self.settings)
 
     @property
     def page_size(self) -> int:
         """Feeds claimed per round trip: enough to keep every worker busy."""
         return max(20, self.settings.fetch.concurrency * 4)
-
-    @property
-    def fetch_limits(self) -> FetchLimits:
-        return self._from_settings()[1]
-
-    @property
-    def schedule_policy(self) -> SchedulePolicy:
-        return self._from_settings()[2]
 
     @property
     def image_limits(self) -> ImageLimits:
