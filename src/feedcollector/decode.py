@@ -11,15 +11,15 @@ Order of evidence (seed section 5, with the BOM in front):
    UTF-8 (``default`` when nothing was declared); then charset-normalizer, limited to the
    encodings browsers know (:mod:`.decode_detect`).
 
-Labels map as browsers map them (:mod:`.decode_labels`: ``gb2312`` -> gb18030, ``latin1``/``us-ascii`` ->
-windows-1252, ``big5`` -> big5hkscs, ``shift_jis`` -> cp932, ``euc-kr`` -> cp949...); a label
-that names no text encoding, or one the bytes cannot be in (a UTF-16 label on single-byte
-bytes and the reverse), is ignored. A candidate must decode the whole body strictly. When none
-does, a BOM still wins (with replacement characters), and a candidate that decodes almost
-everything (many good non-ASCII characters per bad byte) is read with replacement before
-detection is asked, since detection would trade a few bad bytes for mojibake everywhere; the
-last resort is the first candidate (or UTF-8) with replacement. Lossy readings report
-``detected`` and log a warning.
+Labels map as browsers map them (:mod:`.decode_labels`: ``gb2312`` -> gb18030,
+``latin1``/``us-ascii`` -> windows-1252, ``big5`` -> big5hkscs, ``shift_jis`` -> cp932,
+``euc-kr`` -> cp949...); a label that names no text encoding, or one the bytes cannot be in (a
+UTF-16 label on single-byte bytes and the reverse), is ignored. A candidate must decode the
+whole body strictly. When none does, a BOM still wins (with replacement characters), and a
+candidate that decodes almost everything (many good non-ASCII characters per bad byte) is read
+with replacement before detection is asked, since detection would trade a few bad bytes for
+mojibake everywhere; the last resort is the first candidate (or UTF-8) with replacement. Lossy
+readings report ``detected`` and log a warning.
 
 The output has no BOM, a declaration (if any) that is first and says UTF-8, and none of the
 characters XML 1.0 forbids (C0 controls but TAB/LF/CR, U+FFFE, U+FFFF).
