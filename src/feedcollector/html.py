@@ -20,7 +20,7 @@ from functools import lru_cache
 from html import unescape
 from urllib.parse import urljoin, urlsplit
 
-from selectolax.lexbor import LexborHTMLParser
+from .html_images import image_sources
 
 URL_ATTRIBUTES = frozenset(
     {
@@ -125,26 +125,6 @@ def rewrite_url_attributes(html: str, base: str) -> str:
         return html
     pieces.append(html[done:])
     return "".join(pieces)
-
-
-def image_sources(html: str) -> list[str]:
-    """The ``src`` of every ``<img>``, in document order, entities decoded and trimmed.
-
-    Empty values and ``data:`` URIs are skipped; everything else is kept (the caller decides
-    what is downloadable). Images inside ``<noscript>`` count (lazy-loading pages put the real
-    image there); those inside ``<template>`` do not (they are not part of the document).
-    """
-    if "<" not in html:
-        return []
-    sources: list[str] = []
-    for node in LexborHTMLParser(html).tags("img"):
-        value = node.attrs.get("src")
-        if value is None:
-            continue
-        value = value.strip()
-        if value and value[:5].lower() != "data:":
-            sources.append(value)
-    return sources
 
 
 def _may_need_rewriting(html: str) -> bool:
