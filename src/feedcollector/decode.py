@@ -57,6 +57,9 @@ _ENCODING_ATTR = re.compile(
     r"""\bencoding[ \t\r\n]*=[ \t\r\n]*(?:"(?P<dq>[^"]*)"|'(?P<sq>[^']*)'|(?P<bare>[^\s?>"']*))"""
 )
 _C0_ILLEGAL = bytes([*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20)])
+_C0_EACH = tuple(bytes([byte]) for byte in _C0_ILLEGAL)
+"""One ``in`` per control character (a vectorized memchr each) is about twice as fast as the
+``translate`` copy that finds out whether a body has any."""
 _XML_WHITESPACE = b" \t\r\n"
 
 
@@ -243,8 +246,9 @@ def _finish(data: bytes) -> bytes:
             data = data[len(head) - len(stripped) :]
     if data.startswith(b"<?xml"):
         data = _declare_utf8(data)
-    cleaned = data.translate(None, _C0_ILLEGAL)
-    return cleaned if len(cleaned) != len(data) else data
+    if not any(control in data for control in _C0_EACH):
+        return data
+    return data.translate(None, _C0_ILLEGAL)
 
 
 def _declare_utf8(data: bytes) -> bytes:
