@@ -87,11 +87,18 @@ _VARIANT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
 def utc_timestamp(moment: datetime) -> str:
     """:func:`format_timestamp` for the aware UTC datetimes the date parser returns, faster.
 
-    ``isoformat`` skips strftime's locale machinery; anything else (another zone, a year
+    ``%`` formatting skips strftime's locale machinery; anything else (another zone, a year
     before 1000, which strftime does not pad) goes through ``format_timestamp`` itself.
     """
     if moment.tzinfo is UTC and moment.year >= 1000:
-        return moment.isoformat(timespec="seconds")[:19] + "Z"
+        return "%04d-%02d-%02dT%02d:%02d:%02dZ" % (  # the fastest spelling
+            moment.year,
+            moment.month,
+            moment.day,
+            moment.hour,
+            moment.minute,
+            moment.second,
+        )
     return format_timestamp(moment)
 
 
