@@ -91,7 +91,7 @@ def utc_timestamp(moment: datetime) -> str:
     before 1000, which strftime does not pad) goes through ``format_timestamp`` itself.
     """
     if moment.tzinfo is UTC and moment.year >= 1000:
-        return "%04d-%02d-%02dT%02d:%02d:%02dZ" % (  # the fastest spelling
+        return "%04d-%02d-%02dT%02d:%02d:%02dZ" % (  # noqa: UP031 (the fastest spelling)
             moment.year,
             moment.month,
             moment.day,
