@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from charset_normalizer import api as charset_normalizer_api
 from charset_normalizer import from_bytes
-from charset_normalizer.api import IANA_SUPPORTED_MB_FIRST
 from charset_normalizer.utils import iana_name
 
 from .decode_labels import DETECTABLE, codec_for_label
@@ -21,10 +21,13 @@ WINDOWS_1252 = "windows-1252"
 def _tested_up_to_cp1252() -> list[str]:
     """The detectable encodings charset-normalizer tests before cp1252, and cp1252, in order.
 
-    Empty if this charset-normalizer does not test cp1252 (then there is no shortcut).
+    Empty if this charset-normalizer does not test cp1252 or no longer exposes its order
+    (then there is no shortcut). The order is an internal of charset-normalizer 3.x, the
+    version the lock pins; ``tests/test_decode.py`` checks the shortcut against the full run.
     """
+    tested_order: list[str] = getattr(charset_normalizer_api, "IANA_SUPPORTED_MB_FIRST", [])
     wanted = {iana_name(codec, False) for codec in DETECTABLE}
-    order = list(dict.fromkeys(name for name in IANA_SUPPORTED_MB_FIRST if name in wanted))
+    order = list(dict.fromkeys(name for name in tested_order if name in wanted))
     return order[: order.index("cp1252") + 1] if "cp1252" in order else []
 
 
