@@ -50,15 +50,9 @@ def item_records(
                 undated.append(item)
         else:
             pub_date = utc_timestamp(item.pub_date)
-        records.append(
+        records.append(  # positional (faster): id, guid, link, title, pub_date, html, images
             ItemRecord(
-                id=item_id,
-                guid=item.guid,
-                link=item.link,
-                title=item.title,
-                pub_date=pub_date,
-                content_html=item.content_html,
-                image_urls=image_urls,
+                item_id, item.guid, item.link, item.title, pub_date, item.content_html, image_urls
             )
         )
     return records, undated
