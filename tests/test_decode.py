@@ -17,6 +17,8 @@ from hypothesis import strategies as st
 from lxml import etree
 
 from feedcollector.decode import codec_for_label, decode_feed
+from feedcollector.decode_detect import _all_detected, _windows_1252_wins
+from feedcollector.decode_labels import DETECTABLE
 from feedcollector.errors import ParseError
 
 from .conftest import CORPUS
@@ -576,3 +578,33 @@ def test_any_input_gives_clean_utf8_or_a_parse_error(body: bytes, content_type: 
     _assert_clean_utf8(result.data)
     assert result.source in {"bom", "http", "declaration", "detected", "default"}
     codecs.lookup(result.encoding)
+
+
+WESTERN_AND_OTHER_TEXTS = [
+    "A informação sobre a educação não está disponível. Notícias: o governo anunciou ações.",
+    "L'été dernier, nous étions à la plage. Ça coûte très cher, où est-ce? Œuvre d'été.",
+    "Über die Straße gehen Mädchen und Jungen. Größere Häuser kosten mehr. Grüße aus München.",
+    "Příliš žluťoučký kůň úpěl ďábelské ódy. Česká republika je stát ve střední Evropě.",
+    "În această săptămână, guvernul a anunțat măsuri noi pentru învățământ și sănătate.",
+    "Сегодня в Москве прошла встреча глав государств. Новости дня: правительство объявило.",
+    "Σήμερα στην Αθήνα πραγματοποιήθηκε συνάντηση. Ειδήσεις της ημέρας από την κυβέρνηση.",
+    "Bugün İstanbul'da önemli bir toplantı yapıldı. Hükümet yeni düzenlemeleri açıkladı.",
+]
+
+
+@pytest.mark.parametrize("text", WESTERN_AND_OTHER_TEXTS)
+def test_windows_1252_shortcut_agrees_with_full_detection(text: str) -> None:
+    """The cheap check never claims windows-1252 when the full detection would not pick it."""
+    for codec in DETECTABLE:
+        try:
+            body = rss(text).encode(codec)
+        except UnicodeEncodeError:
+            continue
+        if _windows_1252_wins(body):
+            assert _all_detected(body)[0] == "windows-1252", codec
+
+
+def test_windows_1252_shortcut_takes_the_unlabelled_western_feed() -> None:
+    body = (CORPUS / "rss-parser" / "test" / "input" / "uolNoticias.rss").read_bytes()
+    assert _windows_1252_wins(body)
+    assert _all_detected(body)[0] == "windows-1252"

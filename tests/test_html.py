@@ -13,6 +13,7 @@ from feedcollector.html import (
     resolve_url,
     rewrite_url_attributes,
 )
+from feedcollector.html_images import image_sources_of_items
 
 BASE = "https://example.com/blog/post.html"
 
@@ -159,6 +160,29 @@ IMAGE_CASES = {
 @pytest.mark.parametrize(("html", "expected"), IMAGE_CASES.items())
 def test_image_sources(html: str, expected: list[str]) -> None:
     assert image_sources(html) == expected
+
+
+def test_image_sources_of_items_reads_each_item_as_its_own_document() -> None:
+    htmls = list(IMAGE_CASES)
+    assert image_sources_of_items(htmls) == list(IMAGE_CASES.values())
+
+
+_ITEM_PIECES = st.sampled_from(
+    ["<img", "<IMG", "<img/", " src", " SRC", "=", '"', "'", "a.png", " b.png ", ">", "/", " ",
+     "\n", "\r", "\x00", "\ufffd", "&amp;", "&#0;", "<p>", "</p>", "<a>", "</a>", "<b>", "<div>",
+     "<!--", "-->", "<!", "<?", "</ ", "<script>", "</script>", "<title>", "<template>",
+     "</template>", "<svg>", "</svg>", "<math>", "<select>", "</select>", "<table>", "<td>",
+     "</table>", "<frameset>", "<image src=i.png>", "<noscript>", "<plaintext>", "<head>",
+     "<body>", "<form>", "<nobr>", '<img src="d.png">', "<img src=data:x>", "<img alt=x ",
+     "<img src=", "<a title='", '<a title="', '<img src="http://x/f.png" src=g>']
+)  # fmt: skip
+_ITEM_HTML = st.lists(_ITEM_PIECES, max_size=12).map("".join)
+
+
+@given(st.lists(_ITEM_HTML, min_size=2, max_size=6))
+def test_image_sources_of_items_equals_one_document_per_item(htmls: list[str]) -> None:
+    """Joining the items into one document never moves, drops or adds an image."""
+    assert image_sources_of_items(htmls) == [image_sources(html) for html in htmls]
 
 
 _NAMES = st.sampled_from(

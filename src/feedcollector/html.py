@@ -20,7 +20,7 @@ from functools import lru_cache
 from html import unescape
 from urllib.parse import urljoin, urlsplit
 
-from selectolax.lexbor import LexborHTMLParser
+from .html_images import image_sources
 
 URL_ATTRIBUTES = frozenset(
     {
@@ -83,9 +83,12 @@ def absolutize(html: str, base: str) -> str:
 
     Returns ``html`` itself when ``base`` is not absolute or nothing needs rewriting.
     """
-    if not html or not is_absolute_url(base) or not _may_need_rewriting(html):
+    if not html or not is_absolute_url(base):
         return html
-    return rewrite_url_attributes(html, base)
+    candidates = [match.start() for match in _CANDIDATE_EQUALS_RE.finditer(html)]
+    if not candidates or not _may_need_rewriting(html, candidates):
+        return html
+    return _rewrite(html, base, candidates)
 
 
 def rewrite_url_attributes(html: str, base: str) -> str:
@@ -95,7 +98,11 @@ def rewrite_url_attributes(html: str, base: str) -> str:
     ``=`` of a candidate attribute (:data:`_CANDIDATE_EQUALS_RE`, found in one C-level scan)
     has its attributes read; the walk stops after the last candidate.
     """
-    candidates = [match.start() for match in _CANDIDATE_EQUALS_RE.finditer(html)]
+    return _rewrite(html, base, [match.start() for match in _CANDIDATE_EQUALS_RE.finditer(html)])
+
+
+def _rewrite(html: str, base: str, candidates: list[int]) -> str:
+    """:func:`rewrite_url_attributes` with the candidate ``=`` positions already found."""
     resolve = _resolver(base)
     pieces: list[str] = []
     done = 0
@@ -127,27 +134,7 @@ def rewrite_url_attributes(html: str, base: str) -> str:
     return "".join(pieces)
 
 
-def image_sources(html: str) -> list[str]:
-    """The ``src`` of every ``<img>``, in document order, entities decoded and trimmed.
-
-    Empty values and ``data:`` URIs are skipped; everything else is kept (the caller decides
-    what is downloadable). Images inside ``<noscript>`` count (lazy-loading pages put the real
-    image there); those inside ``<template>`` do not (they are not part of the document).
-    """
-    if "<" not in html:
-        return []
-    sources: list[str] = []
-    for node in LexborHTMLParser(html).tags("img"):
-        value = node.attrs.get("src")
-        if value is None:
-            continue
-        value = value.strip()
-        if value and value[:5].lower() != "data:":
-            sources.append(value)
-    return sources
-
-
-def _may_need_rewriting(html: str) -> bool:
+def _may_need_rewriting(html: str, candidates: list[int]) -> bool:
     """Cheap pre-check: could any URL attribute hold a relative URL?
 
     False only when nothing can need rewriting; a false positive merely costs a full pass.
@@ -155,8 +142,8 @@ def _may_need_rewriting(html: str) -> bool:
     (:data:`_CANDIDATE_EQUALS_RE`); only those get their name read back and their value
     looked at. A srcset value is read whole: a relative candidate may follow an absolute one.
     """
-    for match in _CANDIDATE_EQUALS_RE.finditer(html):
-        end = match.start()
+    for equals in candidates:
+        end = equals
         while end > 0 and html[end - 1].isspace():
             end -= 1
         start = end
@@ -164,9 +151,9 @@ def _may_need_rewriting(html: str) -> bool:
             start -= 1
         name = html[start:end].lower()
         if name in URL_ATTRIBUTES:
-            if _RELATIVE_VALUE_START_RE.match(html, match.end()) is not None:
+            if _RELATIVE_VALUE_START_RE.match(html, equals + 1) is not None:
                 return True
-        elif name in SRCSET_ATTRIBUTES and _srcset_may_need_rewriting(html, match.end()):
+        elif name in SRCSET_ATTRIBUTES and _srcset_may_need_rewriting(html, equals + 1):
             return True
     return False
 
@@ -221,11 +208,13 @@ def is_absolute_url(url: str) -> bool:
     return bool(parts.scheme) and bool(parts.netloc)
 
 
+@lru_cache(maxsize=64)
 def _resolver(base: str) -> Callable[[str], str | None]:
     """A function: relative reference -> absolute URL, or None if the pair cannot be joined.
 
     Path-absolute references without dot segments (``/img/a.png``, the common case) are joined
-    to the base's origin directly; everything else goes through ``urljoin``.
+    to the base's origin directly; everything else goes through ``urljoin``. Cached: the items
+    of a feed share their base.
     """
     parts = urlsplit(base)
     origin = f"{parts.scheme}://{parts.netloc}"

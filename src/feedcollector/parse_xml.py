@@ -250,20 +250,20 @@ def _rss_item(
     else:
         dates = (text_of(dc_date),) if pub_date is None else (text_of(pub_date), text_of(dc_date))
     return finish_item(
-        RawEntry(
-            title=None if title is None else text_of(title),
-            link=None if link is None else text_of(link),
-            guid=None if guid is None else text_of(guid),
-            content=content_html,
-            description=(
+        RawEntry(  # positional (faster); fields in RawEntry's order
+            None if title is None else text_of(title),  # title
+            None if link is None else text_of(link),  # link
+            None if guid is None else text_of(guid),  # guid
+            content_html,  # content
+            (  # description
                 markup_of(description)
                 if description is not None and not has_text(content_html)
                 else None
             ),
-            dates=dates,
-            base=chain or default_base,
-            content_base=_own_base(content, chain, base_url),
-            description_base=_own_base(description, chain, base_url),
+            dates,  # dates
+            chain or default_base,  # base
+            _own_base(content, chain, base_url),  # content_base
+            _own_base(description, chain, base_url),  # description_base
         )
     )
 
@@ -315,20 +315,20 @@ def _atom_entry(
     dates = tuple(text_of(found[key]) for key in ("published", "updated") if key in found)
     content_html = _atom_markup(content) if content is not None else None
     return finish_item(
-        RawEntry(
-            title=_atom_text(title) if title is not None else None,
-            link=_atom_link(links, chain, base_url),
-            guid=_text(found.get("id")),
-            content=content_html,
-            description=(
+        RawEntry(  # positional (faster); fields in RawEntry's order
+            _atom_text(title) if title is not None else None,  # title
+            _atom_link(links, chain, base_url),  # link
+            _text(found.get("id")),  # guid
+            content_html,  # content
+            (  # description
                 _atom_markup(summary)
                 if summary is not None and not has_text(content_html)
                 else None
             ),
-            dates=dates,
-            base=chain or default_base,
-            content_base=_own_base(content, chain, base_url),
-            description_base=_own_base(summary, chain, base_url),
+            dates,  # dates
+            chain or default_base,  # base
+            _own_base(content, chain, base_url),  # content_base
+            _own_base(summary, chain, base_url),  # description_base
         )
     )
 

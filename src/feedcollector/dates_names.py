@@ -1,0 +1,59 @@
+"""The names feed dates use: time zone abbreviations, month and weekday names.
+
+Conventions (see :mod:`.dates`): ambiguous zone abbreviations take their most common meaning in
+feeds, military letters but Z and J read as UTC, month names of five languages.
+"""
+
+from __future__ import annotations
+
+ZONE_MINUTES: dict[str, int] = {
+    "ut": 0, "utc": 0, "gmt": 0, "z": 0, "wet": 0, "west": 60, "bst": 60, "ist": 330,
+    "cet": 60, "cest": 120, "met": 60, "mest": 120, "mez": 60, "mesz": 120,
+    "eet": 120, "eest": 180, "msk": 180, "msd": 240,
+    "wat": 60, "cat": 120, "sast": 120, "eat": 180, "pkt": 300,
+    "ict": 420, "wib": 420, "hkt": 480, "sgt": 480, "awst": 480, "pht": 480,
+    "jst": 540, "kst": 540, "acst": 570, "acdt": 630, "aest": 600, "aedt": 660,
+    "nzst": 720, "nzdt": 780,
+    "est": -300, "edt": -240, "cst": -360, "cdt": -300, "mst": -420, "mdt": -360,
+    "pst": -480, "pdt": -420, "ast": -240, "adt": -180, "nst": -210, "ndt": -150,
+    "akst": -540, "akdt": -480, "hst": -600, "hast": -600, "hadt": -540,
+    "brt": -180, "art": -180,
+}  # fmt: skip
+MILITARY_ZONES = frozenset("abcdefghiklmnopqrstuvwxy")
+"""Every military letter but Z (already in ZONE_MINUTES) and J (local time, not a zone)."""
+
+MONTH_NAMES: tuple[tuple[str, ...], ...] = (
+    ("january", "jan", "janeiro", "enero", "ene", "janvier", "janv", "januar", "jänner"),
+    ("february", "feb", "fevereiro", "fev", "febrero", "février", "fevrier", "févr", "fevr",
+     "februar"),
+    ("march", "mar", "março", "marco", "marzo", "mars", "märz", "maerz", "mär", "mrz"),
+    ("april", "apr", "abril", "abr", "avril", "avr"),
+    ("may", "maio", "mai", "mayo"),
+    ("june", "jun", "junho", "junio", "juin", "juni"),
+    ("july", "jul", "julho", "julio", "juillet", "juil", "juli"),
+    ("august", "aug", "agosto", "ago", "août", "aout"),
+    ("september", "sep", "sept", "setembro", "set", "septiembre", "setiembre", "septembre"),
+    ("october", "oct", "outubro", "out", "octubre", "octobre", "oktober", "okt"),
+    ("november", "nov", "novembro", "noviembre", "novembre"),
+    ("december", "dec", "dezembro", "dez", "diciembre", "dic", "décembre", "decembre", "déc",
+     "dezember"),
+)  # fmt: skip
+"""English, Portuguese, Spanish, French and German names and abbreviations (feeds in those
+languages often localize RFC 822 dates, e.g. 'Seg, 24 Set 2018 19:42:40 -0300'); no name means
+two different months across these languages."""
+MONTHS = {name: number for number, names in enumerate(MONTH_NAMES, start=1) for name in names}
+
+WEEKDAYS = frozenset(
+    ("mon", "monday", "tue", "tues", "tuesday", "wed", "weds", "wednesday", "thu", "thur",
+     "thurs", "thursday", "fri", "friday", "sat", "saturday", "sun", "sunday",
+     "seg", "ter", "qua", "qui", "sex", "sáb", "sab", "dom", "segunda", "terça", "terca",
+     "quarta", "quinta", "sexta", "sábado", "sabado", "domingo",
+     "lun", "mié", "mie", "jue", "vie", "lunes", "martes", "miércoles", "miercoles", "jueves",
+     "viernes",
+     "mer", "jeu", "ven", "sam", "dim", "lundi", "mardi", "mercredi", "jeudi", "vendredi",
+     "samedi", "dimanche",
+     "mo", "di", "mi", "do", "fr", "sa", "so", "montag", "dienstag", "mittwoch", "donnerstag",
+     "freitag", "samstag", "sonntag")
+)  # fmt: skip
+"""Weekday names are skipped (a wrong weekday is common and harmless). 'mar' (Spanish and
+French Tuesday) is read as March unless another month name follows it."""
