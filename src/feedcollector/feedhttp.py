@@ -81,7 +81,7 @@ async def open_feed_response(
         if not 300 <= response.status < 400 or response.status == 304:
             return response
         response.release()
-        location = chain.follow(response.status, str(current), response.headers.get("Location"))
+        location = chain.location(response.status, str(current), response.headers.get("Location"))
         target = _redirect_target(current, location)
         chain.visit(str(current), str(target), target.scheme)
         if on_redirect is not None:

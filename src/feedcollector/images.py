@@ -280,7 +280,7 @@ async def open_response(
         if not 300 <= response.status_code < 400 or response.status_code == 304:
             return response
         await response.aclose()
-        location = chain.follow(
+        location = chain.location(
             response.status_code, str(current), response.headers.get("Location")
         )
         target = _redirect_target(current, location)

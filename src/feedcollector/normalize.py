@@ -16,9 +16,9 @@ import os
 import re
 from collections.abc import Iterable
 from datetime import UTC, datetime
+from typing import TypeGuard
 
-from .html import image_sources
-from .html_images import image_sources_of_items
+from .html_images import image_sources, image_sources_of_items
 from .models import ItemRecord, ParsedItem
 from .timestamps import format_timestamp
 
@@ -99,23 +99,23 @@ def utc_timestamp(moment: datetime) -> str:
 def downloadable_images(content_html: str | None) -> tuple[str, ...]:
     """Every ``<img src>`` in document order that can be fetched over HTTP(S), at most
     :data:`MAX_IMAGES_PER_ITEM` of them."""
-    if not content_html or _IMG_TAG_RE.search(content_html) is None:
+    if not _may_hold_images(content_html):
         return ()
     return _downloadable(image_sources(content_html))
 
 
 def _images_of_items(items: tuple[ParsedItem, ...]) -> list[tuple[str, ...]]:
     """:func:`downloadable_images` of every item, the HTML of all of them read at once."""
-    with_images = [
-        index
-        for index, item in enumerate(items)
-        if item.content_html and _IMG_TAG_RE.search(item.content_html) is not None
-    ]
+    with_images = [index for index, item in enumerate(items) if _may_hold_images(item.content_html)]
     images: list[tuple[str, ...]] = [()] * len(items)
     htmls = [items[index].content_html or "" for index in with_images]
     for index, sources in zip(with_images, image_sources_of_items(htmls), strict=True):
         images[index] = _downloadable(sources)
     return images
+
+
+def _may_hold_images(content_html: str | None) -> TypeGuard[str]:
+    return content_html is not None and _IMG_TAG_RE.search(content_html) is not None
 
 
 def _downloadable(sources: list[str]) -> tuple[str, ...]:

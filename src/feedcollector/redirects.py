@@ -29,7 +29,7 @@ class RedirectChain:
         """One request, plus one per redirect allowed."""
         return range(self.max_redirects + 1)
 
-    def follow(self, status: int, current: str, location: str | None) -> str:
+    def location(self, status: int, current: str, location: str | None) -> str:
         """The Location to join against ``current``: refused when there is none."""
         if location is None:
             raise TransferError(
