@@ -16,10 +16,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from lxml import etree
 
-from feedcollector.decode import codec_for_label, decode_feed
+from feedcollector.decode import codec_for_label, decode_feed, without_controls
 from feedcollector.decode_detect import _all_detected, _windows_1252_wins
 from feedcollector.decode_labels import DETECTABLE
 from feedcollector.errors import ParseError
+from feedcollector.parse import parse_feed
 
 from .conftest import CORPUS
 from .feedserver import FeedServer
@@ -28,7 +29,7 @@ ENCODING_CASES = CORPUS / "feedparser-encoding" / "encoding"
 CHARDET_CASES = CORPUS / "feedparser-encoding" / "chardet"
 CORPUS_FILES = sorted([*ENCODING_CASES.glob("*.xml"), *CHARDET_CASES.glob("*.xml")])
 
-ILLEGAL_IN_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+NONCHARACTERS = re.compile("[\ufffe\uffff]")
 XML_DECLARATION = re.compile(r"\A<\?xml\s[^<>]*>")
 
 FEEDPARSER_NAMES = {
@@ -173,7 +174,7 @@ def _parse(data: bytes) -> etree._Element:
 def _assert_clean_utf8(data: bytes) -> str:
     text = data.decode("utf-8")
     assert not text.startswith("\ufeff")
-    assert ILLEGAL_IN_XML.search(text) is None
+    assert NONCHARACTERS.search(text) is None
     declaration = XML_DECLARATION.match(text)
     if declaration is not None and re.search(r"\bencoding\s*=", declaration.group(0)):
         assert re.search(r"""\bencoding\s*=\s*["']utf-?8["']""", declaration.group(0), re.I)
@@ -439,20 +440,29 @@ def test_damaged_gbk_is_not_read_as_another_code_page() -> None:
     assert ZH_SIMPLIFIED in result.data.decode()
 
 
-def test_illegal_characters_are_removed() -> None:
+def test_noncharacters_are_removed_and_controls_left_to_the_parse_stage() -> None:
     dirty = "a\x00b\x01c\x08d\x0be\x0cf\x1fg\ufffeh\uffffi\tj\nk\rl"
     body = rss(dirty, declared="utf-8").encode()
     result = decode_feed(body, None)
+    assert result.data == body.replace("\ufffe".encode(), b"").replace("\uffff".encode(), b"")
     with pytest.raises(etree.XMLSyntaxError):
-        _parse(body)
-    assert item_description(result.data) == "abcdefghi\tj\nk\nl"  # XML normalizes CR
+        _parse(result.data)
+    (item,) = parse_feed(result.data, "https://example.org/feed").items
+    assert item.content_html == "abcdefghi\tj\nk\nl"  # XML normalizes CR
 
 
-def test_illegal_characters_are_removed_from_other_encodings() -> None:
+def test_controls_in_other_encodings_are_removed_by_the_parse_stage() -> None:
     body = rss("\u0419\x02\u0416\x1b", declared="koi8-r").encode("koi8-r")
     result = decode_feed(body, None)
     assert (result.encoding, result.source) == ("koi8-r", "declaration")
-    assert item_description(result.data) == "\u0419\u0416"
+    (item,) = parse_feed(result.data, "https://example.org/feed").items
+    assert item.content_html == "\u0419\u0416"
+
+
+def test_without_controls_keeps_tab_newline_and_carriage_return() -> None:
+    assert without_controls(b"a\x00b\x1f\tc\nd\re\x7f") == b"ab\tc\nd\re\x7f"
+    clean = b"<rss>\t\n</rss>"
+    assert without_controls(clean) is clean
 
 
 def test_whitespace_before_declaration_is_dropped() -> None:

@@ -53,6 +53,13 @@ _RFC822_COMMON_RE = re.compile(
     r"(?P<h>\d{2}):(?P<mi>\d{2})(?::(?P<s>\d{2}))?\s*(?P<zone>[A-Za-z]{1,4}|[+-]\d{4})"
 )
 """The shape almost every RSS date has; read directly before the general token reader."""
+_COMMON_MONTHS = {
+    spelling: number
+    for name, number in MONTHS.items()
+    if len(name) == 3 and name.isascii()
+    for spelling in (name, name.title(), name.upper())
+}
+"""Three-letter month names as feeds write them, so the common path needs no ``lower()``."""
 _COMMENT_RE = re.compile(r"\([^()]*\)")
 _DASHED_DATE_RE = re.compile(r"\b(\d{1,2})[-/]([a-z]{3,9}\.?)[-/](\d{2,4})\b")
 _DIGITS_RE = re.compile(r"\d+")
@@ -65,33 +72,24 @@ def parse_date(text: str) -> datetime | None:
     if not text or len(text) > MAX_DATE_LENGTH:
         return None
     common = _RFC822_COMMON_RE.fullmatch(text)
-    if common is not None:
-        moment = _common_rfc822(*common.groups())
-        if moment is not None:
-            return moment
+    if common is not None:  # inline: one item in most feeds, so every call saved counts
+        day, month_name, year, hour, minute, second, zone = common.groups()
+        month = _COMMON_MONTHS.get(month_name)
+        offset = _common_zone(zone)
+        if month is not None and offset is not None:
+            try:
+                moment = datetime(
+                    int(year), month, int(day), int(hour), int(minute), int(second or 0), 0, UTC
+                )
+                return moment - _offset_delta(offset) if offset else moment
+            except (ValueError, OverflowError):
+                pass  # out of range: the general readers decide
     readers = _DIGIT_FIRST if text[0].isdigit() else _LETTER_FIRST
     for reader in readers:
-        moment = reader(text)
-        if moment is not None:
-            return moment
+        read = reader(text)
+        if read is not None:
+            return read
     return None
-
-
-def _common_rfc822(
-    day: str, month_name: str, year: str, hour: str, minute: str, second: str | None, zone: str
-) -> datetime | None:
-    """The fields of :data:`_RFC822_COMMON_RE` -> UTC datetime (None: let the others try)."""
-    month = MONTHS.get(month_name.lower())
-    offset = _common_zone(zone)
-    if month is None or offset is None:
-        return None
-    try:
-        moment = datetime(
-            int(year), month, int(day), int(hour), int(minute), int(second or 0), 0, UTC
-        )
-        return moment - _offset_delta(offset) if offset else moment
-    except (ValueError, OverflowError):
-        return None
 
 
 @lru_cache(maxsize=1024)

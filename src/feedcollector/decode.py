@@ -21,8 +21,10 @@ with replacement before detection is asked, since detection would trade a few ba
 mojibake everywhere; the last resort is the first candidate (or UTF-8) with replacement. Lossy
 readings report ``detected`` and log a warning.
 
-The output has no BOM, a declaration (if any) that is first and says UTF-8, and none of the
-characters XML 1.0 forbids (C0 controls but TAB/LF/CR, U+FFFE, U+FFFF).
+The output has no BOM, a declaration (if any) that is first and says UTF-8, and no U+FFFE or
+U+FFFF. The other characters XML 1.0 forbids, C0 controls but TAB/LF/CR, are not searched for
+here: libxml2 refuses them, and the parse stage's repair step removes them
+(:func:`without_controls`) only for the rare body that has them.
 """
 
 from __future__ import annotations
@@ -234,8 +236,15 @@ def _utf8(text: str) -> bytes:
     return text.encode(_UTF8, "replace")  # "replace" only matters for a lone surrogate
 
 
+def without_controls(data: bytes) -> bytes:
+    """``data`` without the C0 controls XML 1.0 forbids; the same object when it has none."""
+    if not any(control in data for control in _C0_EACH):
+        return data
+    return data.translate(None, _C0_ILLEGAL)
+
+
 def _finish(data: bytes) -> bytes:
-    """Make UTF-8 bytes safe for lxml: declaration first and saying UTF-8, no C0 controls.
+    """Make UTF-8 bytes ready for lxml: the declaration first and saying UTF-8.
 
     Each fix copies only when it applies, so a clean body is returned as the same object.
     """
@@ -246,9 +255,7 @@ def _finish(data: bytes) -> bytes:
             data = data[len(head) - len(stripped) :]
     if data.startswith(b"<?xml"):
         data = _declare_utf8(data)
-    if not any(control in data for control in _C0_EACH):
-        return data
-    return data.translate(None, _C0_ILLEGAL)
+    return data
 
 
 def _declare_utf8(data: bytes) -> bytes:

@@ -83,7 +83,7 @@ def absolutize(html: str, base: str) -> str:
 
     Returns ``html`` itself when ``base`` is not absolute or nothing needs rewriting.
     """
-    if not html or not is_absolute_url(base):
+    if "=" not in html or not is_absolute_url(base):  # no attribute value, nothing to rewrite
         return html
     candidates = [match.start() for match in _CANDIDATE_EQUALS_RE.finditer(html)]
     if not candidates or not _may_need_rewriting(html, candidates):

@@ -1,9 +1,15 @@
-"""Frozen records handed from one stage of the pipeline to the next."""
+"""Frozen records handed from one stage of the pipeline to the next.
+
+Frozen dataclasses, except the two built once per item on the hot path (:class:`ParsedItem`,
+:class:`ItemRecord`): those are NamedTuples, as immutable and about three times cheaper to
+build (a frozen dataclass sets each field through ``object.__setattr__``).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,8 +90,7 @@ class DecodedFeed:
     """Where the encoding came from: bom, http, declaration, detected or default."""
 
 
-@dataclass(frozen=True, slots=True)
-class ParsedItem:
+class ParsedItem(NamedTuple):
     """One entry, normalized: GUID chain applied, URLs in ``content_html`` absolute."""
 
     guid: str
@@ -127,8 +132,7 @@ class ImageTask:
     created_at: str
 
 
-@dataclass(frozen=True, slots=True)
-class ItemRecord:
+class ItemRecord(NamedTuple):
     """An item ready for ``INSERT OR IGNORE``: id generated, date settled, images listed."""
 
     id: str

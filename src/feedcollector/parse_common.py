@@ -54,17 +54,23 @@ class RawEntry(NamedTuple):
 
 
 def finish_item(raw: RawEntry) -> ParsedItem:
-    """Apply the GUID chain, the content choice, URL absolutizing and date parsing."""
-    title = _blank_to_none(raw.title)
-    link_text = _blank_to_none(raw.link)
-    link = None if link_text is None else resolve_url(link_text, raw.base)
-    pub_date, raw_pub_date = choose_date(raw.dates)
-    guid = _blank_to_none(raw.guid) or link or fallback_guid(title, raw_pub_date)
-    content = raw.content
-    if has_text(content):
-        content_html: str | None = absolutize(content, raw.content_base or raw.base)
-    elif has_text(raw.description):
-        content_html = absolutize(raw.description, raw.description_base or raw.base)
+    """Apply the GUID chain, the content choice, URL absolutizing and date parsing.
+
+    Written inline (no helper calls for blank checks or absolute links): it runs once per item.
+    """
+    title, link, guid, content, description, dates, base, content_base, description_base = raw
+    title = (title.strip() or None) if title else None
+    link = (link.strip() or None) if link else None
+    if link is not None and not link.startswith(("http://", "https://")):
+        link = resolve_url(link, base)
+    pub_date, raw_pub_date = choose_date(dates)
+    guid = (guid.strip() or None) if guid else None
+    if guid is None:
+        guid = link or fallback_guid(title, raw_pub_date)
+    if content and not content.isspace():
+        content_html: str | None = absolutize(content, content_base or base)
+    elif description and not description.isspace():
+        content_html = absolutize(description, description_base or base)
     else:
         content_html = None
     return ParsedItem(guid, link, title, content_html, pub_date, raw_pub_date)  # positional: faster

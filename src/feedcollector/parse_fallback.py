@@ -1,6 +1,8 @@
 """When strict XML parsing fails: a repair step for common breakage, then feedparser.
 
-Repair (:func:`repair_xml`) fixes, outside CDATA sections, comments and the DOCTYPE:
+Repair (:func:`repair_xml`) removes the C0 control characters XML forbids (everywhere: the
+decode stage leaves them to this step), and fixes, outside CDATA sections, comments and the
+DOCTYPE:
 
 - HTML named entities XML does not define (``&nbsp;``, ``&eacute;``) -> numeric references;
   unknown names and stray ``&`` -> ``&amp;`` (the text keeps every character);
@@ -22,6 +24,7 @@ from typing import Any
 
 import feedparser
 
+from .decode import without_controls
 from .errors import ParseError
 from .html import resolve_url
 from .models import ParsedFeed, ParsedItem
@@ -67,7 +70,9 @@ _ROOT_TAG_RE = re.compile(
 
 
 def repair_xml(data: bytes) -> bytes:
-    """``data`` with undefined entities, stray ampersands and undeclared prefixes fixed."""
+    """``data`` with forbidden controls, undefined entities, stray ampersands and undeclared
+    prefixes fixed."""
+    data = without_controls(data)
     declared = frozenset(_ENTITY_DECLARATION_RE.findall(data))
 
     def fix(match: re.Match[bytes]) -> bytes:

@@ -14,6 +14,7 @@ absolute), else the fetch URL. ``xml:base`` inside XHTML content is not followed
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Generic, TypeVar
 
 from lxml import etree
 
@@ -45,16 +46,17 @@ NAMESPACE_PREFIXES = {
 }
 """Namespace URI (lowercased, http, without trailing ``/`` or ``#``) -> canonical prefix."""
 
-RSS_ITEM_FIELDS = {
-    "title": "title",
-    "link": "link",
-    "guid": "guid",
-    "description": "description",
-    "content:encoded": "content",
-    "pubDate": "pub_date",
-    "dc:date": "dc_date",
+RSS_ITEM_SLOTS = {
+    "title": 0,
+    "link": 1,
+    "guid": 2,
+    "description": 3,
+    "content:encoded": 4,
+    "pubDate": 5,
+    "dc:date": 6,
 }
-RSS_ITEM_WILDCARDS = tuple("{*}" + name.rpartition(":")[2] for name in RSS_ITEM_FIELDS)
+"""An item's fields -> their place in the list :func:`_item_fields` gives (unpacked in one go)."""
+RSS_ITEM_WILDCARDS = tuple("{*}" + name.rpartition(":")[2] for name in RSS_ITEM_SLOTS)
 """The item fields' local names in any namespace: lxml matches these in C, so the many
 extension elements of podcast feeds never become Python objects (the table checks the URI)."""
 RSS_CHANNEL_FIELDS = {
@@ -69,46 +71,55 @@ ATOM_FIELDS = {
     "entry": "entry",
     "link": "link",
     "title": "title",
-    "id": "id",
-    "content": "content",
-    "summary": "summary",
-    "published": "published",
-    "issued": "published",
-    "updated": "updated",
-    "modified": "updated",
     "sy:updatePeriod": "period",
     "sy:updateFrequency": "frequency",
 }
-"""Atom 1.0 names plus the Atom 0.3 ones (issued, modified); prefix ``atom:`` or none."""
-ATOM_ENTRY_WILDCARDS = tuple(
-    "{*}" + name.rpartition(":")[2] for name in ATOM_FIELDS if name != "entry"
-)
+"""The feed-level names read (prefix ``atom:`` or none)."""
+ATOM_ENTRY_SLOTS = {  # Atom 1.0 names plus the Atom 0.3 ones (issued, modified)
+    "link": 0,
+    "title": 1,
+    "id": 2,
+    "content": 3,
+    "summary": 4,
+    "published": 5,
+    "issued": 5,
+    "updated": 6,
+    "modified": 6,
+}
+ATOM_LINKS = ATOM_ENTRY_SLOTS["link"]
+"""The slot whose elements are all kept (an entry's every ``link``), not just the first."""
+ATOM_ENTRY_WILDCARDS = tuple("{*}" + name for name in ATOM_ENTRY_SLOTS)
 
+
+Field = TypeVar("Field", str, int)
 
 MEMO_LIMIT = 4096
 """Distinct raw tags remembered per table (documents choose tag names; memory stays bounded)."""
 
 
-class _FieldTable:
-    """Raw lxml tag -> field name, through :func:`canonical_tag`, memoized per raw tag.
+class _FieldTable(Generic[Field]):
+    """Raw lxml tag -> field (name or slot), through :func:`canonical_tag`, memoized per tag.
 
     Walking a child then costs one dict lookup; ``strip_atom`` lets Atom documents without
     the Atom namespace be read too.
     """
 
-    __slots__ = ("fields", "memo", "strip_atom")
+    __slots__ = ("fields", "memo", "strip_atom", "width")
 
-    def __init__(self, fields: dict[str, str], *, strip_atom: bool = False) -> None:
-        self.fields = fields
+    def __init__(self, fields: dict[str, Field], *, strip_atom: bool = False) -> None:
+        self.fields: dict[str, Field] = fields
         self.strip_atom = strip_atom
-        self.memo: dict[str, str | None] = {}
+        self.memo: dict[str, Field | None] = {}
+        self.width = len(set(fields.values()))
 
-    def key(self, tag: str) -> str | None:
+    def key(self, tag: str) -> Field | None:
         try:
             return self.memo[tag]
         except KeyError:
             name = canonical_tag(tag)
-            key = self.fields.get(name.removeprefix("atom:") if self.strip_atom else name)
+            key: Field | None = self.fields.get(
+                name.removeprefix("atom:") if self.strip_atom else name
+            )
             if len(self.memo) < MEMO_LIMIT:
                 self.memo[tag] = key
             return key
@@ -130,8 +141,9 @@ def canonical_tag(tag: str) -> str:
 
 
 _RSS_CHANNEL = _FieldTable(RSS_CHANNEL_FIELDS)
-_RSS_ITEM = _FieldTable(RSS_ITEM_FIELDS)
+_RSS_ITEM = _FieldTable(RSS_ITEM_SLOTS)
 _ATOM = _FieldTable(ATOM_FIELDS, strip_atom=True)
+_ATOM_ENTRY = _FieldTable(ATOM_ENTRY_SLOTS, strip_atom=True)
 
 
 def feed_from_tree(root: etree._Element, base_url: str) -> ParsedFeed:
@@ -168,11 +180,12 @@ def _read_rss(
     chain = _chain(channel, parent_chain, base_url)
     found: dict[str, etree._Element] = {}
     all_items = list(items)
+    memo = _RSS_CHANNEL.memo
     for child in channel:
         tag = child.tag
         if tag.__class__ is not str:
             continue
-        key = _RSS_CHANNEL.key(tag)
+        key = memo[tag] if tag in memo else _RSS_CHANNEL.key(tag)
         if key == "item":
             all_items.append(child)
         elif key is not None and (key not in found or not text_of(found[key]).strip()):
@@ -183,8 +196,8 @@ def _read_rss(
     dropped = max(0, len(all_items) - MAX_ITEMS_PER_FEED)
     del all_items[MAX_ITEMS_PER_FEED:]
     entries = tuple(
-        _rss_item(item, found, chain, default_base, base_url)
-        for item, (found, _) in _item_fields(walk_root, all_items, _RSS_ITEM, RSS_ITEM_WILDCARDS)
+        _rss_item(item, fields, chain, default_base, base_url)
+        for item, fields, _ in _item_fields(walk_root, all_items, _RSS_ITEM, RSS_ITEM_WILDCARDS)
     )
     return ParsedFeed(
         title=_stripped(_text(found.get("title"))),
@@ -201,50 +214,59 @@ def _read_rss(
 def _item_fields(
     container: etree._Element,
     items: list[etree._Element],
-    table: _FieldTable,
+    table: _FieldTable[int],
     wildcards: tuple[str, ...],
-) -> list[tuple[etree._Element, tuple[dict[str, etree._Element], list[etree._Element]]]]:
-    """Each item with its first child per field and all its ``link`` children.
+    every: int | None = None,
+) -> list[tuple[etree._Element, list[etree._Element | None], list[etree._Element]]]:
+    """Each item with its first child per slot of ``table``, and all its children of slot
+    ``every`` (Atom's links).
 
     Found in ONE walk of ``container`` filtered on ``wildcards`` in C: the tag matcher is built
     once per document rather than once per item (the dominant cost for podcast feeds), and
     only candidate elements become Python objects. Descendants that are not direct children of
-    an item (channel fields, nested XHTML) are dropped by the parent check.
+    an item (channel fields, nested XHTML) are dropped by the parent check. Slots are list
+    places rather than dict keys: one unpacking reads them all.
     """
-    by_item: dict[etree._Element, tuple[dict[str, etree._Element], list[etree._Element]]] = {
-        item: ({}, []) for item in items
-    }
+    width = table.width
+    by_item: dict[etree._Element | None, tuple[list[etree._Element | None], list[etree._Element]]]
+    by_item = {item: ([None] * width, []) for item in items}
     memo = table.memo
     for element in container.iter(*wildcards):
-        parent = element.getparent()
-        slot = by_item.get(parent) if parent is not None else None
-        if slot is None:
+        found = by_item.get(element.getparent())
+        if found is None:
             continue
         tag = element.tag
-        key = memo[tag] if tag in memo else table.key(tag)
-        if key == "link":
-            slot[1].append(element)
-        if key is not None and key not in slot[0]:
-            slot[0][key] = element
-    return [(item, by_item[item]) for item in items]
+        slot = memo[tag] if tag in memo else table.key(tag)
+        if slot is None:
+            continue
+        if slot == every:
+            found[1].append(element)
+        elif found[0][slot] is None:
+            found[0][slot] = element
+    return [(item, *by_item[item]) for item in items]
 
 
 def _rss_item(
     item: etree._Element,
-    found: dict[str, etree._Element],
+    fields: list[etree._Element | None],
     parent_chain: str | None,
     default_base: str,
     base_url: str,
 ) -> ParsedItem:
     chain = _chain(item, parent_chain, base_url)
-    title = found.get("title")
-    link = found.get("link")
-    guid = found.get("guid")
-    content = found.get("content")
-    description = found.get("description")
-    pub_date = found.get("pub_date")
-    dc_date = found.get("dc_date")
-    content_html = None if content is None else markup_of(content)
+    title, link, guid, description, content, pub_date, dc_date = fields  # RSS_ITEM_SLOTS
+    if content is None:
+        content_html = content_base = None
+    else:
+        content_html = markup_of(content)
+        content_base = None if content.get(XML_BASE) is None else _chain(content, chain, base_url)
+    if description is None or has_text(content_html):
+        description_html = description_base = None
+    else:
+        description_html = markup_of(description)
+        description_base = (
+            None if description.get(XML_BASE) is None else _chain(description, chain, base_url)
+        )
     if dc_date is None:
         dates: tuple[str, ...] = () if pub_date is None else (text_of(pub_date),)
     else:
@@ -255,15 +277,11 @@ def _rss_item(
             None if link is None else text_of(link),  # link
             None if guid is None else text_of(guid),  # guid
             content_html,  # content
-            (  # description
-                markup_of(description)
-                if description is not None and not has_text(content_html)
-                else None
-            ),
+            description_html,  # description
             dates,  # dates
             chain or default_base,  # base
-            _own_base(content, chain, base_url),  # content_base
-            _own_base(description, chain, base_url),  # description_base
+            content_base,  # content_base
+            description_base,  # description_base
         )
     )
 
@@ -291,8 +309,10 @@ def _read_atom(feed: etree._Element, chain: str | None, base_url: str) -> Parsed
         title=_stripped(_atom_text(title)) if title is not None else None,
         link=feed_link,
         items=tuple(
-            _atom_entry(entry, found, links, chain, default_base, base_url)
-            for entry, (found, links) in _item_fields(feed, entries, _ATOM, ATOM_ENTRY_WILDCARDS)
+            _atom_entry(entry, fields, links, chain, default_base, base_url)
+            for entry, fields, links in _item_fields(
+                feed, entries, _ATOM_ENTRY, ATOM_ENTRY_WILDCARDS, ATOM_LINKS
+            )
         ),
         format="atom",
         ttl_minutes=ttl_minutes(None, _text(found.get("period")), _text(found.get("frequency"))),
@@ -302,23 +322,24 @@ def _read_atom(feed: etree._Element, chain: str | None, base_url: str) -> Parsed
 
 def _atom_entry(
     entry: etree._Element,
-    found: dict[str, etree._Element],
+    fields: list[etree._Element | None],
     links: list[etree._Element],
     parent_chain: str | None,
     default_base: str,
     base_url: str,
 ) -> ParsedItem:
     chain = _chain(entry, parent_chain, base_url)
-    title = found.get("title")
-    content = found.get("content")
-    summary = found.get("summary")
-    dates = tuple(text_of(found[key]) for key in ("published", "updated") if key in found)
+    _, title, guid, content, summary, published, updated = fields  # ATOM_ENTRY_SLOTS
+    if published is None:
+        dates: tuple[str, ...] = () if updated is None else (text_of(updated),)
+    else:
+        dates = (text_of(published),) if updated is None else (text_of(published), text_of(updated))
     content_html = _atom_markup(content) if content is not None else None
     return finish_item(
         RawEntry(  # positional (faster); fields in RawEntry's order
             _atom_text(title) if title is not None else None,  # title
             _atom_link(links, chain, base_url),  # link
-            _text(found.get("id")),  # guid
+            _text(guid),  # guid
             content_html,  # content
             (  # description
                 _atom_markup(summary)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from .models import ItemRecord
 from .objectstore import ObjectStore
@@ -104,7 +104,7 @@ def plan_spill(
             kept.append(record)
             continue
         key = content_key(feed_id, record.guid)
-        kept.append(replace(record, content_html=None, content_key=key))
+        kept.append(record._replace(content_html=None, content_key=key))
         spilled.append(
             SpilledContent(key, record.guid, record.title, encoded[index], reasons[index])
         )
