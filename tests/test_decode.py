@@ -481,6 +481,29 @@ def test_clean_utf8_is_returned_without_a_copy() -> None:
     assert decode_feed(plain, None).data is plain
 
 
+@pytest.mark.parametrize(
+    ("tail", "verdict"),
+    [
+        ("caf\u00e9".encode(), "as is"),  # a two-byte character across the 4 KiB piece boundary
+        ("\U0001f600 and more".encode(), "as is"),  # four bytes across it
+        (b"\xc3", "not utf-8"),  # a sequence the body ends inside
+        (b"\xc3" + b"a" * 5000, "not utf-8"),  # left open by a piece, then ASCII pieces
+        (b"a" * 5000 + b"\xff", "not utf-8"),  # a bad byte after skipped ASCII pieces
+        ("a\ufffe".encode(), "noncharacter dropped"),  # in a later piece
+    ],
+)
+def test_utf8_check_reads_the_body_in_pieces(tail: bytes, verdict: str) -> None:
+    body = b"<rss>" + b"x" * (4096 - 5 - 3) + tail + b"</rss>"
+    result = decode_feed(body, "application/xml; charset=utf-8")
+    if verdict == "as is":
+        assert result.data is body
+    elif verdict == "noncharacter dropped":
+        assert result.data == body.replace("\ufffe".encode(), b"")
+        assert (result.encoding, result.source) == ("utf-8", "http")
+    else:
+        assert (result.encoding, result.source) != ("utf-8", "http")
+
+
 def test_unlabelled_western_feed_detected_as_windows_1252() -> None:
     """A real Brazilian feed without any label: the code pages tied for it include windows-1257."""
     body = (CORPUS / "rss-parser" / "test" / "input" / "uolNoticias.rss").read_bytes()

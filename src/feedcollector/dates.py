@@ -75,13 +75,13 @@ def parse_date(text: str) -> datetime | None:
     if common is not None:  # inline: one item in most feeds, so every call saved counts
         day, month_name, year, hour, minute, second, zone = common.groups()
         month = _COMMON_MONTHS.get(month_name)
-        offset = _common_zone(zone)
+        offset = _common_zone_delta(zone)
         if month is not None and offset is not None:
             try:
                 moment = datetime(
                     int(year), month, int(day), int(hour), int(minute), int(second or 0), 0, UTC
                 )
-                return moment - _offset_delta(offset) if offset else moment
+                return moment - offset if offset else moment
             except (ValueError, OverflowError):
                 pass  # out of range: the general readers decide
     readers = _DIGIT_FIRST if text[0].isdigit() else _LETTER_FIRST
@@ -93,9 +93,10 @@ def parse_date(text: str) -> datetime | None:
 
 
 @lru_cache(maxsize=1024)
-def _common_zone(zone: str) -> int | None:
-    """Minutes east of UTC of the zone of a common RFC 822 date (a feed repeats its own)."""
-    return _offset_minutes(zone) if zone[0] in "+-" else _zone_minutes(zone)
+def _common_zone_delta(zone: str) -> timedelta | None:
+    """The offset from UTC of the zone of a common RFC 822 date (a feed repeats its own)."""
+    minutes = _offset_minutes(zone) if zone[0] in "+-" else _zone_minutes(zone)
+    return None if minutes is None else timedelta(minutes=minutes)
 
 
 @lru_cache(maxsize=256)
