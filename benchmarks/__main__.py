@@ -55,10 +55,13 @@ class Sizes:
     hosts: int
     corpus_copies: int
     """Each real-world corpus feed is served at this many URLs for the corpus cycle."""
+    repeats: int
+    """First cycles and baseline runs per comparison; the least CPU of each counts (this
+    machine's speed drifts by tens of percent from one minute to the next)."""
 
 
-FULL = Sizes((1000, 10000), 20, 300, 1000, 200, 10, 3, 0.0, 8, 10)
-QUICK = Sizes((100, 400), 10, 40, 100, 30, 5, 1, 0.0, 4, 2)
+FULL = Sizes((1000, 10000), 20, 300, 1000, 200, 10, 3, 0.0, 8, 10, 2)
+QUICK = Sizes((100, 400), 10, 40, 100, 30, 5, 1, 0.0, 4, 2, 1)
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
@@ -73,6 +76,9 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--latency-ms", type=float, help="farm latency per response")
     parser.add_argument(
         "--corpus-copies", type=int, help="URLs per real-world feed in the corpus cycle"
+    )
+    parser.add_argument(
+        "--repeats", type=int, help="first cycles and baseline runs (the least CPU counts)"
     )
     parser.add_argument("--skip-node", action="store_true", help="no rss-parser comparison")
     parser.add_argument("--skip-d1", action="store_true", help="no D1 round-trip count")
@@ -96,6 +102,7 @@ def _sizes(arguments: argparse.Namespace) -> Sizes:
         latency_ms=arguments.latency_ms if arguments.latency_ms is not None else base.latency_ms,
         hosts=base.hosts,
         corpus_copies=arguments.corpus_copies or base.corpus_copies,
+        repeats=arguments.repeats or base.repeats,
     )
 
 
@@ -106,8 +113,12 @@ def _corpus_cycle(sizes: Sizes, scratch: Path, *, baseline: bool) -> CorpusCycle
     feeds = len(served) * sizes.corpus_copies
     print(f"cycles: real-world corpus, {feeds} feeds...", flush=True)
     with run_farm(feeds, 0, hosts=sizes.hosts, documents=served) as farm:
-        ours = run_cycles(farm, scratch / "cycles-corpus")
-        theirs = run_baseline(farm, feeds, scratch / "baseline-corpus") if baseline else None
+        ours = run_cycles(farm, scratch / "cycles-corpus", repeats=sizes.repeats)
+        theirs = (
+            run_baseline(farm, feeds, scratch / "baseline-corpus", repeats=sizes.repeats)
+            if baseline
+            else None
+        )
     return CorpusCycle(ours, theirs)
 
 
@@ -146,13 +157,15 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
             with run_farm(
                 count, sizes.items, hosts=sizes.hosts, latency_s=sizes.latency_ms / 1000
             ) as farm:
-                cycles.append(run_cycles(farm, scratch / f"cycles-{count}"))
+                cycles.append(run_cycles(farm, scratch / f"cycles-{count}", repeats=sizes.repeats))
         if not arguments.skip_corpus:
             corpus_cycle = _corpus_cycle(sizes, scratch, baseline=not arguments.skip_baseline)
         with run_farm(max(sizes.baseline_feeds, sizes.round_trip_feeds), sizes.items) as farm:
             if not arguments.skip_baseline:
                 print(f"baseline collector: {sizes.baseline_feeds} feeds...", flush=True)
-                baseline = run_baseline(farm, sizes.baseline_feeds, scratch / "baseline")
+                baseline = run_baseline(
+                    farm, sizes.baseline_feeds, scratch / "baseline", repeats=sizes.repeats
+                )
             print(f"round trips: {sizes.round_trip_feeds} feeds...", flush=True)
             round_trips.append(
                 round_trips_sqlite(farm, sizes.round_trip_feeds, scratch / "rt-sqlite")
