@@ -150,23 +150,28 @@ def run_baseline(farm: Farm, feeds: int, scratch: Path, *, repeats: int = 1) -> 
     """The feedparser + SELECT/INSERT collector over the first ``feeds`` farm feeds, ``repeats``
     times from an empty database (the least CPU counts)."""
     scratch.mkdir(parents=True, exist_ok=True)
-    idles = []
-    runs = []
-    urls = farm.urls()[:feeds]
-    for name, attempts, feed_urls in (("idle", 2, []), ("run", repeats, urls)):
-        (scratch / f"{name}.urls").write_text("\n".join(feed_urls))
-        for attempt in range(attempts):
-            command = under_peak_probe(
+    idle = _least_cpu_baseline(scratch, "idle", [], 2)
+    run = _least_cpu_baseline(scratch, "run", farm.urls()[:feeds], repeats)
+    counts = json.loads(run.log.read_text().strip().splitlines()[-1])
+    return BaselineFigures(feeds=feeds, idle=idle, run=run, new_items=counts["new_items"])
+
+
+def _least_cpu_baseline(scratch: Path, name: str, urls: list[str], attempts: int) -> ProcessRun:
+    """The baseline over ``urls``, ``attempts`` times, each from an empty database."""
+    (scratch / f"{name}.urls").write_text("\n".join(urls))
+    runs = [
+        run_measured(
+            under_peak_probe(
                 "benchmarks.baseline",
                 str(scratch / f"{name}.urls"),
-                str(scratch / f"{name}-{attempt}.db"),
-            )
-            done = run_measured(command, cwd=PROJECT_ROOT, log=scratch / f"{name}-{attempt}.log")
-            (idles if name == "idle" else runs).append(done)
-    run = min(runs, key=lambda done: done.cpu_s)
-    counts = json.loads(run.log.read_text().strip().splitlines()[-1])
-    idle = min(idles, key=lambda done: done.cpu_s)
-    return BaselineFigures(feeds=feeds, idle=idle, run=run, new_items=counts["new_items"])
+                str(scratch / f"{name}-{n}.db"),
+            ),
+            cwd=PROJECT_ROOT,
+            log=scratch / f"{name}-{n}.log",
+        )
+        for n in range(attempts)
+    ]
+    return min(runs, key=lambda run: run.cpu_s)
 
 
 async def _count_round_trips(

@@ -96,7 +96,7 @@ def parse_date(text: str) -> datetime | None:
 def _common_zone_delta(zone: str) -> timedelta | None:
     """The offset from UTC of the zone of a common RFC 822 date (a feed repeats its own)."""
     minutes = _offset_minutes(zone) if zone[0] in "+-" else _zone_minutes(zone)
-    return None if minutes is None else timedelta(minutes=minutes)
+    return None if minutes is None else _offset_delta(minutes)
 
 
 @lru_cache(maxsize=256)

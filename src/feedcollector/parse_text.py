@@ -36,9 +36,7 @@ def text_of(element: etree._Element) -> str:
 
 def markup_of(element: etree._Element) -> str:
     """The element's value as HTML: its text, or its serialized children if it has any."""
-    if len(element) == 0:
-        return element.text or ""
-    if not any(isinstance(child.tag, str) for child in element):
+    if len(element) == 0 or not any(isinstance(child.tag, str) for child in element):
         return text_of(element)
     return serialize_inner(element)
 

@@ -1,10 +1,8 @@
 """The fast path of the parse stage: an lxml tree of RSS 0.9x/1.0/2.0 or Atom 0.3/1.0 -> model.
 
-Dispatch is on a canonical tag name (``title``, ``content:encoded``, ``atom:link``...).
-Namespaces are recognized by URI, tolerating the common misspellings (missing trailing slash,
-https), so ``content:encoded`` declared as ``http://purl.org/rss/1.0/modules/content`` counts.
-The fields of all items are gathered in one filtered walk per document (:func:`_item_fields`);
-values are read with :mod:`.parse_text`.
+Elements are told apart by the tables of :mod:`.parse_tags` (canonical tag names; namespaces
+recognized by URI, common misspellings tolerated). The fields of all items are gathered in one
+filtered walk per document (:func:`_item_fields`); values are read with :mod:`.parse_text`.
 
 URL bases: the ``xml:base`` chain where one is declared (resolved against the fetch URL, as
 XML Base says), else the feed's link (channel ``<link>`` / Atom alternate link, itself made
@@ -12,9 +10,6 @@ absolute), else the fetch URL. ``xml:base`` inside XHTML content is not followed
 """
 
 from __future__ import annotations
-
-from functools import lru_cache
-from typing import Generic, TypeVar
 
 from lxml import etree
 
@@ -29,121 +24,20 @@ from .parse_common import (
     has_text,
     ttl_minutes,
 )
+from .parse_tags import (
+    ATOM_ENTRY,
+    ATOM_ENTRY_WILDCARDS,
+    ATOM_FEED,
+    ATOM_LINKS,
+    RSS_CHANNEL,
+    RSS_ITEM,
+    RSS_ITEM_WILDCARDS,
+    FieldTable,
+    canonical_tag,
+)
 from .parse_text import markup_of, serialize_inner, text_of, xhtml_container
 
 XML_BASE = "{http://www.w3.org/XML/1998/namespace}base"
-NAMESPACE_PREFIXES = {
-    "http://purl.org/rss/1.0": "",
-    "http://my.netscape.com/rdf/simple/0.9": "",
-    "http://backend.userland.com/rss2": "",
-    "http://blogs.law.harvard.edu/tech/rss": "",
-    "http://www.w3.org/2005/atom": "atom",
-    "http://purl.org/atom/ns": "atom",
-    "http://purl.org/rss/1.0/modules/content": "content",
-    "http://purl.org/dc/elements/1.1": "dc",
-    "http://purl.org/rss/1.0/modules/syndication": "sy",
-    "http://www.w3.org/1999/02/22-rdf-syntax-ns": "rdf",
-}
-"""Namespace URI (lowercased, http, without trailing ``/`` or ``#``) -> canonical prefix."""
-
-RSS_ITEM_SLOTS = {
-    "title": 0,
-    "link": 1,
-    "guid": 2,
-    "description": 3,
-    "content:encoded": 4,
-    "pubDate": 5,
-    "dc:date": 6,
-}
-"""An item's fields -> their place in the list :func:`_item_fields` gives (unpacked in one go)."""
-RSS_ITEM_WILDCARDS = tuple("{*}" + name.rpartition(":")[2] for name in RSS_ITEM_SLOTS)
-"""The item fields' local names in any namespace: lxml matches these in C, so the many
-extension elements of podcast feeds never become Python objects (the table checks the URI)."""
-RSS_CHANNEL_FIELDS = {
-    "item": "item",
-    "title": "title",
-    "link": "link",
-    "ttl": "ttl",
-    "sy:updatePeriod": "period",
-    "sy:updateFrequency": "frequency",
-}
-ATOM_FIELDS = {
-    "entry": "entry",
-    "link": "link",
-    "title": "title",
-    "sy:updatePeriod": "period",
-    "sy:updateFrequency": "frequency",
-}
-"""The feed-level names read (prefix ``atom:`` or none)."""
-ATOM_ENTRY_SLOTS = {  # Atom 1.0 names plus the Atom 0.3 ones (issued, modified)
-    "link": 0,
-    "title": 1,
-    "id": 2,
-    "content": 3,
-    "summary": 4,
-    "published": 5,
-    "issued": 5,
-    "updated": 6,
-    "modified": 6,
-}
-ATOM_LINKS = ATOM_ENTRY_SLOTS["link"]
-"""The slot whose elements are all kept (an entry's every ``link``), not just the first."""
-ATOM_ENTRY_WILDCARDS = tuple("{*}" + name for name in ATOM_ENTRY_SLOTS)
-
-
-Field = TypeVar("Field", str, int)
-
-MEMO_LIMIT = 4096
-"""Distinct raw tags remembered per table (documents choose tag names; memory stays bounded)."""
-
-
-class _FieldTable(Generic[Field]):
-    """Raw lxml tag -> field (name or slot), through :func:`canonical_tag`, memoized per tag.
-
-    Walking a child then costs one dict lookup; ``strip_atom`` lets Atom documents without
-    the Atom namespace be read too.
-    """
-
-    __slots__ = ("fields", "memo", "strip_atom", "width")
-
-    def __init__(self, fields: dict[str, Field], *, strip_atom: bool = False) -> None:
-        self.fields: dict[str, Field] = fields
-        self.strip_atom = strip_atom
-        self.memo: dict[str, Field | None] = {}
-        self.width = len(set(fields.values()))
-
-    def key(self, tag: str) -> Field | None:
-        try:
-            return self.memo[tag]
-        except KeyError:
-            name = canonical_tag(tag)
-            key: Field | None = self.fields.get(
-                name.removeprefix("atom:") if self.strip_atom else name
-            )
-            if len(self.memo) < MEMO_LIMIT:
-                self.memo[tag] = key
-            return key
-
-
-@lru_cache(maxsize=1024)
-def canonical_tag(tag: str) -> str:
-    """``{uri}local`` -> ``prefix:local`` for the namespaces we read, else unchanged."""
-    if not tag.startswith("{"):
-        return tag
-    uri, _, local = tag[1:].partition("}")
-    key = uri.strip().rstrip("/#").lower()
-    if key.startswith("https://"):
-        key = "http://" + key[len("https://") :]
-    prefix = NAMESPACE_PREFIXES.get(key)
-    if prefix is None:
-        return tag
-    return f"{prefix}:{local}" if prefix else local
-
-
-_RSS_CHANNEL = _FieldTable(RSS_CHANNEL_FIELDS)
-_RSS_ITEM = _FieldTable(RSS_ITEM_SLOTS)
-_ATOM = _FieldTable(ATOM_FIELDS, strip_atom=True)
-_ATOM_ENTRY = _FieldTable(ATOM_ENTRY_SLOTS, strip_atom=True)
 
 
 def feed_from_tree(root: etree._Element, base_url: str) -> ParsedFeed:
@@ -180,12 +74,11 @@ def _read_rss(
     chain = _chain(channel, parent_chain, base_url)
     found: dict[str, etree._Element] = {}
     all_items = list(items)
-    memo = _RSS_CHANNEL.memo
     for child in channel:
         tag = child.tag
         if tag.__class__ is not str:
             continue
-        key = memo[tag] if tag in memo else _RSS_CHANNEL.key(tag)
+        key = RSS_CHANNEL.key(tag)
         if key == "item":
             all_items.append(child)
         elif key is not None and (key not in found or not text_of(found[key]).strip()):
@@ -197,7 +90,7 @@ def _read_rss(
     del all_items[MAX_ITEMS_PER_FEED:]
     entries = tuple(
         _rss_item(item, fields, chain, default_base, base_url)
-        for item, fields, _ in _item_fields(walk_root, all_items, _RSS_ITEM, RSS_ITEM_WILDCARDS)
+        for item, fields, _ in _item_fields(walk_root, all_items, RSS_ITEM, RSS_ITEM_WILDCARDS)
     )
     return ParsedFeed(
         title=_stripped(_text(found.get("title"))),
@@ -214,7 +107,7 @@ def _read_rss(
 def _item_fields(
     container: etree._Element,
     items: list[etree._Element],
-    table: _FieldTable[int],
+    table: FieldTable[int],
     wildcards: tuple[str, ...],
     every: int | None = None,
 ) -> list[tuple[etree._Element, list[etree._Element | None], list[etree._Element]]]:
@@ -255,18 +148,9 @@ def _rss_item(
 ) -> ParsedItem:
     chain = _chain(item, parent_chain, base_url)
     title, link, guid, description, content, pub_date, dc_date = fields  # RSS_ITEM_SLOTS
-    if content is None:
-        content_html = content_base = None
-    else:
-        content_html = markup_of(content)
-        content_base = None if content.get(XML_BASE) is None else _chain(content, chain, base_url)
-    if description is None or has_text(content_html):
-        description_html = description_base = None
-    else:
-        description_html = markup_of(description)
-        description_base = (
-            None if description.get(XML_BASE) is None else _chain(description, chain, base_url)
-        )
+    content_html = None if content is None else markup_of(content)
+    if has_text(content_html):
+        description = None  # not read: the content wins
     if dc_date is None:
         dates: tuple[str, ...] = () if pub_date is None else (text_of(pub_date),)
     else:
@@ -277,11 +161,11 @@ def _rss_item(
             None if link is None else text_of(link),  # link
             None if guid is None else text_of(guid),  # guid
             content_html,  # content
-            description_html,  # description
+            None if description is None else markup_of(description),  # description
             dates,  # dates
             chain or default_base,  # base
-            content_base,  # content_base
-            description_base,  # description_base
+            _own_base(content, chain, base_url),  # content_base
+            _own_base(description, chain, base_url),  # description_base
         )
     )
 
@@ -294,7 +178,7 @@ def _read_atom(feed: etree._Element, chain: str | None, base_url: str) -> Parsed
         tag = child.tag
         if tag.__class__ is not str:
             continue
-        key = _ATOM.key(tag)
+        key = ATOM_FEED.key(tag)
         if key == "entry":
             entries.append(child)
         elif key == "link":
@@ -311,7 +195,7 @@ def _read_atom(feed: etree._Element, chain: str | None, base_url: str) -> Parsed
         items=tuple(
             _atom_entry(entry, fields, links, chain, default_base, base_url)
             for entry, fields, links in _item_fields(
-                feed, entries, _ATOM_ENTRY, ATOM_ENTRY_WILDCARDS, ATOM_LINKS
+                feed, entries, ATOM_ENTRY, ATOM_ENTRY_WILDCARDS, ATOM_LINKS
             )
         ),
         format="atom",
