@@ -19,15 +19,16 @@ from pathlib import Path
 
 from .cycles import (
     BaselineFigures,
+    BaselineRuns,
     CorpusCycle,
     CycleFigures,
     RoundTrips,
     round_trips_d1,
     round_trips_sqlite,
-    run_baseline,
     run_cycles,
 )
 from .farm import run_farm
+from .measure import backup_write_cpu_us
 from .parse_stage import (
     ParseFigures,
     corpus_documents,
@@ -84,6 +85,12 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--skip-d1", action="store_true", help="no D1 round-trip count")
     parser.add_argument("--skip-baseline", action="store_true", help="no baseline collector")
     parser.add_argument("--skip-corpus", action="store_true", help="no real-world corpus")
+    parser.add_argument(
+        "--scratch",
+        type=Path,
+        help="folder for the collectors' databases, objects and logs (default: the system's "
+        "temporary folder); the run's own subfolder is removed afterwards",
+    )
     parser.add_argument("--json", type=Path, help="also write every figure to this file")
     return parser.parse_args(argv)
 
@@ -113,13 +120,14 @@ def _corpus_cycle(sizes: Sizes, scratch: Path, *, baseline: bool) -> CorpusCycle
     feeds = len(served) * sizes.corpus_copies
     print(f"cycles: real-world corpus, {feeds} feeds...", flush=True)
     with run_farm(feeds, 0, hosts=sizes.hosts, documents=served) as farm:
-        ours = run_cycles(farm, scratch / "cycles-corpus", repeats=sizes.repeats)
-        theirs = (
-            run_baseline(farm, feeds, scratch / "baseline-corpus", repeats=sizes.repeats)
-            if baseline
-            else None
+        runs = BaselineRuns(farm.urls(), scratch / "baseline-corpus") if baseline else None
+        ours = run_cycles(
+            farm,
+            scratch / "cycles-corpus",
+            repeats=sizes.repeats,
+            alongside=runs.run if runs else None,
         )
-    return CorpusCycle(ours, theirs)
+    return CorpusCycle(ours, runs.figures() if runs else None)
 
 
 def main(argv: list[str] | None = None) -> dict[str, object]:
@@ -133,8 +141,13 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     round_trips: list[RoundTrips | str] = []
     load_at_start = os.getloadavg()[0]
     node = None if arguments.skip_node else ensure_node_packages()
-    with tempfile.TemporaryDirectory(prefix="feedcollector-bench-") as temporary:
+    if arguments.scratch is not None:
+        arguments.scratch.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(
+        prefix="feedcollector-bench-", dir=arguments.scratch
+    ) as temporary:
         scratch = Path(temporary)
+        backup_write_us = backup_write_cpu_us(scratch)
         documents = [
             ("farm feeds", farm_documents(scratch / "farm", sizes.parse_sample, sizes.items))
         ]
@@ -152,20 +165,30 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
                     feedparser_rounds=sizes.feedparser_rounds,
                 )
             )
-        for count in sizes.feeds:
+        for index, count in enumerate(sizes.feeds):
             print(f"cycles: {count} feeds x {sizes.items} items...", flush=True)
             with run_farm(
                 count, sizes.items, hosts=sizes.hosts, latency_s=sizes.latency_ms / 1000
             ) as farm:
-                cycles.append(run_cycles(farm, scratch / f"cycles-{count}", repeats=sizes.repeats))
+                # the baseline's attempts alternate with the first size's first cycles
+                runs = (
+                    BaselineRuns(farm.urls()[: sizes.baseline_feeds], scratch / "baseline")
+                    if index == 0 and not arguments.skip_baseline
+                    else None
+                )
+                cycles.append(
+                    run_cycles(
+                        farm,
+                        scratch / f"cycles-{count}",
+                        repeats=sizes.repeats,
+                        alongside=runs.run if runs else None,
+                    )
+                )
+                if runs:
+                    baseline = runs.figures()
         if not arguments.skip_corpus:
             corpus_cycle = _corpus_cycle(sizes, scratch, baseline=not arguments.skip_baseline)
-        with run_farm(max(sizes.baseline_feeds, sizes.round_trip_feeds), sizes.items) as farm:
-            if not arguments.skip_baseline:
-                print(f"baseline collector: {sizes.baseline_feeds} feeds...", flush=True)
-                baseline = run_baseline(
-                    farm, sizes.baseline_feeds, scratch / "baseline", repeats=sizes.repeats
-                )
+        with run_farm(sizes.round_trip_feeds, sizes.items) as farm:
             print(f"round trips: {sizes.round_trip_feeds} feeds...", flush=True)
             round_trips.append(
                 round_trips_sqlite(farm, sizes.round_trip_feeds, scratch / "rt-sqlite")
@@ -173,6 +196,9 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
             if not arguments.skip_d1:
                 round_trips.append(round_trips_d1(farm, sizes.round_trip_feeds, scratch / "rt-d1"))
     machine = machine_description(node)
+    machine["one backup write in the scratch folder (new folder, 46 KB), CPU"] = (
+        f"{backup_write_us:.0f} us"
+    )
     machine["load average (1 min) at start, end"] = f"{load_at_start:.2f}, {os.getloadavg()[0]:.2f}"
     figures: dict[str, object] = {
         "machine": machine,

@@ -21,14 +21,14 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from feedcollector.collector import open_collector
 from feedcollector.config import load_feeds, load_settings
 from feedcollector.database import CountingDatabase
-from feedcollector.pipeline import run_cycle
+from feedcollector.pipeline import run_cycle, sync_feeds_file
 
 from .farm import Farm
 from .measure import ProcessRun, best_cpu_seconds, run_measured, under_peak_probe
@@ -106,23 +106,48 @@ def write_workdir(folder: Path, urls: list[str], *, database: str = "") -> Path:
     return config
 
 
+def synced_workdir(folder: Path, urls: list[str]) -> Path:
+    """A collector folder whose feeds file is already in its database, as after the cycle
+    that first read it: the measured cycles then do only fetch, backup, parse and store work.
+    Reading a changed feeds file is measured on its own (``feeds_file_cpu_s``)."""
+    config = write_workdir(folder, urls)
+    asyncio.run(_sync_feeds_file(config))
+    return config
+
+
+async def _sync_feeds_file(config: Path) -> None:
+    async with open_collector(load_settings(config)) as collector:
+        await sync_feeds_file(collector, collector.clock())
+
+
 def _collector_once(config: Path, log: Path) -> ProcessRun:
     command = under_peak_probe("feedcollector", "--config", str(config), "run", "--once")
     return run_measured(command, cwd=config.parent, log=log)
 
 
-def run_cycles(farm: Farm, scratch: Path, *, repeats: int = 1) -> CycleFigures:
+def run_cycles(
+    farm: Farm,
+    scratch: Path,
+    *,
+    repeats: int = 1,
+    alongside: Callable[[], None] | None = None,
+) -> CycleFigures:
     """Idle runs, then ``repeats`` first cycles over every farm feed (each with its own fresh
-    database and folder; the least CPU counts, as for the baseline), then a steady cycle."""
-    idle_config = write_workdir(scratch / "idle", [])
+    database and folder; the least CPU counts, as for the baseline), then a steady cycle.
+
+    ``alongside`` runs after each first cycle: the baseline's attempts go there, so that both
+    collectors meet this machine's drift alike instead of minutes apart."""
+    idle_config = synced_workdir(scratch / "idle", [])
     idle = min(
         (_collector_once(idle_config, scratch / f"idle-{n}.log") for n in range(IDLE_RUNS)),
         key=lambda run: run.cpu_s,
     )
     firsts = []
     for attempt in range(repeats):
-        config = write_workdir(scratch / f"collector-{attempt}", farm.urls())
+        config = synced_workdir(scratch / f"collector-{attempt}", farm.urls())
         firsts.append((_collector_once(config, scratch / f"first-{attempt}.log"), config))
+        if alongside is not None:
+            alongside()
     first, config = min(firsts, key=lambda pair: pair[0].cpu_s)
     feeds_file_cpu = best_cpu_seconds(lambda: load_feeds(config.parent / "feeds.yaml"), 1)
     new_items = _count_items(config.parent / "collector.db")
@@ -146,32 +171,37 @@ def _count_items(database: Path) -> int:
     return int(count)
 
 
-def run_baseline(farm: Farm, feeds: int, scratch: Path, *, repeats: int = 1) -> BaselineFigures:
-    """The feedparser + SELECT/INSERT collector over the first ``feeds`` farm feeds, ``repeats``
-    times from an empty database (the least CPU counts)."""
-    scratch.mkdir(parents=True, exist_ok=True)
-    idle = _least_cpu_baseline(scratch, "idle", [], 2)
-    run = _least_cpu_baseline(scratch, "run", farm.urls()[:feeds], repeats)
-    counts = json.loads(run.log.read_text().strip().splitlines()[-1])
-    return BaselineFigures(feeds=feeds, idle=idle, run=run, new_items=counts["new_items"])
+class BaselineRuns:
+    """The feedparser + SELECT/INSERT collector over ``urls``: each :meth:`run` from an empty
+    database; the least CPU counts, as for ours."""
 
+    def __init__(self, urls: list[str], scratch: Path) -> None:
+        scratch.mkdir(parents=True, exist_ok=True)
+        self._scratch = scratch
+        self._feeds = len(urls)
+        self._runs: list[ProcessRun] = []
+        (scratch / "run.urls").write_text("\n".join(urls))
+        (scratch / "idle.urls").write_text("")
 
-def _least_cpu_baseline(scratch: Path, name: str, urls: list[str], attempts: int) -> ProcessRun:
-    """The baseline over ``urls``, ``attempts`` times, each from an empty database."""
-    (scratch / f"{name}.urls").write_text("\n".join(urls))
-    runs = [
-        run_measured(
+    def run(self) -> None:
+        self._runs.append(self._once("run", len(self._runs)))
+
+    def figures(self) -> BaselineFigures:
+        idle = min((self._once("idle", n) for n in range(2)), key=lambda run: run.cpu_s)
+        run = min(self._runs, key=lambda run: run.cpu_s)
+        counts = json.loads(run.log.read_text().strip().splitlines()[-1])
+        return BaselineFigures(feeds=self._feeds, idle=idle, run=run, new_items=counts["new_items"])
+
+    def _once(self, name: str, attempt: int) -> ProcessRun:
+        return run_measured(
             under_peak_probe(
                 "benchmarks.baseline",
-                str(scratch / f"{name}.urls"),
-                str(scratch / f"{name}-{n}.db"),
+                str(self._scratch / f"{name}.urls"),
+                str(self._scratch / f"{name}-{attempt}.db"),
             ),
             cwd=PROJECT_ROOT,
-            log=scratch / f"{name}-{n}.log",
+            log=self._scratch / f"{name}-{attempt}.log",
         )
-        for n in range(attempts)
-    ]
-    return min(runs, key=lambda run: run.cpu_s)
 
 
 async def _count_round_trips(

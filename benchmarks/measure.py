@@ -6,13 +6,18 @@ interpreter start-up, imports, the work, and every thread it ran.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from feedcollector.backends.local import LocalObjectStore
 
 from .peak import PEAK_FILE_VARIABLE
 
@@ -77,6 +82,25 @@ def run_measured(
 def under_peak_probe(module: str, *arguments: str) -> list[str]:
     """The command running ``python -m module arguments`` with its peak RSS recorded."""
     return [sys.executable, "-m", "benchmarks.peak", module, *arguments]
+
+
+def backup_write_cpu_us(folder: Path, writes: int = 200, size: int = 46_000) -> float:
+    """CPU per object written the way a first cycle writes a backup (a new key folder, a
+    temporary file, a rename), in microseconds, in ``folder``: the file system's share of a
+    cycle, which differs by folder and by the hour on some machines."""
+    store = LocalObjectStore(Path(tempfile.mkdtemp(prefix="probe-", dir=folder)))
+    body = os.urandom(size)
+
+    async def write_all() -> None:
+        for number in range(writes):
+            await store.put(f"backups/{number:032x}/2026-01-01T00:00:00Z.xml", body)
+
+    try:
+        started = time.process_time()
+        asyncio.run(write_all())
+        return (time.process_time() - started) / writes * 1e6
+    finally:
+        shutil.rmtree(store.root, ignore_errors=True)
 
 
 def best_cpu_seconds(action: Callable[[], object], rounds: int) -> float:

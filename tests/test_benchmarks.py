@@ -4,12 +4,14 @@ a tiny size and counts what it did. Benchmarks print figures; nothing here asser
 from __future__ import annotations
 
 import shutil
+import sqlite3
 from pathlib import Path
 
 import httpx
 import pytest
 
 from benchmarks.__main__ import main
+from benchmarks.cycles import synced_workdir
 from benchmarks.farm import run_farm
 from benchmarks.feeds import VARIANTS, feed_document
 from benchmarks.parse_stage import NODE_DIR, RssParserRounds, corpus_documents
@@ -53,16 +55,29 @@ def test_the_farm_answers_conditional_requests_on_several_loopback_hosts() -> No
         assert (farm.stats.ok, farm.stats.not_modified, farm.stats.not_found) == (1, 2, 1)
 
 
+def test_measured_cycles_start_with_the_feeds_file_already_synced(tmp_path: Path) -> None:
+    urls = ["http://127.0.0.2:9/feeds/0.xml", "http://127.0.0.3:9/feeds/1.xml"]
+    config = synced_workdir(tmp_path / "collector", urls)
+    with sqlite3.connect(config.parent / "collector.db") as connection:
+        stored = {url for (url,) in connection.execute("SELECT url FROM feeds")}
+        state = connection.execute(
+            "SELECT value FROM collector_state WHERE key = 'feeds_file_sha256'"
+        ).fetchone()
+    assert stored == set(urls)
+    assert state is not None  # the measured cycle finds the file unchanged and skips reading it
+
+
 def test_the_suite_runs_on_a_tiny_size(tmp_path: Path) -> None:
     figures = main(
         [
             "--feeds", "6", "--items", "3", "--parse-sample", "4", "--baseline-feeds", "4",
             "--round-trip-feeds", "3", "--rounds", "1", "--corpus-copies", "1", "--skip-node",
             "--skip-d1",
-            "--json", str(tmp_path / "figures.json"),
+            "--json", str(tmp_path / "figures.json"), "--scratch", str(tmp_path / "scratch"),
         ]
     )  # fmt: skip
     assert (tmp_path / "figures.json").is_file()
+    assert list((tmp_path / "scratch").iterdir()) == []  # the run's own folder is removed
     parse = figures["parse"]
     assert isinstance(parse, list)
     corpus, farm = parse

@@ -62,7 +62,7 @@ async def run_cycle(
     """One collection cycle: sync the feeds file, refresh due (or forced) feeds, then images."""
     report = CycleReport(started=collector.clock(), observer=collector.observer)
     began = time.monotonic()
-    await _sync_feeds_file(collector, report.started)
+    await sync_feeds_file(collector, report.started)
     for limit in await store_schedule.live_rate_limits(collector.db, report.started):
         collector.hosts.defer(host_key(limit.moved_to or limit.url), parse_timestamp(limit.until))
     if collector.observer is not None and not force:
@@ -80,7 +80,7 @@ async def run_cycle(
     return report
 
 
-async def _sync_feeds_file(collector: Collector, now: datetime) -> None:
+async def sync_feeds_file(collector: Collector, now: datetime) -> None:
     """Make the ``feeds`` table follow the feeds file; an unchanged file is not even parsed.
 
     The file's SHA-256 is kept in the database after each sync, so the usual cycle costs one

@@ -89,9 +89,10 @@ def posting_stats(pub_dates: Iterable[datetime], now: datetime) -> PostingStats 
     The newest ``RECENT_ITEMS`` dates count; the gap is their span over the number of gaps, so
     a burst of posts once a day averages out to a day's worth rather than to zero.
     """
-    usable = sorted(
-        {d for d in pub_dates if EARLIEST_DATE <= d <= now + FUTURE_TOLERANCE}, reverse=True
-    )[:RECENT_ITEMS]
+    latest = now + FUTURE_TOLERANCE
+    usable = sorted({d for d in pub_dates if EARLIEST_DATE <= d <= latest}, reverse=True)[
+        :RECENT_ITEMS
+    ]
     if len(usable) < 2:
         return None
     span = usable[0] - usable[-1]
