@@ -16,7 +16,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from lxml import etree
 
-from feedcollector.decode import codec_for_label, decode_feed, without_controls
+from feedcollector.decode import (
+    charset_decides,
+    codec_for_label,
+    decode_feed,
+    without_controls,
+)
 from feedcollector.decode_detect import _all_detected, _windows_1252_wins
 from feedcollector.decode_labels import DETECTABLE
 from feedcollector.errors import ParseError
@@ -327,6 +332,24 @@ def test_http_charset_alone_decides(text: str, codec: str, expected: str) -> Non
     result = decode_feed(rss(text).encode(codec), f"application/xml; charset={codec.upper()}")
     assert (result.encoding, result.source) == (expected, "http")
     assert channel_title(result.data) == text[:10]
+
+
+RUSSIAN_SHORT = "Привет"
+"""Too short for detection: read without its header it comes out as windows-1255."""
+
+
+def test_charset_decides_only_when_the_body_alone_reads_otherwise() -> None:
+    legacy = rss(RUSSIAN_SHORT).encode("koi8-r")
+    header = "application/rss+xml; charset=KOI8-R"
+    assert decode_feed(legacy, None).data != decode_feed(legacy, header).data  # a wrong guess
+    assert charset_decides(legacy, header)
+    declared = rss(RUSSIAN_SHORT, declared="koi8-r").encode("koi8-r")
+    assert not charset_decides(declared, header)  # the declaration tells the same
+    assert not charset_decides(rss(RUSSIAN_SHORT).encode("utf-8"), "text/xml; charset=utf-8")
+    assert not charset_decides(legacy, "application/rss+xml")  # no charset to keep
+    assert not charset_decides(legacy, None)
+    assert not charset_decides(legacy, "text/xml; charset=no-such-thing")
+    assert not charset_decides(b"", header)  # nothing to read: nothing to keep
 
 
 def test_header_wins_over_declaration() -> None:

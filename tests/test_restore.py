@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
-from feedcollector.backups import backup_key
+from feedcollector.backups import backup_key, write_backup
 from feedcollector.collector import open_collector
 from feedcollector.config import load_feeds, load_settings
+from feedcollector.decode import decode_feed
 from feedcollector.errors import ConfigError
 from feedcollector.images import object_key
 from feedcollector.models import FeedSpec
@@ -158,6 +159,34 @@ def test_the_drill_collect_lose_the_database_restore_same_items(drill: Drill) ->
     assert drill.items() == items
 
 
+KOI8_HEADER = "application/rss+xml; charset=KOI8-R"
+KOI8_BODY = (
+    '<rss version="2.0"><channel><title>Лента</title><link>http://example.com/</link>'
+    "<item><title>Привет</title><guid>urn:koi8</guid></item></channel></rss>"
+).encode("koi8-r")
+
+
+def test_a_charset_given_only_by_the_header_survives_a_restore(
+    feed_server: FeedServer, tmp_path: Path
+) -> None:
+    header = KOI8_HEADER
+    assert decode_feed(KOI8_BODY, None).data != decode_feed(KOI8_BODY, header).data
+    url = feed_server.route("/koi8.xml", body=KOI8_BODY, headers={"Content-Type": header})
+    drill = Drill(tmp_path, write_project(tmp_path, [url]), Clock())
+    drill.cycle()
+    items = drill.items()
+    assert [row[2] for row in items] == ["Привет"]
+    folder = tmp_path / "objects" / "backups" / feed_id_for(url)
+    stamp = "2026-03-02T09:00:00Z"
+    assert sorted(p.name for p in folder.iterdir()) == [f"{stamp}.content-type", f"{stamp}.xml"]
+    assert (folder / f"{stamp}.content-type").read_text() == header
+
+    drill.database.unlink()
+    report, _ = drill.restore()
+    assert report.items_recovered == 1
+    assert drill.items() == items, "read with the header it was fetched with, not a guess"
+
+
 def test_restore_leaves_schedules_and_validators_alone(drill: Drill) -> None:
     before = drill.rows("SELECT * FROM feeds ORDER BY url")
     items = drill.items()
@@ -251,6 +280,10 @@ def test_restore_on_both_backend_pairs(pair: Pair) -> None:
         await pair.objects.put(backup_key(feed_id, START), first)
         await pair.objects.put(backup_key(feed_id, START + timedelta(hours=1)), second)
         await pair.objects.put(object_key(feed_id, "urn:a", 0, "png"), png())
+        # a third backup that needs its Content-Type: kept beside it on either store
+        await write_backup(
+            pair.objects, feed_id, KOI8_BODY, START + timedelta(hours=2), KOI8_HEADER
+        )
 
     async def restore() -> RestoreReport:
         return await restore_from_backups(
@@ -259,10 +292,11 @@ def test_restore_on_both_backend_pairs(pair: Pair) -> None:
 
     pair.run(seed())
     report = pair.run(restore())
-    assert (report.feeds_created, report.items_recovered, report.images_relinked) == (1, 2, 1)
-    assert pair.rows("SELECT guid, created_at FROM items ORDER BY guid") == [
-        {"guid": "urn:a", "created_at": "2026-03-02T09:00:00Z"},
-        {"guid": "urn:b", "created_at": "2026-03-02T10:00:00Z"},
+    assert (report.feeds_created, report.items_recovered, report.images_relinked) == (1, 3, 1)
+    assert pair.rows("SELECT guid, title, created_at FROM items ORDER BY guid") == [
+        {"guid": "urn:a", "title": "A", "created_at": "2026-03-02T09:00:00Z"},
+        {"guid": "urn:b", "title": "B", "created_at": "2026-03-02T10:00:00Z"},
+        {"guid": "urn:koi8", "title": "Привет", "created_at": "2026-03-02T11:00:00Z"},
     ]
     assert pair.rows("SELECT status, r2_key FROM image_tasks") == [
         {"status": "success", "r2_key": object_key(feed_id, "urn:a", 0, "png")}

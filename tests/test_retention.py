@@ -16,7 +16,7 @@ import pytest
 from feedcollector import store, store_items
 from feedcollector.backends.local import LocalObjectStore
 from feedcollector.backends.sqlite import SQLiteDatabase
-from feedcollector.backups import backup_key
+from feedcollector.backups import backup_key, content_type_key
 from feedcollector.database import Database
 from feedcollector.images import object_key
 from feedcollector.models import Feed, FeedSpec, ItemRecord
@@ -158,6 +158,8 @@ def test_pure_decisions() -> None:
     assert is_expired_backup("backups/f/2026-08-02T11:59:59Z.xml", cut.backups_before)
     assert not is_expired_backup("backups/f/2026-08-02T12:00:00Z.xml", cut.backups_before)
     assert not is_expired_backup("backups/f/notes.txt", cut.backups_before)
+    assert is_expired_backup("backups/f/2026-08-02T11:59:59Z.content-type", cut.backups_before)
+    assert not is_expired_backup("backups/f/2026-08-02T12:00:00Z.content-type", cut.backups_before)
     assert not is_expired_backup("images/f/2020-01-01T00:00:00Z.xml", cut.backups_before)
     assert [len(c) for c in delete_chunks([str(n) for n in range(2500)])] == [1000, 1000, 500]
     with pytest.raises(ValueError, match=r"1\.\.1000"):
@@ -183,6 +185,9 @@ def test_cleanup_deletes_what_is_just_outside_the_windows_and_keeps_the_rest(pai
         "edge": backup_key(FEED_ID, BACKUP_CUTOFF),
         "recent": backup_key(FEED_ID, NOW),
         "other": f"backups/{FEED_ID}/README.txt",
+        # Content-Types kept beside two backups: each goes with its own, uncounted
+        "expired-type": content_type_key(backup_key(FEED_ID, BACKUP_CUTOFF - SECOND)),
+        "edge-type": content_type_key(backup_key(FEED_ID, BACKUP_CUTOFF)),
     }
     for key in backups.values():
         pair.run(pair.objects.put(key, b"<rss/>"))
@@ -214,7 +219,7 @@ def test_cleanup_deletes_what_is_just_outside_the_windows_and_keeps_the_rest(pai
         dry.content_objects,
     )
     assert sorted(pair.keys("backups/")) == sorted(
-        [backups["edge"], backups["recent"], backups["other"]]
+        [backups["edge"], backups["edge-type"], backups["recent"], backups["other"]]
     )
     assert pair.keys("content/") == []
     assert pair.keys("images/") == sorted(

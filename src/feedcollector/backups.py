@@ -2,45 +2,102 @@
 
 Keys are ``backups/{feed_id}/{YYYY-MM-DDTHH:MM:SSZ}.xml``: the timestamp in the key is what
 retention and recovery read, so listing a feed's folder yields its backups in time order.
+
+A body whose encoding only its HTTP ``Content-Type`` tells (``charset=ISO-8859-1`` on a document
+without an encoding declaration) would be read in a guessed encoding on replay; for those, the
+header is kept beside the backup as ``{timestamp}.content-type`` (UTF-8 text), and expires
+with it.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from datetime import datetime
 
+from .decode import charset_decides
+from .errors import ObjectNotFoundError
 from .objectstore import ObjectStore
 from .timestamps import format_timestamp, parse_timestamp
 
 PREFIX = "backups/"
 SUFFIX = ".xml"
+CONTENT_TYPE_SUFFIX = ".content-type"
+
+
+@dataclass(frozen=True, slots=True)
+class StoredBackup:
+    key: str
+    taken: datetime
+    content_type_key: str | None
+    """The key of the Content-Type kept beside it, when the body needs one to be read."""
 
 
 def backup_key(feed_id: str, fetched_at: datetime) -> str:
     return f"{PREFIX}{feed_id}/{format_timestamp(fetched_at)}{SUFFIX}"
 
 
+def content_type_key(backup: str) -> str:
+    return backup.removesuffix(SUFFIX) + CONTENT_TYPE_SUFFIX
+
+
 def backup_time(key: str) -> datetime | None:
     """The fetch time encoded in a backup key, or None for a key that is not a backup."""
-    if not key.startswith(PREFIX) or not key.endswith(SUFFIX):
+    return _stamp(key, SUFFIX)
+
+
+def stored_time(key: str) -> datetime | None:
+    """The fetch time of a backup or of the Content-Type kept beside one (retention)."""
+    return _stamp(key, SUFFIX) or _stamp(key, CONTENT_TYPE_SUFFIX)
+
+
+def _stamp(key: str, suffix: str) -> datetime | None:
+    if not key.startswith(PREFIX) or not key.endswith(suffix):
         return None
-    stamp = key.rsplit("/", 1)[-1][: -len(SUFFIX)]
     try:
-        return parse_timestamp(stamp)
+        return parse_timestamp(key.rsplit("/", 1)[-1][: -len(suffix)])
     except ValueError:
         return None
 
 
 async def write_backup(
-    objects: ObjectStore, feed_id: str, body: bytes, fetched_at: datetime
+    objects: ObjectStore,
+    feed_id: str,
+    body: bytes,
+    fetched_at: datetime,
+    content_type: str | None = None,
 ) -> str:
+    """Store the body; then its Content-Type beside it if the body cannot be read without."""
     key = backup_key(feed_id, fetched_at)
     await objects.put(key, body, "application/xml")
+    if content_type is not None and charset_decides(body, content_type):
+        await objects.put(
+            content_type_key(key), content_type.encode("utf-8"), "text/plain; charset=utf-8"
+        )
     return key
 
 
-async def feed_backups(objects: ObjectStore, feed_id: str) -> AsyncIterator[str]:
-    """A feed's backup keys, oldest first."""
+async def feed_backups(objects: ObjectStore, feed_id: str) -> AsyncIterator[StoredBackup]:
+    """A feed's backups, oldest first (``.content-type`` sorts before ``.xml``: a backup's
+    companion is listed just before it)."""
+    companions: set[str] = set()
     async for key in objects.list(f"{PREFIX}{feed_id}/"):
-        if backup_time(key) is not None:
-            yield key
+        if key.endswith(CONTENT_TYPE_SUFFIX):
+            companions.add(key)
+            continue
+        taken = backup_time(key)
+        if taken is not None:
+            companion = content_type_key(key)
+            yield StoredBackup(key, taken, companion if companion in companions else None)
+
+
+async def read_backup(objects: ObjectStore, backup: StoredBackup) -> tuple[bytes, str | None]:
+    """The body and the Content-Type to read it with (None: the body tells its encoding)."""
+    body = await objects.get(backup.key)
+    if backup.content_type_key is None:
+        return body, None
+    try:
+        header = await objects.get(backup.content_type_key)
+    except ObjectNotFoundError:  # expired between the listing and now: the body alone
+        return body, None
+    return body, header.decode("utf-8", "replace")

@@ -82,6 +82,26 @@ def decode_feed(body: bytes, content_type: str | None) -> DecodedFeed:
     return DecodedFeed(_finish(data), codec, source)
 
 
+def charset_decides(body: bytes, content_type: str | None) -> bool:
+    """True when the ``charset`` of ``content_type`` is the only evidence for ``body``: read
+    without it, the body would come out in another encoding. A backup keeps such a header
+    beside it (:mod:`.backups`), so a replay reads the bytes as the fetch did.
+
+    Answers without decoding for the usual cases (no charset, a UTF-8 one); otherwise decodes
+    twice, which only feeds with a legacy charset in their header pay.
+    """
+    label = _charset_param(content_type)
+    if label is None or codec_for_label(label) in (None, _UTF8):
+        return False
+    try:
+        with_header = decode_feed(body, content_type)
+        return with_header.source == "http" and (
+            decode_feed(body, None).encoding != with_header.encoding
+        )
+    except ParseError:
+        return False
+
+
 def _read(
     payload: bytes, candidates: list[tuple[str, str]], bom_codec: str | None, wide: str | None
 ) -> tuple[str, bytes, str]:

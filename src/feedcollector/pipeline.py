@@ -158,7 +158,9 @@ async def refresh_feed(collector: Collector, feed: Feed, host: str | None = None
             return outcome.finish(began)
 
         outcome.bytes = len(response.body)
-        await write_backup(collector.objects, feed.id, response.body, fetched_at)
+        await write_backup(
+            collector.objects, feed.id, response.body, fetched_at, response.content_type
+        )
         outcome.backed_up = True
         body_args = (response.body, response.content_type, response.final_url, feed.url)
         try:

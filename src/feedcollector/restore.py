@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from .backups import PREFIX as BACKUP_PREFIX
-from .backups import backup_time, feed_backups
+from .backups import backup_time, feed_backups, read_backup
 from .database import Database, Statement
 from .errors import ConfigError, ParseError
 from .feeds_file import _duplicate_key as feed_url_key
@@ -177,13 +177,13 @@ async def _restore_feed(
 ) -> None:
     previous: bytes | None = None
     replayed: set[str] = set()
-    async for key in feed_backups(objects, target.feed_id):
-        taken = backup_time(key)
-        if taken is None or (since is not None and taken < since):
+    async for backup in feed_backups(objects, target.feed_id):
+        taken, key = backup.taken, backup.key
+        if since is not None and taken < since:
             continue
-        body = await objects.get(key)
+        body, content_type = await read_backup(objects, backup)
         report.backups += 1
-        digest = hashlib.sha256(body).digest()
+        digest = hashlib.sha256(body + f"\0{content_type}".encode()).digest()
         if digest == previous:
             report.backups_unchanged += 1
             tick()
@@ -191,7 +191,7 @@ async def _restore_feed(
         previous = digest
         try:
             parsed, records = read_feed_body(
-                body, None, target.url, target.url, taken, warn_undated=False
+                body, content_type, target.url, target.url, taken, warn_undated=False
             )
         except ParseError as exc:
             report.backups_unreadable += 1

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from .backups import PREFIX as BACKUP_PREFIX
-from .backups import backup_time
+from .backups import backup_time, stored_time
 from .database import Database, SqlValue, Statement
 from .objectstore import MAX_KEYS_PER_DELETE, ObjectStore
 from .timestamps import format_timestamp
@@ -58,8 +58,9 @@ def retention_cutoffs(now: datetime, *, item_days: int, backup_days: int) -> Ret
 
 
 def is_expired_backup(key: str, before: datetime) -> bool:
-    """True for a backup key whose timestamp is before ``before``; other keys never expire."""
-    taken = backup_time(key)
+    """True for a backup key (or the Content-Type kept beside one) whose timestamp is before
+    ``before``; other keys never expire."""
+    taken = stored_time(key)
     return taken is not None and taken < before
 
 
@@ -187,8 +188,9 @@ async def sweep_backups(
     async for key in objects.list(BACKUP_PREFIX):
         if not is_expired_backup(key, before):
             continue
-        report.backups += 1
-        _sample(report.sample_backups, [key])
+        if backup_time(key) is not None:  # a Content-Type kept beside one goes uncounted
+            report.backups += 1
+            _sample(report.sample_backups, [key])
         pending.append(key)
         if len(pending) >= delete_chunk:
             await _delete_objects(objects, pending, report.dry_run, delete_chunk)

@@ -20,7 +20,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .backups import feed_backups
+from .backups import StoredBackup, feed_backups, read_backup
 from .database import Database, Statement
 from .decode import decode_feed
 from .errors import ObjectNotFoundError, ParseError
@@ -94,16 +94,18 @@ async def feed_listing(db: Database, objects: ObjectStore, feed_id: str) -> Feed
     if not rows or not rows[0]["active"]:
         return FeedListing(subscribed=False, listed=None)
     url = rows[0]["url"]
-    newest: str | None = None
-    async for key in feed_backups(objects, feed_id):
-        newest = key
+    newest: StoredBackup | None = None
+    async for backup in feed_backups(objects, feed_id):
+        newest = backup
     if newest is None:
         return FeedListing(subscribed=True, listed=None)
     try:
-        body = await objects.get(newest)
-        parsed = parse_feed(decode_feed(body, None).data, url)
+        body, content_type = await read_backup(objects, newest)
+        parsed = parse_feed(decode_feed(body, content_type).data, url)
     except (ObjectNotFoundError, ParseError) as exc:
-        log.info("cleanup: cannot read %s (%s); the tombstones of %s are kept", newest, exc, url)
+        log.info(
+            "cleanup: cannot read %s (%s); the tombstones of %s are kept", newest.key, exc, url
+        )
         return FeedListing(subscribed=True, listed=None)
     return FeedListing(subscribed=True, listed=frozenset(item.guid for item in parsed.items))
 
