@@ -338,7 +338,7 @@ RUSSIAN_SHORT = "Привет"
 """Too short for detection: read without its header it comes out as windows-1255."""
 
 
-def test_charset_decides_only_when_the_body_alone_reads_otherwise() -> None:
+def test_charset_decides_when_the_header_names_another_encoding_than_the_body() -> None:
     legacy = rss(RUSSIAN_SHORT).encode("koi8-r")
     header = "application/rss+xml; charset=KOI8-R"
     assert decode_feed(legacy, None).data != decode_feed(legacy, header).data  # a wrong guess
@@ -350,6 +350,33 @@ def test_charset_decides_only_when_the_body_alone_reads_otherwise() -> None:
     assert not charset_decides(legacy, None)
     assert not charset_decides(legacy, "text/xml; charset=no-such-thing")
     assert not charset_decides(b"", header)  # nothing to read: nothing to keep
+    # a UTF-8 header over a body that declares otherwise decides too
+    assert charset_decides(
+        rss(RUSSIAN_SHORT, declared="koi8-r").encode("utf-8"), "text/xml; charset=utf-8"
+    )
+    assert not charset_decides(
+        b"\xef\xbb\xbf" + rss(RUSSIAN_SHORT).encode(), "text/xml; charset=UTF-8"
+    )
+
+
+@pytest.mark.parametrize(
+    "charset", ["utf-8", "ISO-8859-1", "KOI8-R", "Shift_JIS", "gb2312", "utf-16", "windows-1251"]
+)
+def test_a_header_charset_not_kept_never_changes_the_reading(charset: str) -> None:
+    """No false negatives on the encoding corpus: when the header is not kept beside a
+    backup, reading the body without it gives the same text (or the same error)."""
+    header = f"application/xml; charset={charset}"
+    for path in CORPUS_FILES:
+        body = path.read_bytes()
+        if charset_decides(body, header):
+            continue
+        try:
+            with_header = decode_feed(body, header).data
+        except ParseError:
+            with pytest.raises(ParseError):
+                decode_feed(body, None)
+            continue
+        assert decode_feed(body, None).data == with_header, path.name
 
 
 def test_header_wins_over_declaration() -> None:

@@ -3,10 +3,10 @@
 Keys are ``backups/{feed_id}/{YYYY-MM-DDTHH:MM:SSZ}.xml``: the timestamp in the key is what
 retention and recovery read, so listing a feed's folder yields its backups in time order.
 
-A body whose encoding only its HTTP ``Content-Type`` tells (``charset=ISO-8859-1`` on a document
-without an encoding declaration) would be read in a guessed encoding on replay; for those, the
-header is kept beside the backup as ``{timestamp}.content-type`` (UTF-8 text), and expires
-with it.
+A body whose HTTP ``Content-Type`` names another charset than the body announces itself
+(``charset=KOI8-R`` on a document without an encoding declaration) would be read in a guessed
+encoding on replay; for those, the header is kept beside the backup as
+``{timestamp}.content-type`` (UTF-8 text), and expires with it.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class StoredBackup:
     key: str
     taken: datetime
     content_type_key: str | None
-    """The key of the Content-Type kept beside it, when the body needs one to be read."""
+    """The key of the Content-Type kept beside it, when that may decide how it reads."""
 
 
 def backup_key(feed_id: str, fetched_at: datetime) -> str:
@@ -67,7 +67,7 @@ async def write_backup(
     fetched_at: datetime,
     content_type: str | None = None,
 ) -> str:
-    """Store the body; then its Content-Type beside it if the body cannot be read without."""
+    """Store the body; then its Content-Type beside it if that may decide how it reads."""
     key = backup_key(feed_id, fetched_at)
     await objects.put(key, body, "application/xml")
     if content_type is not None and charset_decides(body, content_type):

@@ -83,23 +83,24 @@ def decode_feed(body: bytes, content_type: str | None) -> DecodedFeed:
 
 
 def charset_decides(body: bytes, content_type: str | None) -> bool:
-    """True when the ``charset`` of ``content_type`` is the only evidence for ``body``: read
-    without it, the body would come out in another encoding. A backup keeps such a header
-    beside it (:mod:`.backups`), so a replay reads the bytes as the fetch did.
+    """True when the ``charset`` of ``content_type`` names another encoding than the body
+    announces itself (its BOM, else its XML declaration, else UTF-8): then the header may be
+    what decides how the body reads, and a backup keeps it beside the body (:mod:`.backups`).
 
-    Answers without decoding for the usual cases (no charset, a UTF-8 one); otherwise decodes
-    twice, which only feeds with a legacy charset in their header pay.
+    No decoding, so every fetch can ask. It may say True where the header turned out not to
+    matter (bytes the header's encoding cannot read); keeping the header then is harmless,
+    since a replay with it reads the body exactly as the fetch did.
     """
     label = _charset_param(content_type)
-    if label is None or codec_for_label(label) in (None, _UTF8):
+    if label is None or not body:
         return False
-    try:
-        with_header = decode_feed(body, content_type)
-        return with_header.source == "http" and (
-            decode_feed(body, None).encoding != with_header.encoding
-        )
-    except ParseError:
+    bom_codec, bom_length = _sniff_bom(body)
+    wide = bom_codec if bom_codec in _WIDE else _sniff_wide(body)
+    header = _codec_for_body(label, wide)
+    if header is None:
         return False
+    declared = _codec_for_body(_declared_label(body, bom_length, wide), wide)
+    return header != (bom_codec or declared or wide or _UTF8)
 
 
 def _read(
