@@ -27,6 +27,8 @@ CONTENT_TYPE_SUFFIX = ".content-type"
 
 @dataclass(frozen=True, slots=True)
 class StoredBackup:
+    """One backup as a listing finds it."""
+
     key: str
     taken: datetime
     content_type_key: str | None
