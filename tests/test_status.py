@@ -13,7 +13,7 @@ from pathlib import Path
 from feedcollector.backends.sqlite import SQLiteDatabase
 from feedcollector.collector import open_collector
 from feedcollector.config import load_feeds, load_settings
-from feedcollector.database import CountingDatabase
+from feedcollector.database import CountingDatabase, Statement
 from feedcollector.models import FeedSpec
 from feedcollector.pipeline import run_cycle
 from feedcollector.schema import migrate
@@ -21,9 +21,11 @@ from feedcollector.status import FeedStatus, StatusReport, read_status, worst_fi
 from feedcollector.store import sync_feeds
 from feedcollector.timestamps import utc_now
 
+from . import test_retention
 from .feedserver import FeedServer
 from .samples import Entry, png, rss, write_project
 from .test_cli import feedcollector
+from .test_retention import Pair
 
 FEED_KEYS = {
     "url",
@@ -237,3 +239,62 @@ def test_status_before_the_first_run(tmp_path: Path) -> None:
         ("https://a.example/feed", "new")
     ]
     assert not (tmp_path / "collector.db").exists(), "status creates no database"
+
+
+pair = test_retention.pair
+
+
+def test_the_same_status_on_both_backend_pairs(pair: Pair) -> None:
+    """The four status queries on SQLite and on D1 through the Proxy Worker."""
+    a, b, c, d, e = (FeedSpec(f"https://{name}.example/rss") for name in "abcde")
+    now = utc_now()
+    pair.run(sync_feeds(pair.db, [a, b, d, e], now))
+    pair.run(sync_feeds(pair.db, [a, b, d], now))  # e leaves the file: removed
+    item_id = "0" * 32
+    stamp = "2026-03-01T00:00:00Z"
+    pair.run(
+        pair.db.batch(
+            [
+                Statement(
+                    "UPDATE feeds SET consecutive_failures = 2, last_error = 'HTTP 500', "
+                    "last_status = 500 WHERE url = ?",
+                    (b.url,),
+                ),
+                Statement("UPDATE feeds SET gone_at = ? WHERE url = ?", (stamp, d.url)),
+                Statement(
+                    "INSERT INTO items (id, feed_id, guid, created_at) "
+                    "SELECT ?, id, 'urn:1', ? FROM feeds WHERE url = ?",
+                    (item_id, stamp, a.url),
+                ),
+                *(
+                    Statement(
+                        "INSERT INTO image_tasks (id, item_id, original_url, status, attempts, "
+                        "created_at, updated_at, position) VALUES (?, ?, ?, ?, 0, ?, ?, ?)",
+                        (f"{item_id}-{n}", item_id, f"https://img.example/{n}.png", status,
+                         stamp, stamp, n),
+                    )
+                    for n, status in enumerate(["pending", "failed", "success"])
+                ),
+            ]
+        )
+    )  # fmt: skip
+    report = pair.run(read_status(pair.db, [a, b, c, d], generated_at="2026-03-02T10:00:00Z"))
+    assert [(f.url, f.state) for f in report.feeds] == [
+        (d.url, "gone"),
+        (b.url, "failing"),
+        (c.url, "new"),
+        (a.url, "active"),
+        (e.url, "removed"),
+    ]
+    line_of_a = report.feeds[3]
+    assert (line_of_a.items, line_of_a.images_pending, line_of_a.images_failed) == (1, 1, 1)
+    assert report.feeds[1].last_error == "HTTP 500"
+    assert dict(report.totals.feeds) == {
+        "gone": 1,
+        "failing": 1,
+        "new": 1,
+        "active": 1,
+        "removed": 1,
+    }
+    assert report.totals.items == 1
+    assert dict(report.totals.image_tasks) == {"pending": 1, "success": 1, "failed": 1}
