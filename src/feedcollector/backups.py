@@ -82,15 +82,15 @@ async def write_backup(
 async def feed_backups(objects: ObjectStore, feed_id: str) -> AsyncIterator[StoredBackup]:
     """A feed's backups, oldest first (``.content-type`` sorts before ``.xml``: a backup's
     companion is listed just before it)."""
-    companions: set[str] = set()
+    companion: str | None = None
     async for key in objects.list(f"{PREFIX}{feed_id}/"):
         if key.endswith(CONTENT_TYPE_SUFFIX):
-            companions.add(key)
+            companion = key
             continue
         taken = backup_time(key)
         if taken is not None:
-            companion = content_type_key(key)
-            yield StoredBackup(key, taken, companion if companion in companions else None)
+            own = companion if companion == content_type_key(key) else None
+            yield StoredBackup(key, taken, own)
 
 
 async def read_backup(objects: ObjectStore, backup: StoredBackup) -> tuple[bytes, str | None]:

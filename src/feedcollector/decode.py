@@ -70,14 +70,11 @@ _UTF8_DECODER = codecs.getincrementaldecoder(_UTF8)
 
 def decode_feed(body: bytes, content_type: str | None) -> DecodedFeed:
     """Read ``body`` in the encoding its evidence supports and return it as clean UTF-8."""
-    bom_codec, bom_length = _sniff_bom(body)
+    bom_codec, bom_length, wide, declared = _own_evidence(body)
     payload = body[bom_length:] if bom_length else body
     if not payload:
         raise ParseError("decode: empty body, nothing to read")
-    wide = bom_codec if bom_codec in _WIDE else _sniff_wide(body)
-    candidates = _candidates(
-        bom_codec, wide, _charset_param(content_type), _declared_label(body, bom_length, wide)
-    )
+    candidates = _candidates(bom_codec, wide, _charset_param(content_type), declared)
     codec, data, source = _read(payload, candidates, bom_codec, wide)
     return DecodedFeed(_finish(data), codec, source)
 
@@ -94,13 +91,21 @@ def charset_decides(body: bytes, content_type: str | None) -> bool:
     label = _charset_param(content_type)
     if label is None or not body:
         return False
-    bom_codec, bom_length = _sniff_bom(body)
-    wide = bom_codec if bom_codec in _WIDE else _sniff_wide(body)
+    bom_codec, _, wide, declared_label = _own_evidence(body)
     header = _codec_for_body(label, wide)
     if header is None:
         return False
-    declared = _codec_for_body(_declared_label(body, bom_length, wide), wide)
+    declared = _codec_for_body(declared_label, wide)
     return header != (bom_codec or declared or wide or _UTF8)
+
+
+def _own_evidence(body: bytes) -> tuple[str | None, int, str | None, str | None]:
+    """What the body tells of its encoding: BOM codec and length, UTF-16/32 byte pattern,
+    declared label. Shared by the reader and by :func:`charset_decides`, so both weigh the
+    same evidence."""
+    bom_codec, bom_length = _sniff_bom(body)
+    wide = bom_codec if bom_codec in _WIDE else _sniff_wide(body)
+    return bom_codec, bom_length, wide, _declared_label(body, bom_length, wide)
 
 
 def _read(

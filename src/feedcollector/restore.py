@@ -183,7 +183,9 @@ async def _restore_feed(
             continue
         body, content_type = await read_backup(objects, backup)
         report.backups += 1
-        digest = hashlib.sha256(body + f"\0{content_type}".encode()).digest()
+        hashed = hashlib.sha256(body)
+        hashed.update(f"\0{content_type}".encode())
+        digest = hashed.digest()
         if digest == previous:
             report.backups_unchanged += 1
             tick()

@@ -20,8 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from .backups import CONTENT_TYPE_SUFFIX, stored_time
 from .backups import PREFIX as BACKUP_PREFIX
-from .backups import backup_time, stored_time
 from .database import Database, SqlValue, Statement
 from .objectstore import MAX_KEYS_PER_DELETE, ObjectStore
 from .timestamps import format_timestamp
@@ -188,7 +188,7 @@ async def sweep_backups(
     async for key in objects.list(BACKUP_PREFIX):
         if not is_expired_backup(key, before):
             continue
-        if backup_time(key) is not None:  # a Content-Type kept beside one goes uncounted
+        if not key.endswith(CONTENT_TYPE_SUFFIX):  # the Content-Type beside one: uncounted
             report.backups += 1
             _sample(report.sample_backups, [key])
         pending.append(key)
