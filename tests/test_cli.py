@@ -46,6 +46,28 @@ def test_run_once_on_the_embedded_defaults(feed_server: FeedServer, tmp_path: Pa
     assert "cycle: 2 feeds (1 updated, 0 not modified, 1 failed" in result.stderr
 
 
+def test_start_up_leaves_the_libraries_of_optional_commands_unloaded(tmp_path: Path) -> None:
+    """OPML (listparser) and metrics (prometheus_client) load on use: about 50 ms less CPU for
+    every ``run --once`` a cron job starts."""
+    optional = ("listparser", "prometheus_client")
+    code = (
+        "import sys\n"
+        "from feedcollector.cli import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        f"print([name for name in {optional!r} if name in sys.modules])"
+    )
+    (tmp_path / "feeds.yaml").write_text("feeds: []\n")
+    result = subprocess.run(
+        [sys.executable, "-c", code, "run", "--once"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert result.stdout.strip().splitlines()[-1] == "[]", result.stderr
+
+
 def test_fetch_all_and_fetch_url_ignore_the_schedule(
     feed_server: FeedServer, tmp_path: Path
 ) -> None:

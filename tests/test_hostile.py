@@ -231,12 +231,8 @@ def run_one_cycle(world: World, feeds: list[str]) -> Cycle:
     async def go() -> CycleReport:
         settings = load_settings(config)
         async with open_collector(settings, clock=lambda: START) as collector:
-            await collector.image_http.aclose()
-            collector.image_http = make_guarded_client(guard)
-            try:
-                return await run_cycle(collector)
-            finally:
-                await collector.image_http.aclose()
+            collector.image_http = make_guarded_client(guard)  # closed by open_collector
+            return await run_cycle(collector)
 
     with PeakMemory() as memory:
         started = time.monotonic()

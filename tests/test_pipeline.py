@@ -15,8 +15,10 @@ from typing import Any
 
 import pytest
 
+from feedcollector import collector as collector_module
 from feedcollector.collector import open_collector
 from feedcollector.config import load_settings
+from feedcollector.images import make_image_client
 from feedcollector.pipeline import run_cycle
 from feedcollector.report import CycleReport
 from feedcollector.schedule import feed_id_for
@@ -170,6 +172,26 @@ def test_conditional_get_304_touches_only_the_two_timestamps(
     assert after["last_fetched_at"] == "2026-03-02T09:31:00Z"
     assert after["next_fetch_at"] == "2026-03-02T10:01:00Z"
     assert len(p.keys("backups")) == 1, "a 304 has no body to back up"
+
+
+def test_the_image_client_is_built_only_for_a_cycle_with_images_to_fetch(
+    feed_server: FeedServer, project: Callable[..., Project], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    built: list[object] = []
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        built.append(args)
+        return make_image_client(*args, **kwargs)
+
+    monkeypatch.setattr(collector_module, "make_image_client", counting)
+    feed_server.route("/a.png", body=png(), headers={"Content-Type": "image/png"})
+    body = rss([Entry("One", guid="1", content=f'<img src="{feed_server.url("/a.png")}">')])
+    p = project([feed_server.route("/feed", body=body, etag='"v1"')])
+    assert p.cycle().images_stored == 1
+    assert len(built) == 1
+    p.clock.advance(minutes=31)
+    assert p.cycle().not_modified == 1
+    assert len(built) == 1, "a cycle with no image task pays for no TLS setup"
 
 
 def test_a_feed_not_yet_due_is_not_fetched(

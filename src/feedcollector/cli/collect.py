@@ -9,7 +9,6 @@ import typer
 
 from ..collector import Collector
 from ..config import load_feeds
-from ..metrics import CollectorMetrics, serve_metrics
 from ..pipeline import run_cycle
 from ..service import run_forever, run_once
 from .app import app, guard, load_command_settings, usage_error, with_collector
@@ -46,6 +45,8 @@ def run(
     if settings.metrics.listen is None:
         with_collector(settings, run_forever)
         return
+    from ..metrics import CollectorMetrics, serve_metrics  # on use: off by default
+
     metrics = CollectorMetrics()
     server = guard(lambda: serve_metrics(settings.metrics.listen or "", metrics))
     log.info("metrics: serving Prometheus metrics at %s", server.url)

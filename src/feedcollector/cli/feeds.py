@@ -25,7 +25,6 @@ from ..feeds_edit import AlreadySubscribed, add_feed, find_feed, remove_feed
 from ..feeds_yaml import NewEntry
 from ..fetch import make_http_client
 from ..models import FeedSpec
-from ..opml import channel_titles, export_opml, import_opml
 from ..timestamps import utc_now
 from .app import app, guard, load_command_settings, run_async, usage_error
 
@@ -203,6 +202,8 @@ def import_opml_command(
     file: Annotated[Path, typer.Argument(help="OPML exported by another reader.")],
 ) -> None:
     """Add the subscriptions of an OPML file to the feeds file (comments and order kept)."""
+    from ..opml import import_opml  # on use: listparser costs every other command 30 ms
+
     settings = load_command_settings(ctx)
     result = guard(lambda: import_opml(file, settings.feeds_file))
     for feed in result.added:
@@ -220,6 +221,8 @@ def export_opml_command(
     ] = None,
 ) -> None:
     """Write the feeds file as OPML 2.0, for other readers."""
+    from ..opml import export_opml  # on use: listparser costs every other command 30 ms
+
     settings = load_command_settings(ctx)
     specs = guard(lambda: load_feeds(settings.feeds_file))
     document = export_opml(specs, now=utc_now(), titles=_known_titles(settings))
@@ -237,6 +240,8 @@ def export_opml_command(
 
 def _known_titles(settings: Settings) -> dict[str, str]:
     """Channel titles from the database when there is one (names for the outlines)."""
+    from ..opml import channel_titles
+
     if settings.database.backend == "sqlite" and not settings.database.path.exists():
         return {}
 
