@@ -17,6 +17,7 @@ from feedcollector.pipeline import run_cycle
 from feedcollector.retention import CleanupReport
 from feedcollector.schedule import feed_id_for
 from feedcollector.service import cleanup_if_due
+from feedcollector.spill import INLINE_CONTENT_LIMIT, content_key
 
 from .feedserver import FeedServer
 from .samples import Entry, png, rss, write_project
@@ -99,6 +100,28 @@ def test_an_expired_item_its_feed_still_lists_is_not_ingested_again(
         ("urn:c",),
     ]
     assert sqlite_rows(database, "SELECT COUNT(*) FROM items") == [(0,)]
+
+
+def test_an_expired_spilled_item_its_feed_still_lists_leaves_no_object(
+    feed_server: FeedServer, tmp_path: Path
+) -> None:
+    """Its tombstone keeps the row out, so its HTML is not spilled again either: the object
+    would belong to no row and no cleanup would ever find it."""
+    big = Entry("Big", guid="urn:big", content="<p>" + "x" * (INLINE_CONTENT_LIMIT + 1) + "</p>")
+    url = feed_server.route("/feed.xml", body=rss([big]))
+    config = write_project(tmp_path, [url])
+    clock = Clock(datetime(2026, 1, 1, 9, 0, 0, tzinfo=UTC))
+    collect_and_clean(config, clock)
+    key = content_key(feed_id_for(url), "urn:big")
+    assert (tmp_path / "objects" / key).exists()
+
+    clock.now += timedelta(days=181)
+    report = collect_and_clean(config, clock, cycle=False)
+    assert report is not None
+    assert (report.items, report.content_objects) == (1, 1)
+    collect_and_clean(config, clock)
+    assert sqlite_rows(tmp_path / "collector.db", "SELECT COUNT(*) FROM items") == [(0,)]
+    assert not (tmp_path / "objects" / key).exists()
 
 
 def test_cleanup_command_dry_run_then_for_real(feed_server: FeedServer, tmp_path: Path) -> None:

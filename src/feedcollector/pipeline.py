@@ -174,7 +174,7 @@ async def refresh_feed(collector: Collector, feed: Feed, host: str | None = None
         ttl = min(parsed.ttl_minutes * 60, MAX_STORED_SECONDS) if parsed.ttl_minutes else None
         outcome.next_fetch_at = outcomes.next_fetch(collector, outcome, response.hints, ttl, stats)
         plan = plan_spill(feed.id, records)
-        await write_spilled(collector.objects, feed.url, plan.spilled)
+        await write_spilled(collector.objects, collector.db, feed.id, feed.url, plan.spilled)
         new_ids = await store_items.save_items(
             collector.db,
             feed,

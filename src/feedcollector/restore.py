@@ -203,7 +203,7 @@ async def _restore_feed(
         fresh = [record for record in records if record.guid not in replayed]
         replayed.update(record.guid for record in records)
         plan = plan_spill(target.feed_id, fresh)
-        await write_spilled(objects, target.url, plan.spilled)
+        await write_spilled(objects, db, target.feed_id, target.url, plan.spilled)
         statements = item_statements(target.feed_id, plan.records, format_timestamp(taken))
         statements.append(
             Statement(

@@ -24,8 +24,10 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .database import Database
 from .models import ItemRecord
 from .objectstore import ObjectStore
+from .store_items import tombstoned_guids
 
 log = logging.getLogger("feedcollector")
 
@@ -112,10 +114,23 @@ def plan_spill(
 
 
 async def write_spilled(
-    objects: ObjectStore, feed_url: str, spilled: Sequence[SpilledContent]
+    objects: ObjectStore,
+    db: Database,
+    feed_id: str,
+    feed_url: str,
+    spilled: Sequence[SpilledContent],
 ) -> None:
-    """Put each spilled HTML under its key unless an object is already there (never replaced)."""
+    """Put each spilled HTML under its key unless an object is already there (never replaced).
+
+    An item whose GUID has a tombstone is skipped: the batch will not insert it, so its object
+    would belong to no row (retention deleted the item and its object; the feed still lists it).
+    """
+    if not spilled:
+        return
+    buried = await tombstoned_guids(db, feed_id, [content.guid for content in spilled])
     for content in spilled:
+        if content.guid in buried:
+            continue
         if await _exists(objects, content.key):
             log.info(
                 "store: item %r of feed %s is too big to store inline (%s); its HTML is "
