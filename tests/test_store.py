@@ -170,7 +170,7 @@ def test_save_items_is_one_batch_insert_or_ignore_and_tasks_only_for_new_items(
         )
     )
     assert counting.round_trips == 1
-    assert sorted(new) == ["id-g1-2", "id-g2-0"]
+    assert new == 2
     # The same GUIDs again, with other content and other ids: nothing changes.
     again = run(
         store_items.save_items(
@@ -180,7 +180,7 @@ def test_save_items_is_one_batch_insert_or_ignore_and_tasks_only_for_new_items(
             success(),
         )
     )
-    assert again == ["id-g3-0"]
+    assert again == 1
     rows = run(db.query("SELECT guid, content_html FROM items ORDER BY guid"))
     assert rows[0] == {
         "guid": "g1",
@@ -439,10 +439,7 @@ def test_spilled_items_are_stored_with_null_content_and_their_key(db: Database) 
         [sized("big", 3000, "https://img.example/1.png"), sized("small", 10)],
         inline_limit=2000,
     )
-    assert sorted(run(store_items.save_items(db, feed, plan.records, success()))) == [
-        "id-big",
-        "id-small",
-    ]
+    assert run(store_items.save_items(db, feed, plan.records, success())) == 2
     rows = run(db.query("SELECT guid, content_html, content_key FROM items ORDER BY guid"))
     assert rows == [
         {"guid": "big", "content_html": None, "content_key": spill.content_key(feed.id, "big")},
@@ -551,14 +548,15 @@ def test_a_long_feed_is_stored_in_a_few_multi_row_statements(any_db: Live[Databa
     records.insert(5, item("g03", "https://img.example/dup.png", item_id="dup"))
     statements = store_items.item_statements(feed.id, records, "2026-03-01T12:00:00Z")
     assert all(len(s.params) <= store_items.MAX_PARAMS for s in statements)
-    assert len(statements) == 4 + 6  # 41 items, 13 a statement; 121 image tasks, 24 a statement
+    # total_changes() before and after 41 items, 13 a statement; 121 image tasks, 24 a statement
+    assert len(statements) == 2 + 4 + 6
 
     counting = CountingDatabase(db)
     new = any_db.run(store_items.save_items(counting, feed, records, success()))
 
     assert counting.round_trips == 1
     expected = [f"id-g{n:02}-3" for n in range(40) if n != 7]
-    assert sorted(new) == expected
+    assert new == len(expected)
     rows = any_db.run(db.query("SELECT id FROM items ORDER BY guid"))
     assert [row["id"] for row in rows] == expected
     tasks = any_db.run(
@@ -569,7 +567,7 @@ def test_a_long_feed_is_stored_in_a_few_multi_row_statements(any_db: Live[Databa
     assert tasks[:3] == [
         {"item_id": "id-g00-3", "original_url": f"https://img.example/0/{k}.png"} for k in range(3)
     ]
-    assert any_db.run(store_items.save_items(db, feed, records, success())) == []
+    assert any_db.run(store_items.save_items(db, feed, records, success())) == 0
 
 
 def test_small_contents_are_never_measured_for_spilling() -> None:

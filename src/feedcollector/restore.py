@@ -204,7 +204,9 @@ async def _restore_feed(
         replayed.update(record.guid for record in records)
         plan = plan_spill(target.feed_id, fresh)
         await write_spilled(objects, db, target.feed_id, target.url, plan.spilled)
-        statements = item_statements(target.feed_id, plan.records, format_timestamp(taken))
+        statements = item_statements(
+            target.feed_id, plan.records, format_timestamp(taken), return_ids=True
+        )
         statements.append(
             Statement(
                 "UPDATE feeds SET title = ? WHERE id = ? AND title IS NULL",

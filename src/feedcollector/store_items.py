@@ -20,7 +20,14 @@ IMAGE_ROWS_PER_STATEMENT = (MAX_PARAMS - 2) // 4
 """Image tasks per multi-row INSERT: 4 parameters each, plus the time (twice)."""
 
 
-def item_statements(feed_id: str, items: Sequence[ItemRecord], stamp: str) -> list[Statement]:
+CHANGES_SO_FAR = Statement("SELECT total_changes() AS changes_so_far")
+"""Rows the connection has changed so far: read before and after a batch's item inserts, the
+difference is how many items were new (the batch is one transaction, nothing interleaves)."""
+
+
+def item_statements(
+    feed_id: str, items: Sequence[ItemRecord], stamp: str, *, return_ids: bool = False
+) -> list[Statement]:
     """Multi-row ``INSERT OR IGNORE`` statements for items and their image tasks.
 
     A few statements per feed instead of one per item and one per image keep the batch cheap
@@ -28,8 +35,12 @@ def item_statements(feed_id: str, items: Sequence[ItemRecord], stamp: str) -> li
     whose GUID has a tombstone is not inserted; an image task is created only when its item
     row exists (so a re-fetched GUID with another id makes none). Rows go in feed order, so a
     GUID repeated within the feed keeps its first item, as one statement per item did.
+
+    The new items are told by ``RETURNING id`` when ``return_ids`` (:func:`inserted_ids`),
+    else counted by :data:`CHANGES_SO_FAR` around the item inserts (:func:`new_item_count`):
+    returning a row per new item cost an eighth of the batch's CPU on SQLite.
     """
-    statements: list[Statement] = []
+    statements: list[Statement] = [] if return_ids else [CHANGES_SO_FAR]
     for chunk in chunked(items, ITEM_ROWS_PER_STATEMENT):
         params: list[SqlValue] = [feed_id, stamp]
         for item in chunk:
@@ -49,11 +60,13 @@ def item_statements(feed_id: str, items: Sequence[ItemRecord], stamp: str) -> li
                 "content_html, content_key, created_at) SELECT v.column1, ?, v.column2, "
                 "v.column3, v.column4, v.column5, v.column6, v.column7, ? "
                 f"FROM (VALUES {_rows(len(chunk), 7)}) AS v WHERE NOT EXISTS "
-                "(SELECT 1 FROM item_tombstones AS t WHERE t.feed_id = ? AND t.guid = v.column2) "
-                "RETURNING id",
+                "(SELECT 1 FROM item_tombstones AS t WHERE t.feed_id = ? AND t.guid = v.column2)"
+                + (" RETURNING id" if return_ids else ""),
                 tuple(params),
             )
         )
+    if not return_ids:
+        statements.append(CHANGES_SO_FAR)
     tasks = [
         (f"{item.id}-{position}", item.id, url, position)
         for item in items
@@ -94,6 +107,12 @@ def inserted_ids(results: Sequence[Sequence[Row]]) -> list[str]:
     return [row["id"] for rows in results for row in rows if "id" in row]
 
 
+def new_item_count(results: Sequence[Sequence[Row]]) -> int:
+    """How many items the item statements of a batch inserted (:data:`CHANGES_SO_FAR`)."""
+    before, after = (int(row["changes_so_far"]) for rows in results for row in rows)
+    return after - before
+
+
 def _rows(count: int, width: int) -> str:
     row = f"({placeholders(width)})"
     return ", ".join([row] * count)
@@ -101,8 +120,9 @@ def _rows(count: int, width: int) -> str:
 
 async def save_items(
     db: Database, feed: Feed, items: Sequence[ItemRecord], outcome: FetchSuccess
-) -> list[str]:
-    """Store a feed's items, their image tasks and its new state in ONE batch; return new ids."""
+) -> int:
+    """Store a feed's items, their image tasks and its new state in ONE batch; return how many
+    items were new."""
     stamp = format_timestamp(outcome.fetched_at)
     statements = item_statements(feed.id, items, stamp)
     statements.append(
@@ -127,4 +147,4 @@ async def save_items(
             ),
         )
     )
-    return inserted_ids(await db.batch(statements))
+    return new_item_count(await db.batch(statements))
