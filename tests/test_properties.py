@@ -15,7 +15,7 @@ import asyncio
 import ipaddress
 import re
 import zlib
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import brotli
 import httpx
@@ -39,6 +39,7 @@ from feedcollector.netguard import forbidden_reason, parse_ip_literal
 from feedcollector.normalize import MAX_IMAGES_PER_ITEM, downloadable_images
 from feedcollector.parse import parse_feed
 from feedcollector.parse_common import MAX_ITEMS_PER_FEED
+from feedcollector.timestamps import TIMESTAMP_FORMAT, format_timestamp, parse_timestamp
 
 BASE = "http://feeds.example/blog/feed.xml"
 SLOW = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -209,6 +210,22 @@ BASES = st.one_of(
     ),
     URL_TEXT,
 )  # fmt: skip
+
+
+@given(
+    st.datetimes(
+        min_value=datetime(2, 1, 1),
+        max_value=datetime(9998, 12, 31),
+        timezones=st.none() | st.just(UTC) | st.timezones(),
+    )
+)
+def test_timestamps_are_utc_as_strftime_writes_them_and_read_back(moment: datetime) -> None:
+    """The ``%`` fast path of format_timestamp against strftime, whatever the zone."""
+    utc = (moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment).astimezone(UTC)
+    text = format_timestamp(moment)
+    assert text == utc.strftime(TIMESTAMP_FORMAT)
+    if utc.year >= 1000:
+        assert parse_timestamp(text) == utc.replace(microsecond=0)
 
 
 @given(URL_TEXT, BASES)

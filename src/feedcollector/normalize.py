@@ -15,7 +15,7 @@ import itertools
 import os
 import re
 from collections.abc import Iterable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TypeGuard
 
 from .html_images import image_sources, image_sources_of_items
@@ -38,7 +38,7 @@ def item_records(
 ) -> tuple[list[ItemRecord], list[ParsedItem]]:
     """Records for every item, and the items whose pub_date fell back to the fetch time."""
     items = tuple(items)
-    fetched = utc_timestamp(fetched_at)
+    fetched = format_timestamp(fetched_at)
     ids = time_ordered_ids(len(items), fetched_at)
     images = _images_of_items(items)
     records: list[ItemRecord] = []
@@ -49,7 +49,7 @@ def item_records(
             if item.raw_pub_date:
                 undated.append(item)
         else:
-            pub_date = utc_timestamp(item.pub_date)
+            pub_date = format_timestamp(item.pub_date)
         records.append(  # positional (faster): id, guid, link, title, pub_date, html, images
             ItemRecord(
                 item_id, item.guid, item.link, item.title, pub_date, item.content_html, image_urls
@@ -76,24 +76,6 @@ def time_ordered_ids(count: int, moment: datetime) -> list[str]:
 
 _VARIANT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
 """A random hex digit to one whose two high bits are the RFC 9562 variant ``10``."""
-
-
-def utc_timestamp(moment: datetime) -> str:
-    """:func:`format_timestamp` for the aware UTC datetimes the date parser returns, faster.
-
-    ``%`` formatting skips strftime's locale machinery; anything else (another zone, a year
-    before 1000, which strftime does not pad) goes through ``format_timestamp`` itself.
-    """
-    if moment.tzinfo is UTC and moment.year >= 1000:
-        return "%04d-%02d-%02dT%02d:%02d:%02dZ" % (  # noqa: UP031 (the fastest spelling)
-            moment.year,
-            moment.month,
-            moment.day,
-            moment.hour,
-            moment.minute,
-            moment.second,
-        )
-    return format_timestamp(moment)
 
 
 def downloadable_images(content_html: str | None) -> tuple[str, ...]:

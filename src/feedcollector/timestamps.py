@@ -19,10 +19,23 @@ def utc_now() -> datetime:
 
 
 def format_timestamp(moment: datetime) -> str:
-    """Render an aware datetime as ``YYYY-MM-DDTHH:MM:SSZ`` (naive values are taken as UTC)."""
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC).strftime(TIMESTAMP_FORMAT)
+    """Render an aware datetime as ``YYYY-MM-DDTHH:MM:SSZ`` (naive values are taken as UTC).
+
+    ``%`` formatting, a third of strftime's cost (every item's date passes here); strftime
+    keeps the years before 1000, which it does not pad.
+    """
+    if moment.tzinfo is not UTC:
+        moment = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    if moment.year < 1000:
+        return moment.strftime(TIMESTAMP_FORMAT)
+    return "%04d-%02d-%02dT%02d:%02d:%02dZ" % (  # noqa: UP031 (the fastest spelling)
+        moment.year,
+        moment.month,
+        moment.day,
+        moment.hour,
+        moment.minute,
+        moment.second,
+    )
 
 
 def parse_timestamp(text: str) -> datetime:
