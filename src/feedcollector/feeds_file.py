@@ -15,10 +15,6 @@ from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap, CommentedSeq
-from ruamel.yaml.error import MarkedYAMLError, YAMLError
-
 from .config_values import (
     Problem,
     check_http_url,
@@ -41,8 +37,10 @@ FLAT_LIST_FIX = 'Write "feeds:" followed by a flat list of entries, without nest
 
 
 @dataclass(frozen=True, slots=True)
-class _Node:
-    """A parsed value with its position; mappings map keys to nodes placed at the key."""
+class Node:
+    """A parsed value with its position; mappings map keys to nodes placed at the key.
+
+    Made by the JSON reader here and the YAML reader (:mod:`.feeds_file_yaml`)."""
 
     value: object
     line: int
@@ -60,7 +58,12 @@ def load_feeds(path: Path, *, default_interval: timedelta | None = None) -> list
         )
     kind = "json" if suffix == ".json" else "yaml"
     text = _read_feeds_text(path, display, kind)
-    root = _parse_json(text, display) if kind == "json" else _parse_yaml(text, display)
+    if kind == "json":
+        root = _parse_json(text, display)
+    else:
+        from .feeds_file_yaml import parse_yaml  # on use: ruamel.yaml is 30 ms of start-up
+
+        root = parse_yaml(text, display)
     return _feed_specs(root, display, kind, default_interval)
 
 
@@ -97,82 +100,16 @@ def _read_feeds_text(path: Path, display: str, kind: str) -> str:
     return text
 
 
-def _parse_yaml(text: str, display: str) -> _Node:
-    try:
-        document = YAML(typ="rt").load(text)
-    except RecursionError as exc:
-        raise _too_deep(display) from exc
-    except MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line, column = (mark.line + 1, mark.column + 1) if mark is not None else (None, None)
-        what = f"YAML syntax error: {exc.problem or exc.context}"
-        fix = (
-            'Fix the syntax there: list entries start with "- " under "feeds:", with a space '
-            "after every colon and consistent indentation."
-        )
-        raise config_error(display, [Problem(what, fix, line=line, column=column)]) from exc
-    except (YAMLError, ValueError) as exc:  # ValueError: a value its tag cannot build (!!int x)
-        raise config_error(display, [Problem(f"YAML error: {exc}", "Fix the file.")]) from exc
-    try:
-        return _yaml_node(document, 1, 1, _ExpansionBudget(display))
-    except RecursionError as exc:
-        raise _too_deep(display) from exc
-
-
-def _too_deep(display: str) -> ConfigError:
+def too_deep(display: str) -> ConfigError:
     what = "the file nests lists or mappings too deeply to be a feeds file"
     return config_error(display, [Problem(what, FLAT_LIST_FIX)])
 
 
-class _ExpansionBudget:
-    """Counts the values built from a YAML document, so aliases cannot expand it without end."""
-
-    def __init__(self, display: str) -> None:
-        self.display = display
-        self.left = MAX_DOCUMENT_VALUES
-
-    def spend(self) -> None:
-        self.left -= 1
-        if self.left < 0:
-            what = (
-                f"the file expands to more than {MAX_DOCUMENT_VALUES} values (its aliases "
-                "repeat anchors inside anchors)"
-            )
-            raise config_error(self.display, [Problem(what, FLAT_LIST_FIX)])
-
-
-def _yaml_node(value: object, line: int, column: int, budget: _ExpansionBudget) -> _Node:
-    """Turn ruamel's round-trip data into plain nodes; its ``lc`` positions are 0-based."""
-    budget.spend()
-    if isinstance(value, CommentedMap):
-        members: dict[str, _Node] = {}
-        for key, item in value.items():
-            try:
-                key_line, key_column = value.lc.key(key) or (line - 1, column - 1)
-            except KeyError:  # merged in from an anchor (or tagged): no position of its own
-                key_line, key_column = line - 1, column - 1
-            members[str(key)] = _yaml_node(item, key_line + 1, key_column + 1, budget)
-        return _Node(members, line, column)
-    if isinstance(value, CommentedSeq):
-        items = []
-        for index, item in enumerate(value):
-            item_line, item_column = value.lc.item(index) or (line - 1, column - 1)
-            items.append(_yaml_node(item, item_line + 1, item_column + 1, budget))
-        return _Node(items, line, column)
-    if isinstance(value, str):
-        return _Node(str(value), line, column)
-    if isinstance(value, float):
-        return _Node(float(value), line, column)
-    if isinstance(value, int) and not isinstance(value, bool):
-        return _Node(int(value), line, column)
-    return _Node(value, line, column)
-
-
-def _parse_json(text: str, display: str) -> _Node:
+def _parse_json(text: str, display: str) -> Node:
     try:
         json.loads(text)
     except RecursionError as exc:
-        raise _too_deep(display) from exc
+        raise too_deep(display) from exc
     except json.JSONDecodeError as exc:
         fix = (
             'Fix the syntax there: keys and text in "double quotes", commas between entries '
@@ -184,7 +121,7 @@ def _parse_json(text: str, display: str) -> _Node:
     try:
         root, _ = walker.node(0)
     except RecursionError as exc:
-        raise _too_deep(display) from exc
+        raise too_deep(display) from exc
     if walker.problems:
         raise config_error(display, walker.problems)
     return root
@@ -212,12 +149,12 @@ class _JsonWalker:
         line = bisect_right(self._line_starts, index)
         return line, index - self._line_starts[line - 1] + 1
 
-    def node(self, index: int) -> tuple[_Node, int]:
+    def node(self, index: int) -> tuple[Node, int]:
         index = self._skip(index)
         line, column = self._position(index)
         opener = self._text[index]
         if opener == "{":
-            members: dict[str, _Node] = {}
+            members: dict[str, Node] = {}
             index = self._skip(index + 1)
             while self._text[index] != "}":
                 key_line, key_column = self._position(index)
@@ -228,25 +165,25 @@ class _JsonWalker:
                     earlier = f" (first on line {first})" if first != key_line else ""
                     what = f'key "{key}" is given twice in one mapping{earlier}'
                     self.problems.append(Problem(what, "Keep one of the two.", line=key_line))
-                members[key] = _Node(child.value, key_line, key_column)
+                members[key] = Node(child.value, key_line, key_column)
                 index = self._skip(index)
                 index = self._skip(index + 1) if self._text[index] == "," else index
-            return _Node(members, line, column), index + 1
+            return Node(members, line, column), index + 1
         if opener == "[":
-            items: list[_Node] = []
+            items: list[Node] = []
             index = self._skip(index + 1)
             while self._text[index] != "]":
                 child, index = self.node(index)
                 items.append(child)
                 index = self._skip(index)
                 index = self._skip(index + 1) if self._text[index] == "," else index
-            return _Node(items, line, column), index + 1
+            return Node(items, line, column), index + 1
         value, end = self._DECODER.raw_decode(self._text, index)
-        return _Node(value, line, column), end
+        return Node(value, line, column), end
 
 
 def _feed_specs(
-    root: _Node, display: str, kind: str, default_interval: timedelta | None
+    root: Node, display: str, kind: str, default_interval: timedelta | None
 ) -> list[FeedSpec]:
     """Check a parsed feeds document whole and return its entries in file order."""
     example = _example(kind)
@@ -266,7 +203,7 @@ def _feed_specs(
         if key != "feeds"
     ]
     feeds = root.value.get("feeds")
-    entries: list[_Node] = []
+    entries: list[Node] = []
     if feeds is None:
         problems.append(
             Problem(
@@ -311,7 +248,7 @@ _URL_FIX = "Write the feed's full address, e.g. https://example.com/feed.xml."
 
 
 def _entry_spec(
-    entry: _Node, problems: list[Problem], default_interval: timedelta | None
+    entry: Node, problems: list[Problem], default_interval: timedelta | None
 ) -> FeedSpec | None:
     """One list entry, a bare URL or a {url, interval, title} mapping; problems are appended."""
     if isinstance(entry.value, str):
@@ -326,7 +263,7 @@ def _entry_spec(
             Problem(what, 'Write it as "- url: https://example.com/feed.xml".', line=entry.line)
         )
         return None
-    members: dict[str, _Node] = entry.value
+    members: dict[str, Node] = entry.value
     found = [
         Problem(
             f'unknown key "{key}" in this entry',
@@ -353,7 +290,7 @@ def _checked_url(subject: str, value: str, line: int, problems: list[Problem]) -
         return None
 
 
-def _entry_url(node: _Node | None, entry_line: int, problems: list[Problem]) -> str | None:
+def _entry_url(node: Node | None, entry_line: int, problems: list[Problem]) -> str | None:
     if node is None:
         problems.append(
             Problem(
@@ -371,7 +308,7 @@ def _entry_url(node: _Node | None, entry_line: int, problems: list[Problem]) -> 
 
 
 def _entry_interval(
-    node: _Node | None, problems: list[Problem], default: timedelta | None
+    node: Node | None, problems: list[Problem], default: timedelta | None
 ) -> timedelta | None:
     if node is None or node.value is None:
         return None
@@ -384,7 +321,7 @@ def _entry_interval(
         return None
 
 
-def _entry_title(node: _Node | None, problems: list[Problem]) -> str | None:
+def _entry_title(node: Node | None, problems: list[Problem]) -> str | None:
     if node is None or node.value is None:
         return None
     if not isinstance(node.value, str):

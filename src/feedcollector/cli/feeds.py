@@ -21,8 +21,6 @@ from ..config import Settings, load_feeds
 from ..config_values import check_http_url, parse_duration
 from ..discover import Discovery, FoundFeed, discover_feeds
 from ..errors import ConfigError, StorageError
-from ..feeds_edit import AlreadySubscribed, add_feed, find_feed, remove_feed
-from ..feeds_yaml import NewEntry
 from ..fetch import make_http_client
 from ..models import FeedSpec
 from ..timestamps import utc_now
@@ -72,6 +70,9 @@ def add(
     /atom.xml, ...). Each candidate is fetched and parsed like a collected feed. The entry is
     appended to the feeds file in its own style, comments and order kept.
     """
+    from ..feeds_edit import AlreadySubscribed, add_feed, find_feed  # on use: ruamel.yaml
+    from ..feeds_yaml import NewEntry
+
     settings = load_command_settings(ctx)
     url = _with_scheme(url)
     entry_interval = _checked_interval(interval)
@@ -118,6 +119,8 @@ def remove(
     ],
 ) -> None:
     """Unsubscribe: remove a feed from the feeds file (its items and history are kept)."""
+    from ..feeds_edit import find_feed, remove_feed  # on use: ruamel.yaml
+
     settings = load_command_settings(ctx)
     specs = _current_feeds(settings)
     if find_feed(specs, url) is None:
@@ -202,7 +205,7 @@ def import_opml_command(
     file: Annotated[Path, typer.Argument(help="OPML exported by another reader.")],
 ) -> None:
     """Add the subscriptions of an OPML file to the feeds file (comments and order kept)."""
-    from ..opml import import_opml  # on use: listparser costs every other command 30 ms
+    from ..opml import import_opml  # on use: listparser, ruamel.yaml
 
     settings = load_command_settings(ctx)
     result = guard(lambda: import_opml(file, settings.feeds_file))
@@ -221,7 +224,7 @@ def export_opml_command(
     ] = None,
 ) -> None:
     """Write the feeds file as OPML 2.0, for other readers."""
-    from ..opml import export_opml  # on use: listparser costs every other command 30 ms
+    from ..opml import export_opml  # on use: listparser, ruamel.yaml
 
     settings = load_command_settings(ctx)
     specs = guard(lambda: load_feeds(settings.feeds_file))
