@@ -109,7 +109,9 @@ def inserted_ids(results: Sequence[Sequence[Row]]) -> list[str]:
 
 def new_item_count(results: Sequence[Sequence[Row]]) -> int:
     """How many items the item statements of a batch inserted (:data:`CHANGES_SO_FAR`)."""
-    before, after = (int(row["changes_so_far"]) for rows in results for row in rows)
+    before, after = (
+        int(row["changes_so_far"]) for rows in results for row in rows if "changes_so_far" in row
+    )
     return after - before
 
 
