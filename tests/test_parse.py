@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from feedcollector.errors import ParseError
+from feedcollector.errors import LenientParseNeeded, ParseError
 from feedcollector.html import absolutize, resolve_url
 from feedcollector.models import ParsedFeed, ParsedItem
 from feedcollector.parse import parse_feed
@@ -467,6 +467,17 @@ def test_broken_xml_falls_back_and_still_yields_items() -> None:
     assert stamp(one.pub_date) == "2003-06-10T04:00:00Z"
     assert "unclosed" in (one.content_html or "")
     assert (two.guid, two.content_html) == ("g2", '<img src="http://site.example/blog/i.png">')
+
+
+def test_without_lenient_a_document_only_feedparser_reads_is_handed_back() -> None:
+    """The pipeline parses on its event loop with ``lenient=False`` and runs feedparser's
+    seconds per MiB on a worker thread only when this is raised."""
+    broken = atom("<entry><id>e1</id><title>A</title></entry><entry><title>B")[: -len(b"</feed>")]
+    with pytest.raises(LenientParseNeeded):
+        parse_feed(broken, BASE_URL, lenient=False)
+    assert parse_feed(broken, BASE_URL).format == "atom-fallback"
+    repairable = rss("<item><title>Fish &amp; chips &nbsp;&copy; &</title></item>")
+    assert parse_feed(repairable, BASE_URL, lenient=False).format == "rss"
 
 
 def test_truncated_atom_falls_back() -> None:

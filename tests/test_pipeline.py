@@ -7,6 +7,7 @@ import asyncio
 import hashlib
 import logging
 import sqlite3
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -16,9 +17,11 @@ from typing import Any
 import pytest
 
 from feedcollector import collector as collector_module
+from feedcollector import parse as parse_module
 from feedcollector.collector import open_collector
 from feedcollector.config import load_settings
 from feedcollector.images import make_image_client
+from feedcollector.parse_fallback import parse_with_feedparser
 from feedcollector.pipeline import run_cycle
 from feedcollector.report import CycleReport
 from feedcollector.schedule import feed_id_for
@@ -303,6 +306,23 @@ def test_http_charset_wins_over_a_lying_declaration(
     p = project([url])
     p.cycle()
     assert p.rows("SELECT title FROM items") == [{"title": "标题"}]
+
+
+def test_a_feed_only_feedparser_reads_is_stored_and_feedparser_runs_off_the_event_loop(
+    feed_server: FeedServer, project: Callable[..., Project], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    threads: list[str] = []
+
+    def recording(data: bytes, base_url: str) -> Any:
+        threads.append(threading.current_thread().name)
+        return parse_with_feedparser(data, base_url)
+
+    monkeypatch.setattr(parse_module, "parse_with_feedparser", recording)
+    broken = rss([Entry("One", guid="1"), Entry("Two", guid="2")]).replace(b"</channel>", b"")
+    p = project([feed_server.route("/broken", body=broken)])
+    assert p.cycle().new_items == 2
+    assert threads, "the lenient parser read it"
+    assert threading.main_thread().name not in threads, "its seconds per MiB stay off the loop"
 
 
 def test_failures_back_off_and_success_resets(

@@ -46,6 +46,12 @@ class ParseError(FeedCollectorError):
     """The body could not be decoded or is not a feed we can read."""
 
 
+class LenientParseNeeded(FeedCollectorError):
+    """Only the lenient parser can read this document: raised instead of running it when the
+    caller asked (``parse_feed(..., lenient=False)``), so that it can run those seconds of
+    pure Python off its event loop."""
+
+
 class StorageError(FeedCollectorError):
     """The database or the object store failed; the feed's work is aborted for this cycle."""
 

@@ -23,7 +23,7 @@ import threading
 from lxml import etree
 
 from .decode import without_controls
-from .errors import ParseError
+from .errors import LenientParseNeeded, ParseError
 from .models import ParsedFeed
 from .parse_fallback import parse_with_feedparser, repair_xml
 from .parse_json import parse_json_feed
@@ -39,8 +39,12 @@ of CPU; well-formed or repairable documents are read up to the body cap."""
 _local = threading.local()
 
 
-def parse_feed(data: bytes, base_url: str) -> ParsedFeed:
-    """Parse a feed document; ``base_url`` is where it was fetched from (after redirects)."""
+def parse_feed(data: bytes, base_url: str, *, lenient: bool = True) -> ParsedFeed:
+    """Parse a feed document; ``base_url`` is where it was fetched from (after redirects).
+
+    With ``lenient=False`` a document that needs feedparser raises
+    :class:`~feedcollector.errors.LenientParseNeeded` instead of being read.
+    """
     body = data.removeprefix(UTF8_BOM).lstrip()
     if not body:
         raise ParseError("parse: empty document")
@@ -56,6 +60,8 @@ def parse_feed(data: bytes, base_url: str) -> ParsedFeed:
                     f"parse: not well-formed XML, and at {len(repaired)} bytes too big for the "
                     f"lenient parser (limit {LENIENT_PARSE_LIMIT} bytes)"
                 )
+            if not lenient:
+                raise LenientParseNeeded(f"parse: {len(repaired)} bytes for the lenient parser")
             return parse_with_feedparser(repaired, base_url)
     return feed_from_tree(root, base_url)
 

@@ -25,7 +25,7 @@ from .backups import write_backup
 from .collector import Collector
 from .config import load_feeds
 from .decode import decode_feed
-from .errors import FetchError, ParseError, StorageError
+from .errors import FetchError, LenientParseNeeded, ParseError, StorageError
 from .fetch import fetch_feed
 from .image_stage import download_pending_images
 from .models import Feed, ItemRecord, ParsedFeed
@@ -50,10 +50,11 @@ NOT_MODIFIED_FLUSH = 200
 """304 bookkeeping is written in batches of this many feeds."""
 INLINE_PARSE_BYTES = 2 * 2**20
 """Bodies up to this size are decoded and parsed on the event loop (about 20 ms at most);
-bigger ones on a worker thread, so the loop keeps serving the other feeds' sockets meanwhile.
-A parse on the thread costs more CPU than the same parse inline (the hop, and the GIL handed
-back and forth with the loop): on the real-world corpus, 1.6 MB and 290 KB feeds took 70% more
-CPU there, and the first cycle 4-5% more in all, for no gain in wall time."""
+bigger ones, and any that only feedparser reads, on a worker thread, so the loop keeps serving
+the other feeds' sockets meanwhile. A parse on the thread costs more CPU than the same parse
+inline (the hop, and the GIL handed back and forth with the loop): on the real-world corpus,
+1.6 MB and 290 KB feeds took 70% more CPU there, and the first cycle 4-5% more in all, for no
+gain in wall time."""
 BACKLOG_PAGES = 25
 """Claimed feeds held at most, in claim pages, while every waiting feed's host is busy."""
 
@@ -166,10 +167,7 @@ async def refresh_feed(collector: Collector, feed: Feed, host: str | None = None
         outcome.backed_up = True
         body_args = (response.body, response.content_type, response.final_url, feed.url)
         try:
-            if len(response.body) <= INLINE_PARSE_BYTES:
-                parsed, records = read_feed_body(*body_args, fetched_at)
-            else:
-                parsed, records = await asyncio.to_thread(read_feed_body, *body_args, fetched_at)
+            parsed, records = await _read_feed_body_quickly(body_args, fetched_at)
         except ParseError as exc:
             return await outcomes.fail(collector, outcome, exc, response.status, began)
         stats = posting_stats((i.pub_date for i in parsed.items if i.pub_date), fetched_at)
@@ -219,6 +217,20 @@ async def refresh_feed(collector: Collector, feed: Feed, host: str | None = None
         return await outcomes.fail_unexpected(collector, outcome, exc, began)
 
 
+async def _read_feed_body_quickly(
+    body_args: tuple[bytes, str | None, str, str], fetched_at: datetime
+) -> tuple[ParsedFeed, list[ItemRecord]]:
+    """:func:`read_feed_body` on the event loop when it is quick (a body up to
+    :data:`INLINE_PARSE_BYTES` that strict XML parsing reads, repaired or not); on a worker
+    thread when the body is bigger or only feedparser reads it (seconds of CPU per MiB)."""
+    if len(body_args[0]) <= INLINE_PARSE_BYTES:
+        try:
+            return read_feed_body(*body_args, fetched_at, lenient=False)
+        except LenientParseNeeded:
+            pass
+    return await asyncio.to_thread(read_feed_body, *body_args, fetched_at)
+
+
 def read_feed_body(
     body: bytes,
     content_type: str | None,
@@ -227,12 +239,14 @@ def read_feed_body(
     fetched_at: datetime,
     *,
     warn_undated: bool = True,
+    lenient: bool = True,
 ) -> tuple[ParsedFeed, list[ItemRecord]]:
     """Decode, parse and normalize one body: the path of every fetch and of every replayed
-    backup (:mod:`.restore`). Raises ParseError; an unreadable pubDate is dated ``fetched_at``
-    and logged (seed section 5) unless ``warn_undated`` is off (a replay repeats no warnings)."""
+    backup (:mod:`.restore`). Raises ParseError (LenientParseNeeded when not ``lenient``, see
+    :func:`.parse.parse_feed`); an unreadable pubDate is dated ``fetched_at`` and logged (seed
+    section 5) unless ``warn_undated`` is off (a replay repeats no warnings)."""
     decoded = decode_feed(body, content_type)
-    parsed = parse_feed(decoded.data, document_url)
+    parsed = parse_feed(decoded.data, document_url, lenient=lenient)
     if parsed.items_dropped:
         log.warning(
             "parse: feed %s lists more than %d items; the first %d are stored, %d more were not "
