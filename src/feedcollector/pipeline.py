@@ -22,6 +22,7 @@ from datetime import datetime, timedelta
 
 from . import outcomes, store, store_items, store_schedule
 from .backups import write_backup
+from .claims import due_pages, forced_pages
 from .collector import Collector
 from .config import load_feeds
 from .decode import decode_feed
@@ -71,7 +72,9 @@ async def run_cycle(
     if collector.observer is not None and not force:
         report.feeds_due = await store.count_due_feeds(collector.db, report.started)
     pages = (
-        _forced_pages(collector, urls, report) if force else _due_pages(collector, report.started)
+        forced_pages(collector, urls, report, FEED_LEASE)
+        if force
+        else due_pages(collector, report.started, FEED_LEASE)
     )
     await _refresh_all(collector, pages, report)
     if collector.settings.images.enabled and not collector.stopping.is_set():
@@ -265,45 +268,6 @@ def read_feed_body(
             item.title,
         )
     return parsed, records
-
-
-async def _due_pages(collector: Collector, due_by: datetime) -> AsyncIterator[list[Feed]]:
-    cursor = store.ClaimCursor()
-    while not collector.stopping.is_set():
-        page = await store.claim_due_feeds(
-            collector.db,
-            due_by=due_by,
-            now=collector.clock(),
-            owner=collector.owner,
-            lease=FEED_LEASE,
-            limit=collector.page_size,
-            after=cursor,
-        )
-        if not page:
-            return
-        cursor = store.ClaimCursor(page[-1].next_fetch_at or "", page[-1].id)
-        yield page
-
-
-async def _forced_pages(
-    collector: Collector, urls: Sequence[str] | None, report: CycleReport
-) -> AsyncIterator[list[Feed]]:
-    """A manual fetch: the feeds now, whatever their schedule, backoff or 410 (a running
-    Retry-After still holds); a feed another collector is fetching right now is skipped."""
-    ids = await store.active_feed_ids(collector.db, urls)
-    report.feeds_due = len(ids)
-    for start in range(0, len(ids), collector.page_size):
-        if collector.stopping.is_set():
-            return
-        chunk = ids[start : start + collector.page_size]
-        page = await store.claim_feeds_by_id(
-            collector.db, chunk, now=collector.clock(), owner=collector.owner, lease=FEED_LEASE
-        )
-        taken = {feed.id for feed in page}
-        busy = [feed_id for feed_id in chunk if feed_id not in taken]
-        for url in await store_schedule.feed_urls(collector.db, busy) if busy else ():
-            log.warning("fetch: %s is being fetched by another collector right now; skipped", url)
-        yield page
 
 
 async def _refresh_all(

@@ -1,0 +1,58 @@
+"""Which feeds a cycle refreshes, claimed a page at a time with a lease (so that no other
+collector fetches them meanwhile): the due ones, or the ones a manual fetch names."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Sequence
+from datetime import datetime, timedelta
+
+from . import store, store_schedule
+from .collector import Collector
+from .models import Feed
+from .report import CycleReport
+
+log = logging.getLogger("feedcollector")
+
+
+async def due_pages(
+    collector: Collector, due_by: datetime, lease: timedelta
+) -> AsyncIterator[list[Feed]]:
+    """The feeds due by ``due_by``, claimed a page at a time for ``lease``, until none is left
+    or the collector is stopping."""
+    cursor = store.ClaimCursor()
+    while not collector.stopping.is_set():
+        page = await store.claim_due_feeds(
+            collector.db,
+            due_by=due_by,
+            now=collector.clock(),
+            owner=collector.owner,
+            lease=lease,
+            limit=collector.page_size,
+            after=cursor,
+        )
+        if not page:
+            return
+        cursor = store.ClaimCursor(page[-1].next_fetch_at or "", page[-1].id)
+        yield page
+
+
+async def forced_pages(
+    collector: Collector, urls: Sequence[str] | None, report: CycleReport, lease: timedelta
+) -> AsyncIterator[list[Feed]]:
+    """A manual fetch: the feeds now, whatever their schedule, backoff or 410 (a running
+    Retry-After still holds); a feed another collector is fetching right now is skipped."""
+    ids = await store.active_feed_ids(collector.db, urls)
+    report.feeds_due = len(ids)
+    for start in range(0, len(ids), collector.page_size):
+        if collector.stopping.is_set():
+            return
+        chunk = ids[start : start + collector.page_size]
+        page = await store.claim_feeds_by_id(
+            collector.db, chunk, now=collector.clock(), owner=collector.owner, lease=lease
+        )
+        taken = {feed.id for feed in page}
+        busy = [feed_id for feed_id in chunk if feed_id not in taken]
+        for url in await store_schedule.feed_urls(collector.db, busy) if busy else ():
+            log.warning("fetch: %s is being fetched by another collector right now; skipped", url)
+        yield page
