@@ -19,13 +19,12 @@ from pathlib import Path
 
 from .cycles import (
     BaselineFigures,
-    BaselineRuns,
     CorpusCycle,
     CycleFigures,
     RoundTrips,
     round_trips_d1,
     round_trips_sqlite,
-    run_cycles,
+    run_cycles_beside_baseline,
 )
 from .farm import run_farm
 from .measure import backup_write_cpu_us
@@ -120,14 +119,14 @@ def _corpus_cycle(sizes: Sizes, scratch: Path, *, baseline: bool) -> CorpusCycle
     feeds = len(served) * sizes.corpus_copies
     print(f"cycles: real-world corpus, {feeds} feeds...", flush=True)
     with run_farm(feeds, 0, hosts=sizes.hosts, documents=served) as farm:
-        runs = BaselineRuns(farm.urls(), scratch / "baseline-corpus") if baseline else None
-        ours = run_cycles(
+        ours, theirs = run_cycles_beside_baseline(
             farm,
             scratch / "cycles-corpus",
             repeats=sizes.repeats,
-            alongside=runs.run if runs else None,
+            baseline_urls=farm.urls() if baseline else None,
+            baseline_scratch=scratch / "baseline-corpus",
         )
-    return CorpusCycle(ours, runs.figures() if runs else None)
+    return CorpusCycle(ours, theirs)
 
 
 def main(argv: list[str] | None = None) -> dict[str, object]:
@@ -170,22 +169,17 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
             with run_farm(
                 count, sizes.items, hosts=sizes.hosts, latency_s=sizes.latency_ms / 1000
             ) as farm:
-                # the baseline's attempts alternate with the first size's first cycles
-                runs = (
-                    BaselineRuns(farm.urls()[: sizes.baseline_feeds], scratch / "baseline")
-                    if index == 0 and not arguments.skip_baseline
-                    else None
+                # the baseline runs beside the first size's first cycles
+                with_baseline = index == 0 and not arguments.skip_baseline
+                figures, theirs = run_cycles_beside_baseline(
+                    farm,
+                    scratch / f"cycles-{count}",
+                    repeats=sizes.repeats,
+                    baseline_urls=farm.urls()[: sizes.baseline_feeds] if with_baseline else None,
+                    baseline_scratch=scratch / "baseline",
                 )
-                cycles.append(
-                    run_cycles(
-                        farm,
-                        scratch / f"cycles-{count}",
-                        repeats=sizes.repeats,
-                        alongside=runs.run if runs else None,
-                    )
-                )
-                if runs:
-                    baseline = runs.figures()
+                cycles.append(figures)
+                baseline = theirs or baseline
         if not arguments.skip_corpus:
             corpus_cycle = _corpus_cycle(sizes, scratch, baseline=not arguments.skip_baseline)
         with run_farm(sizes.round_trip_feeds, sizes.items) as farm:

@@ -204,6 +204,21 @@ class BaselineRuns:
         )
 
 
+def run_cycles_beside_baseline(
+    farm: Farm,
+    scratch: Path,
+    *,
+    repeats: int,
+    baseline_urls: list[str] | None,
+    baseline_scratch: Path,
+) -> tuple[CycleFigures, BaselineFigures | None]:
+    """:func:`run_cycles`, with the baseline's attempts over ``baseline_urls`` (None: no
+    baseline) alternating with our first cycles, so that both meet this machine's drift alike."""
+    runs = BaselineRuns(baseline_urls, baseline_scratch) if baseline_urls is not None else None
+    ours = run_cycles(farm, scratch, repeats=repeats, alongside=runs.run if runs else None)
+    return ours, runs.figures() if runs else None
+
+
 async def _count_round_trips(
     config: Path, environ: Mapping[str, str], backend: str, feeds: int
 ) -> RoundTrips:
