@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from feedcollector.dates import _DIGIT_FIRST as DIGIT_FIRST_READERS
+from feedcollector.dates import _LETTER_FIRST as LETTER_FIRST_READERS
 from feedcollector.dates import (
     MILITARY_ZONES,
     MONTH_NAMES,
@@ -165,6 +168,49 @@ def test_arbitrary_text_never_raises(text: str) -> None:
 def test_formatted_datetimes_round_trip(moment: datetime, pattern: str) -> None:
     expected = moment.replace(microsecond=0, tzinfo=UTC)
     assert parse_date(moment.strftime(pattern)) == expected
+
+
+@given(
+    st.datetimes(min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30)),
+    st.sampled_from(
+        ["{a}, {d:02d} {b} {y:04d} {t}", "{d} {b} {y:04d} {t}", "{a},{d} {b}  {y:04d} {t}"]
+    ),
+    st.booleans(),
+    st.sampled_from(["GMT", "Z", "PST", "EDT", "+0530", "-1100", "+0000", "J", "XYZ", "+2400"]),
+    st.sampled_from([str, str.upper, str.lower]),
+)
+def test_the_common_rfc822_shortcut_reads_as_the_general_reader(
+    moment: datetime, pattern: str, seconds: bool, zone: str, case: Callable[[str], str]
+) -> None:
+    """parse_date reads the usual RSS date shape on a shortcut; the token reader that reads
+    every other spelling must give the same answer (or refuse it alike)."""
+    text = pattern.format(
+        a=moment.strftime("%a"),
+        d=moment.day,
+        b=moment.strftime("%b"),
+        y=moment.year,
+        t=moment.strftime("%H:%M:%S" if seconds else "%H:%M"),
+    )
+    text = case(f"{text} {zone}")
+    readers = DIGIT_FIRST_READERS if text[0].isdigit() else LETTER_FIRST_READERS
+    without_shortcut = next(filter(None, (reader(text) for reader in readers)), None)
+    assert parse_date(text) == without_shortcut
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Mon, 01 Jan 0001 05:56:36 XYZ",
+        "Mon, 02 Jan 0001 18:02 +2400",
+        "Fri, 31 Dec 9999 23:59:59 -0060",
+        "Fri, 31 Dec 9999 23:00:00 XYZ",
+    ],
+)
+def test_dates_at_the_ends_of_the_calendar_do_not_raise(text: str) -> None:
+    """.NET writes DateTime.MinValue as 0001-01-01; the plausibility check looks a day
+    either side, which must not step off the calendar."""
+    moment = parse_date(text)
+    assert moment is None or moment.utcoffset() == timedelta(0)
 
 
 @given(st.datetimes(min_value=datetime(1000, 1, 1), max_value=datetime(9999, 12, 31)))

@@ -49,17 +49,18 @@ _TIME_RE = re.compile(
 _ZONE_WITH_OFFSET_RE = re.compile(r"(?P<zone>gmt|utc|ut)(?P<off>[+-]\d{1,2}(?::?\d{2})?)")
 _DAY_RE = re.compile(r"(\d{1,2})(?:st|nd|rd|th)?")
 _RFC822_COMMON_RE = re.compile(
-    r"(?:[A-Za-z]{3},\s*)?(?P<d>\d{1,2})\s+(?P<mo>[A-Za-z]{3})\s+(?P<y>\d{4})\s+"
-    r"(?P<h>\d{2}):(?P<mi>\d{2})(?::(?P<s>\d{2}))?\s*(?P<zone>[A-Za-z]{1,4}|[+-]\d{4})"
+    r"(?:[A-Za-z]{3},\s*)?([0-9]{1,2})\s+([A-Za-z]{3})\s+([0-9]{4})\s+"
+    r"([0-9]{2}:[0-9]{2}(?::[0-9]{2})?)\s*([A-Za-z]{1,4}|[+-][0-9]{4})"
 )
 """The shape almost every RSS date has; read directly before the general token reader."""
 _COMMON_MONTHS = {
-    spelling: number
+    spelling: f"{number:02d}"
     for name, number in MONTHS.items()
     if len(name) == 3 and name.isascii()
     for spelling in (name, name.title(), name.upper())
 }
-"""Three-letter month names as feeds write them, so the common path needs no ``lower()``."""
+"""Three-letter month names as feeds write them (so the common path needs no ``lower()``),
+to the two digits of an ISO 8601 date."""
 _COMMENT_RE = re.compile(r"\([^()]*\)")
 _DASHED_DATE_RE = re.compile(r"\b(\d{1,2})[-/]([a-z]{3,9}\.?)[-/](\d{2,4})\b")
 _DIGITS_RE = re.compile(r"\d+")
@@ -73,14 +74,12 @@ def parse_date(text: str) -> datetime | None:
         return None
     common = _RFC822_COMMON_RE.fullmatch(text)
     if common is not None:  # inline: one item in most feeds, so every call saved counts
-        day, month_name, year, hour, minute, second, zone = common.groups()
+        day, month_name, year, clock, zone = common.groups()
         month = _COMMON_MONTHS.get(month_name)
         offset = _common_zone_delta(zone)
         if month is not None and offset is not None:
-            try:
-                moment = datetime(
-                    int(year), month, int(day), int(hour), int(minute), int(second or 0), 0, UTC
-                )
+            try:  # fromisoformat: one C call instead of six int() and the constructor
+                moment = datetime.fromisoformat(f"{year}-{month}-{day:0>2}T{clock}+00:00")
                 return moment - offset if offset else moment
             except (ValueError, OverflowError):
                 pass  # out of range: the general readers decide
@@ -336,7 +335,10 @@ def _supported_by_text(moment: datetime, text: str) -> bool:
         all(ord(char) < 0x2E80 for char in word) for word in _WORD_RE.findall(text)
     )
     for shift in (-1, 0, 1):
-        day = (moment + timedelta(days=shift)).date()
+        try:
+            day = (moment + timedelta(days=shift)).date()
+        except OverflowError:  # the day before 0001-01-01 or after 9999-12-31
+            continue
         available = runs.copy()
         if not _consume(available, day.year) and not (
             day.year >= 1950 and _consume(available, day.year % 100)
