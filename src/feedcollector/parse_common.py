@@ -54,11 +54,25 @@ class RawEntry(NamedTuple):
 
 
 def finish_item(raw: RawEntry) -> ParsedItem:
-    """Apply the GUID chain, the content choice, URL absolutizing and date parsing.
+    """Apply the GUID chain, the content choice, URL absolutizing and date parsing."""
+    return finish_values(*raw)
 
-    Written inline (no helper calls for blank checks or absolute links): it runs once per item.
+
+def finish_values(
+    title: str | None,
+    link: str | None,
+    guid: str | None,
+    content: str | None,
+    description: str | None,
+    dates: tuple[str, ...],
+    base: str,
+    content_base: str | None,
+    description_base: str | None,
+) -> ParsedItem:
+    """:func:`finish_item` on the values of a :class:`RawEntry`, for the XML fast path (no
+    tuple built per item). Written inline (no helper calls for blank checks or absolute
+    links): it runs once per item.
     """
-    title, link, guid, content, description, dates, base, content_base, description_base = raw
     title = (title.strip() or None) if title else None
     link = (link.strip() or None) if link else None
     if link is not None and not link.startswith(("http://", "https://")):

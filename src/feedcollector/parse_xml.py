@@ -18,9 +18,8 @@ from .html import resolve_url
 from .models import ParsedFeed, ParsedItem
 from .parse_common import (
     MAX_ITEMS_PER_FEED,
-    RawEntry,
     feed_base,
-    finish_item,
+    finish_values,
     has_text,
     ttl_minutes,
 )
@@ -155,18 +154,16 @@ def _rss_item(
         dates: tuple[str, ...] = () if pub_date is None else (text_of(pub_date),)
     else:
         dates = (text_of(dc_date),) if pub_date is None else (text_of(pub_date), text_of(dc_date))
-    return finish_item(
-        RawEntry(  # positional (faster); fields in RawEntry's order
-            None if title is None else text_of(title),  # title
-            None if link is None else text_of(link),  # link
-            None if guid is None else text_of(guid),  # guid
-            content_html,  # content
-            None if description is None else markup_of(description),  # description
-            dates,  # dates
-            chain or default_base,  # base
-            _own_base(content, chain, base_url),  # content_base
-            _own_base(description, chain, base_url),  # description_base
-        )
+    return finish_values(  # positional (faster), in RawEntry's order
+        None if title is None else text_of(title),  # title
+        None if link is None else text_of(link),  # link
+        None if guid is None else text_of(guid),  # guid
+        content_html,  # content
+        None if description is None else markup_of(description),  # description
+        dates,  # dates
+        chain or default_base,  # base
+        _own_base(content, chain, base_url),  # content_base
+        _own_base(description, chain, base_url),  # description_base
     )
 
 
@@ -219,22 +216,18 @@ def _atom_entry(
     else:
         dates = (text_of(published),) if updated is None else (text_of(published), text_of(updated))
     content_html = _atom_markup(content) if content is not None else None
-    return finish_item(
-        RawEntry(  # positional (faster); fields in RawEntry's order
-            _atom_text(title) if title is not None else None,  # title
-            _atom_link(links, chain, base_url),  # link
-            _text(guid),  # guid
-            content_html,  # content
-            (  # description
-                _atom_markup(summary)
-                if summary is not None and not has_text(content_html)
-                else None
-            ),
-            dates,  # dates
-            chain or default_base,  # base
-            _own_base(content, chain, base_url),  # content_base
-            _own_base(summary, chain, base_url),  # description_base
-        )
+    return finish_values(  # positional (faster), in RawEntry's order
+        _atom_text(title) if title is not None else None,  # title
+        _atom_link(links, chain, base_url),  # link
+        _text(guid),  # guid
+        content_html,  # content
+        (  # description
+            _atom_markup(summary) if summary is not None and not has_text(content_html) else None
+        ),
+        dates,  # dates
+        chain or default_base,  # base
+        _own_base(content, chain, base_url),  # content_base
+        _own_base(summary, chain, base_url),  # description_base
     )
 
 
