@@ -432,7 +432,7 @@ def test_bom_wins_over_header_and_declaration(bom: bytes, codec: str, expected: 
 def test_utf8_bom_over_damaged_bytes_stays_utf8() -> None:
     body = codecs.BOM_UTF8 + rss("Valid: \u0468 Invalid: EspaXa").encode().replace(b"X", b"\xf1")
     result = decode_feed(body, None)
-    assert (result.encoding, result.source) == ("utf-8", "detected")
+    assert (result.encoding, result.source, result.replaced) == ("utf-8", "detected", 1)
     assert item_description(result.data) == "Valid: \u0468 Invalid: Espa\ufffda"
 
 
@@ -480,13 +480,14 @@ def test_damaged_utf8_keeps_its_good_characters() -> None:
     body = good.replace("北京".encode(), "北京".encode() + b"\xff")
     result = decode_feed(body, None)
     assert (result.encoding, result.source) == ("utf-8", "detected")
+    assert result.replaced == good.count("北京".encode())
     assert item_description(result.data) == ZH_SIMPLIFIED.replace("北京", "北京\ufffd")
 
 
 def test_damaged_gbk_is_not_read_as_another_code_page() -> None:
     body = rss(ZH_SIMPLIFIED * 3, declared="gbk").encode("gbk") + b"<!-- \x81 -->"
     result = decode_feed(body, None)
-    assert (result.encoding, result.source) == ("gb18030", "detected")
+    assert (result.encoding, result.source, result.replaced) == ("gb18030", "detected", 1)
     assert ZH_SIMPLIFIED in result.data.decode()
 
 

@@ -420,6 +420,31 @@ def test_an_unreadable_pub_date_becomes_the_fetch_time_with_a_warning(
     assert "Odd date" in warning
 
 
+@pytest.mark.parametrize("well_formed", [True, False], ids=["strict", "lenient"])
+def test_undecodable_bytes_are_replaced_with_one_warning_naming_the_feed(
+    feed_server: FeedServer,
+    project: Callable[..., Project],
+    caplog: pytest.LogCaptureFixture,
+    well_formed: bool,
+) -> None:
+    """Damaged UTF-8 is read with U+FFFD in place of the bad bytes; the warning says which feed
+    and how many, once, also when the body went on to the lenient parser's thread."""
+    body = rss([Entry("北京欢迎你 carte", guid="1"), Entry("上海欢迎你", guid="2")])
+    body = body.replace(b"carte", b"carte\xff")
+    if not well_formed:
+        body = body.replace(b"</channel>", b"")
+    url = feed_server.route("/damaged", body=body)
+    p = project([url])
+    with caplog.at_level(logging.WARNING, logger="feedcollector"):
+        assert p.cycle().new_items == 2
+    assert p.rows("SELECT title FROM items WHERE guid = '1'") == [
+        {"title": "北京欢迎你 carte\ufffd"}
+    ]
+    (warning,) = [r.getMessage() for r in caplog.records if "undecodable" in r.getMessage()]
+    assert url in warning
+    assert "utf-8 with 1 undecodable byte sequence(s)" in warning
+
+
 def test_missing_images_are_retried_each_cycle_and_fail_at_three(
     feed_server: FeedServer, project: Callable[..., Project]
 ) -> None:

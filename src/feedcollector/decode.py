@@ -19,7 +19,8 @@ whole body strictly. When none does, a BOM still wins (with replacement characte
 candidate that decodes almost everything (many good non-ASCII characters per bad byte) is read
 with replacement before detection is asked, since detection would trade a few bad bytes for
 mojibake everywhere; the last resort is the first candidate (or UTF-8) with replacement. Lossy
-readings report ``detected`` and log a warning.
+readings report ``detected`` and how many byte sequences they replaced; the caller warns,
+naming the feed (this module does not log).
 
 The output has no BOM, a declaration (if any) that is first and says UTF-8, and no U+FFFE or
 U+FFFF. The other characters XML 1.0 forbids, C0 controls but TAB/LF/CR, are not searched for
@@ -30,7 +31,6 @@ here: libxml2 refuses them, and the parse stage's repair step removes them
 from __future__ import annotations
 
 import codecs
-import logging
 import re
 
 from .decode_detect import detected_codecs
@@ -39,8 +39,6 @@ from .decode_labels import WIDE as _WIDE
 from .decode_labels import codec_for_label
 from .errors import ParseError
 from .models import DecodedFeed
-
-logger = logging.getLogger(__name__)
 
 _HEAD_BYTES = 4096
 """How much of the body is searched for the XML declaration (room for UTF-32)."""
@@ -75,8 +73,8 @@ def decode_feed(body: bytes, content_type: str | None) -> DecodedFeed:
     if not payload:
         raise ParseError("decode: empty body, nothing to read")
     candidates = _candidates(bom_codec, wide, _charset_param(content_type), declared)
-    codec, data, source = _read(payload, candidates, bom_codec, wide)
-    return DecodedFeed(_finish(data), codec, source)
+    codec, data, source, replaced = _read(payload, candidates, bom_codec, wide)
+    return DecodedFeed(_finish(data), codec, source, replaced)
 
 
 def charset_decides(body: bytes, content_type: str | None) -> bool:
@@ -110,31 +108,32 @@ def _own_evidence(body: bytes) -> tuple[str | None, int, str | None, str | None]
 
 def _read(
     payload: bytes, candidates: list[tuple[str, str]], bom_codec: str | None, wide: str | None
-) -> tuple[str, bytes, str]:
-    """Codec, UTF-8 bytes and source: strict readings first, lossy ones only after them."""
+) -> tuple[str, bytes, str, int]:
+    """Codec, UTF-8 bytes, source and replaced sequences: strict readings first, lossy ones
+    only after them."""
     for codec, source in candidates:
         data = _decode_strict(payload, codec)
         if data is not None:
-            return codec, data, source
+            return codec, data, source, 0
     tried = {codec for codec, _ in candidates}
     utf8_untried = wide is None and _UTF8 not in tried
     if utf8_untried:
         data = _decode_strict(payload, _UTF8)
         if data is not None:
-            return _UTF8, data, "detected" if candidates else "default"
+            return _UTF8, data, "detected" if candidates else "default", 0
     if bom_codec is not None:  # a BOM is no guess: damaged bytes do not overturn it
-        return bom_codec, _decode_lossy(payload, bom_codec), "detected"
+        return bom_codec, *_decode_lossy(payload, bom_codec)
     for codec in [codec for codec, _ in candidates] + ([_UTF8] if utf8_untried else []):
-        data = _decode_mostly(payload, codec)
-        if data is not None:
-            return codec, data, "detected"
+        mostly = _decode_mostly(payload, codec)
+        if mostly is not None:
+            return codec, *mostly
     if wide is None:
         for codec in detected_codecs(payload, tried):
             data = _decode_strict(payload, codec) if codec not in tried else None
             if data is not None:
-                return codec, data, "detected"
+                return codec, data, "detected", 0
     fallback = candidates[0][0] if candidates else _UTF8
-    return fallback, _decode_lossy(payload, fallback), "detected"
+    return fallback, *_decode_lossy(payload, fallback)
 
 
 def _sniff_bom(body: bytes) -> tuple[str | None, int]:
@@ -256,23 +255,20 @@ def _is_clean_utf8(payload: bytes) -> bool:
     return True
 
 
-def _decode_mostly(payload: bytes, codec: str) -> bytes | None:
+def _decode_mostly(payload: bytes, codec: str) -> tuple[bytes, str, int] | None:
     """A lossy reading, but only when it is plainly the right codec with a few damaged bytes."""
     text = payload.decode(codec, "replace")
     replaced = text.count("\ufffd")
     good = len(text) - len(text.encode("ascii", "ignore")) - replaced
     if good < _LOSSY_RATIO * replaced:
         return None
-    logger.warning("decode: %d undecodable byte sequence(s) replaced, read as %s", replaced, codec)
-    return _utf8(text)
+    return _utf8(text), "detected", replaced
 
 
-def _decode_lossy(payload: bytes, codec: str) -> bytes:
+def _decode_lossy(payload: bytes, codec: str) -> tuple[bytes, str, int]:
+    """The last resort: ``codec`` with every undecodable sequence replaced."""
     text = payload.decode(codec, "replace")
-    logger.warning(
-        "decode: no encoding fits, read as %s with %d replacement(s)", codec, text.count("\ufffd")
-    )
-    return _utf8(text)
+    return _utf8(text), "detected", text.count("\ufffd")
 
 
 def _has_noncharacter(text: str) -> bool:

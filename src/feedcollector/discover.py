@@ -140,7 +140,7 @@ async def discover_feeds(
         raise ConfigError(f"add: {url} cannot be fetched: {exc}") from exc
     try:
         parsed, records = read_feed_body(
-            page.body, page.content_type, page.final_url, url, now, warn_undated=False
+            page.body, page.content_type, page.final_url, url, now, warn=False
         )
     except ParseError:
         pass
@@ -179,7 +179,7 @@ async def _check(
     try:
         response = await fetch_feed(client, url, etag=None, last_modified=None, limits=limits)
         parsed, records = read_feed_body(
-            response.body, response.content_type, response.final_url, url, now, warn_undated=False
+            response.body, response.content_type, response.final_url, url, now, warn=False
         )
     except (FetchError, ParseError) as exc:
         return str(exc)

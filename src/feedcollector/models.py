@@ -88,6 +88,9 @@ class DecodedFeed:
     encoding: str
     source: str
     """Where the encoding came from: bom, http, declaration, detected or default."""
+    replaced: int = 0
+    """Byte sequences no encoding could read, each replaced by U+FFFD (a lossy reading: the
+    caller warns, naming the feed); 0 when every byte was read."""
 
 
 class ParsedItem(NamedTuple):

@@ -241,15 +241,29 @@ def read_feed_body(
     feed_url: str,
     fetched_at: datetime,
     *,
-    warn_undated: bool = True,
+    warn: bool = True,
     lenient: bool = True,
 ) -> tuple[ParsedFeed, list[ItemRecord]]:
     """Decode, parse and normalize one body: the path of every fetch and of every replayed
     backup (:mod:`.restore`). Raises ParseError (LenientParseNeeded when not ``lenient``, see
-    :func:`.parse.parse_feed`); an unreadable pubDate is dated ``fetched_at`` and logged (seed
-    section 5) unless ``warn_undated`` is off (a replay repeats no warnings)."""
+    :func:`.parse.parse_feed`). What the reading had to repair, drop or guess is logged with
+    the feed's URL unless ``warn`` is off (a replay or a probe repeats no warnings): bytes no
+    encoding could read, items past the cap, and an unreadable pubDate, dated ``fetched_at``
+    (seed section 5)."""
     decoded = decode_feed(body, content_type)
     parsed = parse_feed(decoded.data, document_url, lenient=lenient)
+    records, undated = item_records(parsed.items, fetched_at)
+    if not warn:
+        return parsed, records
+    if decoded.replaced:
+        log.warning(
+            "decode: feed %s read as %s with %d undecodable byte sequence(s) replaced by U+FFFD "
+            "(no encoding the feed names or its bytes suggest reads them all; its backup keeps "
+            "the original bytes)",
+            feed_url,
+            decoded.encoding,
+            decoded.replaced,
+        )
     if parsed.items_dropped:
         log.warning(
             "parse: feed %s lists more than %d items; the first %d are stored, %d more were not "
@@ -259,8 +273,7 @@ def read_feed_body(
             MAX_ITEMS_PER_FEED,
             parsed.items_dropped,
         )
-    records, undated = item_records(parsed.items, fetched_at)
-    for item in undated if warn_undated else ():
+    for item in undated:
         log.warning(
             "parse: unreadable pubDate %r in feed %s, item %r: stored with the fetch time",
             item.raw_pub_date,

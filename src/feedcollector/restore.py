@@ -193,7 +193,7 @@ async def _restore_feed(
         previous = digest
         try:
             parsed, records = read_feed_body(
-                body, content_type, target.url, target.url, taken, warn_undated=False
+                body, content_type, target.url, target.url, taken, warn=False
             )
         except ParseError as exc:
             report.backups_unreadable += 1
