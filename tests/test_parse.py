@@ -480,6 +480,41 @@ def test_without_lenient_a_document_only_feedparser_reads_is_handed_back() -> No
     assert parse_feed(repairable, BASE_URL, lenient=False).format == "rss"
 
 
+@pytest.mark.parametrize(
+    "namespace",
+    [
+        "http://www.w3.org/2005/Atm",  # misspelled
+        "http://purl.org/atom/ns#draft-ietf-atompub-format-08",  # a pre-1.0 draft
+    ],
+)
+def test_a_feed_root_in_a_namespace_no_version_uses_is_read_by_local_names(namespace: str) -> None:
+    """The fast path matches elements by namespace and would call this no feed; feedparser
+    matches local names and reads it, as it reads any other document the fast path cannot."""
+    entries = (
+        '<entry><id>e1</id><title>One</title><link href="/one"/>'
+        "<updated>2024-01-02T03:04:05Z</updated></entry><entry><id>e2</id><title>Two</title></entry>"
+    )
+    data = atom(entries).replace(b"http://www.w3.org/2005/Atom", namespace.encode())
+    with pytest.raises(LenientParseNeeded, match="no RSS or Atom version uses"):
+        parse_feed(data, BASE_URL, lenient=False)
+    feed = parse_feed(data, BASE_URL)
+    assert feed.format == "atom-fallback"
+    assert [(item.guid, item.link) for item in feed.items] == [
+        ("e1", "http://site.example/one"),
+        ("e2", None),
+    ]
+    assert stamp(feed.items[0].pub_date) == "2024-01-02T03:04:05Z"
+
+
+def test_a_root_named_like_a_feed_that_is_none_is_still_refused() -> None:
+    data = b'<feed xmlns="urn:example:inventory"><shelf><book>A</book></shelf></feed>'
+    with pytest.raises(ParseError, match="no RSS or Atom version uses, and the lenient parser"):
+        parse_feed(data, BASE_URL)
+    huge = data.replace(b"<shelf>", b"<shelf>" + b"<book>A</book>" * 400_000)
+    with pytest.raises(ParseError, match=r"no RSS or Atom version uses, and at \d+ bytes too big"):
+        parse_feed(huge, BASE_URL)
+
+
 def test_truncated_atom_falls_back() -> None:
     data = atom('<entry><id>e1</id><title>A</title><link href="/a"/></entry><entry><title>B')
     feed = parse_feed(data[: -len(b"</feed>")], BASE_URL)

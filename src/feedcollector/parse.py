@@ -3,7 +3,9 @@
 Three tries, cheapest first:
 
 1. strict lxml (no entity expansion, no network, no DTD loading, size and depth limits), the
-   fast path for well-formed RSS/RDF/Atom (:mod:`.parse_xml`);
+   fast path for well-formed RSS/RDF/Atom (:mod:`.parse_xml`); a feed's root element in a
+   namespace no RSS or Atom version uses (a misspelled or draft Atom URI) goes to step 3,
+   which reads elements by their local names;
 2. the same after :func:`.parse_fallback.repair_xml` (C0 controls, undefined HTML entities,
    stray ``&``, undeclared namespace prefixes);
 3. feedparser's lenient parser, mapped through the same rules (format gets ``-fallback``).
@@ -27,7 +29,7 @@ from .errors import LenientParseNeeded, ParseError
 from .models import ParsedFeed
 from .parse_fallback import parse_with_feedparser, repair_xml
 from .parse_json import parse_json_feed
-from .parse_xml import feed_from_tree
+from .parse_xml import UnknownFeedNamespace, feed_from_tree
 
 UTF8_BOM = b"\xef\xbb\xbf"
 
@@ -51,19 +53,35 @@ def parse_feed(data: bytes, base_url: str, *, lenient: bool = True) -> ParsedFee
     if body.startswith(b"{"):
         return parse_json_feed(without_controls(body), base_url)
     root = _parse_strict(body)
+    document = body
     if root is None:
         repaired = repair_xml(body)
         root = _parse_strict(repaired) if repaired != body else None
-        if root is None:
-            if len(repaired) > LENIENT_PARSE_LIMIT:
-                raise ParseError(
-                    f"parse: not well-formed XML, and at {len(repaired)} bytes too big for the "
-                    f"lenient parser (limit {LENIENT_PARSE_LIMIT} bytes)"
-                )
-            if not lenient:
-                raise LenientParseNeeded(f"parse: {len(repaired)} bytes for the lenient parser")
-            return parse_with_feedparser(repaired, base_url)
-    return feed_from_tree(root, base_url)
+        document = repaired
+    if root is None:
+        return _read_leniently(document, base_url, "not well-formed XML", lenient=lenient)
+    try:
+        return feed_from_tree(root, base_url)
+    except UnknownFeedNamespace as exc:
+        why = str(exc).removeprefix("parse: ")
+        feed = _read_leniently(document, base_url, why, lenient=lenient)
+        if not feed.items and feed.title is None:  # feedparser calls any <feed> root Atom
+            raise ParseError(
+                f"parse: {why}, and the lenient parser found no title or entries in it"
+            ) from exc
+        return feed
+
+
+def _read_leniently(document: bytes, base_url: str, why: str, *, lenient: bool) -> ParsedFeed:
+    """feedparser's reading of a document the fast path cannot read, within its size limit."""
+    if len(document) > LENIENT_PARSE_LIMIT:
+        raise ParseError(
+            f"parse: {why}, and at {len(document)} bytes too big for the lenient parser "
+            f"(limit {LENIENT_PARSE_LIMIT} bytes)"
+        )
+    if not lenient:
+        raise LenientParseNeeded(f"parse: {why}; {len(document)} bytes for the lenient parser")
+    return parse_with_feedparser(document, base_url)
 
 
 def _parse_strict(body: bytes) -> etree._Element | None:

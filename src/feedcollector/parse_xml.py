@@ -37,6 +37,13 @@ from .parse_tags import (
 from .parse_text import markup_of, serialize_inner, text_of, xhtml_container
 
 XML_BASE = "{http://www.w3.org/XML/1998/namespace}base"
+FEED_ROOT_NAMES = ("feed", "rss", "RDF", "channel")
+
+
+class UnknownFeedNamespace(ParseError):
+    """A feed's root element in a namespace this reader does not know (a misspelled or draft
+    Atom URI): the tables here match by namespace, feedparser by local name, so
+    :func:`.parse.parse_feed` hands the document to it."""
 
 
 def feed_from_tree(root: etree._Element, base_url: str) -> ParsedFeed:
@@ -60,7 +67,13 @@ def feed_from_tree(root: etree._Element, base_url: str) -> ParsedFeed:
         return _read_rss(root, [], None, base_url, "rss")
     if name in ("atom:feed", "feed"):
         return _read_atom(root, root_chain, base_url)
-    raise ParseError(f"parse: not a feed (root element <{etree.QName(root).localname}>)")
+    qname = etree.QName(root)
+    if qname.localname in FEED_ROOT_NAMES:
+        raise UnknownFeedNamespace(
+            f"parse: root element <{qname.localname}> in the namespace {qname.namespace!r}, "
+            "which no RSS or Atom version uses"
+        )
+    raise ParseError(f"parse: not a feed (root element <{qname.localname}>)")
 
 
 def _read_rss(
