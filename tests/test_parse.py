@@ -515,6 +515,24 @@ def test_a_root_named_like_a_feed_that_is_none_is_still_refused() -> None:
         parse_feed(huge, BASE_URL)
 
 
+def test_items_left_beside_a_closed_channel_are_read_in_document_order() -> None:
+    """A generator that closes the channel too early leaves items beside it (where RDF keeps
+    them); feedparser reads them, and so does the fast path."""
+    data = (
+        b'<rss version="2.0"><item><title>Z</title><guid>g0</guid></item>'
+        b"<channel><title>T</title><link>http://site.example/</link>"
+        b"<item><title>A</title><guid>g1</guid></item></channel>"
+        b"<item><title>B</title><guid>g2</guid><link>/b</link></item></rss>"
+    )
+    feed = parse_feed(data, BASE_URL)
+    assert feed.format == "rss"
+    assert [(item.guid, item.link) for item in feed.items] == [
+        ("g0", None),
+        ("g1", None),
+        ("g2", "http://site.example/b"),
+    ]
+
+
 def test_truncated_atom_falls_back() -> None:
     data = atom('<entry><id>e1</id><title>A</title><link href="/a"/></entry><entry><title>B')
     feed = parse_feed(data[: -len(b"</feed>")], BASE_URL)

@@ -52,19 +52,16 @@ def feed_from_tree(root: etree._Element, base_url: str) -> ParsedFeed:
         raise ParseError("parse: document has no root element")
     name = canonical_tag(root.tag)
     root_chain = _chain(root, None, base_url)
-    if name == "rss":
+    if name in ("rss", "rdf:RDF", "RDF"):
         channel = _first_child(root, "channel")
         if channel is None:
-            raise ParseError("parse: <rss> document without a <channel>")
-        return _read_rss(channel, [], root_chain, base_url, "rss")
-    if name in ("rdf:RDF", "RDF"):
-        channel = _first_child(root, "channel")
-        if channel is None:
-            raise ParseError("parse: RDF document without a <channel>")
-        items = [c for c in root if isinstance(c.tag, str) and canonical_tag(c.tag) == "item"]
-        return _read_rss(channel, items, root_chain, base_url, "rdf")
+            raise ParseError(f"parse: <{etree.QName(root).localname}> document without a <channel>")
+        before, after = _items_beside(root, channel)
+        return _read_rss(
+            channel, before, after, root_chain, base_url, "rss" if name == "rss" else "rdf"
+        )
     if name == "channel":
-        return _read_rss(root, [], None, base_url, "rss")
+        return _read_rss(root, [], [], None, base_url, "rss")
     if name in ("atom:feed", "feed"):
         return _read_atom(root, root_chain, base_url)
     qname = etree.QName(root)
@@ -76,16 +73,38 @@ def feed_from_tree(root: etree._Element, base_url: str) -> ParsedFeed:
     raise ParseError(f"parse: not a feed (root element <{qname.localname}>)")
 
 
+def _items_beside(
+    root: etree._Element, channel: etree._Element
+) -> tuple[list[etree._Element], list[etree._Element]]:
+    """The items that are siblings of the channel, before it and after it.
+
+    RDF puts its items there; an RSS feed that closes its channel too early leaves some there
+    too (feedparser reads them, and so does this reader).
+    """
+    before: list[etree._Element] = []
+    after: list[etree._Element] = []
+    found = before
+    for child in root:
+        if child is channel:
+            found = after
+        elif isinstance(child.tag, str) and canonical_tag(child.tag) == "item":
+            found.append(child)
+    return before, after
+
+
 def _read_rss(
     channel: etree._Element,
-    items: list[etree._Element],
+    before: list[etree._Element],
+    after: list[etree._Element],
     parent_chain: str | None,
     base_url: str,
     format_name: str,
 ) -> ParsedFeed:
+    """A channel and its items, with any items beside the channel (``before`` and ``after``
+    it) in document order."""
     chain = _chain(channel, parent_chain, base_url)
     found: dict[str, etree._Element] = {}
-    all_items = list(items)
+    all_items = list(before)
     for child in channel:
         tag = child.tag
         if tag.__class__ is not str:
@@ -95,8 +114,9 @@ def _read_rss(
             all_items.append(child)
         elif key is not None and (key not in found or not text_of(found[key]).strip()):
             found[key] = child
+    all_items += after
     feed_link, default_base = feed_base(_text(found.get("link")), chain or base_url)
-    outer = channel.getparent() if items else None  # RDF: items are siblings of the channel
+    outer = channel.getparent() if before or after else None
     walk_root = outer if outer is not None else channel
     dropped = max(0, len(all_items) - MAX_ITEMS_PER_FEED)
     del all_items[MAX_ITEMS_PER_FEED:]
