@@ -87,6 +87,10 @@ REAL_WORLD_DATES = {
     "2024-1-2 3:04:05": "2024-01-02T03:04:05Z",
     "2024-01-02": "2024-01-02T00:00:00Z",
     "20240102T030405Z": "2024-01-02T03:04:05Z",
+    # year first with slashes (some CMSs): feedparser misreads these as November 1st
+    "2024/01/02 10:00:00 +0900": "2024-01-02T01:00:00Z",
+    "1997/08/23 03:52:46": "1997-08-23T03:52:46Z",
+    "2024/1/2": "2024-01-02T00:00:00Z",
     # feedparser's handlers as the last resort (Greek, Perforce), result checked against input
     "Κυρ, 11 Ιούλ 2004 12:00:00 EST": "2004-07-11T17:00:00Z",
     "Fri, 2006/09/15 08:19:53 EDT": "2006-09-15T12:19:53Z",
@@ -109,6 +113,8 @@ NOT_DATES = [
     "Mon, 01 Jan 2024 10:00:00 +2400",
     "32 Jan 2024",
     "01/02/2024",  # day/month order unknowable
+    "2024/01-02",  # mixed separators
+    "2024/02/30",
     "Jan Feb 2024",
     "Mon, 01 Jan 2024 10:00:00 GMT" + "x" * 300,  # absurdly long
     "9999-12-31T23:59:59-14:00",  # beyond datetime's range once converted to UTC

@@ -37,7 +37,7 @@ MAX_DATE_LENGTH = 256
 """Longer text is not a date; refusing it keeps every regex and feedparser call cheap."""
 
 _ISO_RE = re.compile(
-    r"(?P<y>\d{4})-(?P<mo>\d{1,2})-(?P<d>\d{1,2})"
+    r"(?P<y>\d{4})(?P<sep>[-/])(?P<mo>\d{1,2})(?P=sep)(?P<d>\d{1,2})"
     r"(?:(?:[Tt]|\s+)(?P<h>\d{1,2}):(?P<mi>\d{2})(?::(?P<s>\d{2})(?:[.,](?P<f>\d+))?)?)?"
     r"\s*(?P<zone>[A-Za-z]{1,5})?\s*(?P<off>[+-]\d{2}(?::?\d{2})?)?"
 )
@@ -140,7 +140,8 @@ def _fraction_micro(fraction: str | None) -> int:
 
 
 def _parse_iso(text: str) -> datetime | None:
-    """ISO 8601 / W3CDTF / RFC 3339, with a space for the T and an optional named zone."""
+    """ISO 8601 / W3CDTF / RFC 3339, with a space for the T and an optional named zone; also
+    with slashes (``2024/01/02 10:00``: year first is always year, month, day)."""
     try:
         moment = datetime.fromisoformat(text)
     except ValueError:
