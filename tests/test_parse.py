@@ -515,6 +515,29 @@ def test_a_root_named_like_a_feed_that_is_none_is_still_refused() -> None:
         parse_feed(huge, BASE_URL)
 
 
+def test_items_named_in_another_case_are_read_by_the_lenient_parser() -> None:
+    """XML names are case-sensitive and the tables match ``item``/``entry`` exactly; a feed
+    that writes ``<Item>`` or ``<ENTRY>`` would otherwise yield no items at all."""
+    upper = rss(
+        "<Item><Title>A</Title><Link>http://site.example/a</Link></Item>"
+        "<ITEM><TITLE>B</TITLE><GUID>g</GUID></ITEM>"
+    )
+    with pytest.raises(LenientParseNeeded, match="names its items <Item>, not <item>"):
+        parse_feed(upper, BASE_URL, lenient=False)
+    feed = parse_feed(upper, BASE_URL)
+    assert feed.format == "rss-fallback"
+    assert [(item.title, item.guid) for item in feed.items] == [
+        ("A", "http://site.example/a"),
+        ("B", "g"),
+    ]
+    entry = atom("<Entry><id>e1</id><title>A</title></Entry>")
+    assert [item.guid for item in parse_feed(entry, BASE_URL).items] == ["e1"]
+    extension = rss(
+        '<x:Item xmlns:x="urn:example:x">not an item</x:Item><item><guid>g</guid></item>'
+    )
+    assert parse_feed(extension, BASE_URL, lenient=False).format == "rss"
+
+
 def test_items_left_beside_a_closed_channel_are_read_in_document_order() -> None:
     """A generator that closes the channel too early leaves items beside it (where RDF keeps
     them); feedparser reads them, and so does the fast path."""

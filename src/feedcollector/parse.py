@@ -3,9 +3,10 @@
 Three tries, cheapest first:
 
 1. strict lxml (no entity expansion, no network, no DTD loading, size and depth limits), the
-   fast path for well-formed RSS/RDF/Atom (:mod:`.parse_xml`); a feed's root element in a
-   namespace no RSS or Atom version uses (a misspelled or draft Atom URI) goes to step 3,
-   which reads elements by their local names;
+   fast path for well-formed RSS/RDF/Atom (:mod:`.parse_xml`); a feed it does not read as
+   written (its root in a namespace no RSS or Atom version uses, such as a misspelled or
+   draft Atom URI, or its items named in another case) goes to step 3, which matches local
+   names in any case;
 2. the same after :func:`.parse_fallback.repair_xml` (C0 controls, undefined HTML entities,
    stray ``&``, undeclared namespace prefixes);
 3. feedparser's lenient parser, mapped through the same rules (format gets ``-fallback``).
@@ -29,7 +30,7 @@ from .errors import LenientParseNeeded, ParseError
 from .models import ParsedFeed
 from .parse_fallback import parse_with_feedparser, repair_xml
 from .parse_json import parse_json_feed
-from .parse_xml import UnknownFeedNamespace, feed_from_tree
+from .parse_xml import ReadByLocalNames, feed_from_tree
 
 UTF8_BOM = b"\xef\xbb\xbf"
 
@@ -62,7 +63,7 @@ def parse_feed(data: bytes, base_url: str, *, lenient: bool = True) -> ParsedFee
         return _read_leniently(document, base_url, "not well-formed XML", lenient=lenient)
     try:
         return feed_from_tree(root, base_url)
-    except UnknownFeedNamespace as exc:
+    except ReadByLocalNames as exc:
         why = str(exc).removeprefix("parse: ")
         feed = _read_leniently(document, base_url, why, lenient=lenient)
         if not feed.items and feed.title is None:  # feedparser calls any <feed> root Atom

@@ -40,10 +40,12 @@ XML_BASE = "{http://www.w3.org/XML/1998/namespace}base"
 FEED_ROOT_NAMES = ("feed", "rss", "RDF", "channel")
 
 
-class UnknownFeedNamespace(ParseError):
-    """A feed's root element in a namespace this reader does not know (a misspelled or draft
-    Atom URI): the tables here match by namespace, feedparser by local name, so
-    :func:`.parse.parse_feed` hands the document to it."""
+class ReadByLocalNames(ParseError):
+    """A feed this reader does not read as written: its root element in a namespace no RSS
+    or Atom version uses (a misspelled or draft Atom URI), or its items named in another case
+    (``<Item>``, ``<ENTRY>``). The tables here match exact names in known namespaces;
+    feedparser matches local names in any case, so :func:`.parse.parse_feed` hands the
+    document to it."""
 
 
 def feed_from_tree(root: etree._Element, base_url: str) -> ParsedFeed:
@@ -66,7 +68,7 @@ def feed_from_tree(root: etree._Element, base_url: str) -> ParsedFeed:
         return _read_atom(root, root_chain, base_url)
     qname = etree.QName(root)
     if qname.localname in FEED_ROOT_NAMES:
-        raise UnknownFeedNamespace(
+        raise ReadByLocalNames(
             f"parse: root element <{qname.localname}> in the namespace {qname.namespace!r}, "
             "which no RSS or Atom version uses"
         )
@@ -114,6 +116,8 @@ def _read_rss(
             all_items.append(child)
         elif key is not None and (key not in found or not text_of(found[key]).strip()):
             found[key] = child
+        elif key is None:
+            _refuse_miscased(tag, "item")
     all_items += after
     feed_link, default_base = feed_base(_text(found.get("link")), chain or base_url)
     outer = channel.getparent() if before or after else None
@@ -211,6 +215,8 @@ def _read_atom(feed: etree._Element, chain: str | None, base_url: str) -> Parsed
         key = ATOM_FEED.key(tag)
         if key == "entry":
             entries.append(child)
+        elif key is None:
+            _refuse_miscased(tag, "entry")
         elif key == "link":
             links.append(child)
         elif key is not None and key not in found:
@@ -297,6 +303,17 @@ def _atom_markup(element: etree._Element) -> str | None:
     if element.get("type") == "xhtml":
         return serialize_inner(xhtml_container(element))
     return markup_of(element)
+
+
+def _refuse_miscased(tag: str, name: str) -> None:
+    """Raise :class:`ReadByLocalNames` when ``tag`` is ``name`` in another case (in no
+    namespace or one this reader knows; an ``<x:Item>`` of some extension is not an item)."""
+    canonical = canonical_tag(tag)
+    if canonical.startswith("{"):
+        return
+    local = canonical.rpartition(":")[2]
+    if local != name and local.lower() == name:
+        raise ReadByLocalNames(f"parse: the feed names its items <{local}>, not <{name}>")
 
 
 def _first_child(parent: etree._Element, name: str) -> etree._Element | None:
