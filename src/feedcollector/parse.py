@@ -64,11 +64,10 @@ def parse_feed(data: bytes, base_url: str, *, lenient: bool = True) -> ParsedFee
     try:
         return feed_from_tree(root, base_url)
     except ReadByLocalNames as exc:
-        why = str(exc).removeprefix("parse: ")
-        feed = _read_leniently(document, base_url, why, lenient=lenient)
+        feed = _read_leniently(document, base_url, exc.reason, lenient=lenient)
         if not feed.items and feed.title is None:  # feedparser calls any <feed> root Atom
             raise ParseError(
-                f"parse: {why}, and the lenient parser found no title or entries in it"
+                f"parse: {exc.reason}, and the lenient parser found no title or entries in it"
             ) from exc
         return feed
 

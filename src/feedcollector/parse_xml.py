@@ -45,7 +45,11 @@ class ReadByLocalNames(ParseError):
     or Atom version uses (a misspelled or draft Atom URI), or its items named in another case
     (``<Item>``, ``<ENTRY>``). The tables here match exact names in known namespaces;
     feedparser matches local names in any case, so :func:`.parse.parse_feed` hands the
-    document to it."""
+    document to it, and words its own errors with :attr:`reason`."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"parse: {reason}")
+        self.reason = reason
 
 
 def feed_from_tree(root: etree._Element, base_url: str) -> ParsedFeed:
@@ -69,7 +73,7 @@ def feed_from_tree(root: etree._Element, base_url: str) -> ParsedFeed:
     qname = etree.QName(root)
     if qname.localname in FEED_ROOT_NAMES:
         raise ReadByLocalNames(
-            f"parse: root element <{qname.localname}> in the namespace {qname.namespace!r}, "
+            f"root element <{qname.localname}> in the namespace {qname.namespace!r}, "
             "which no RSS or Atom version uses"
         )
     raise ParseError(f"parse: not a feed (root element <{qname.localname}>)")
@@ -114,10 +118,10 @@ def _read_rss(
         key = RSS_CHANNEL.key(tag)
         if key == "item":
             all_items.append(child)
-        elif key is not None and (key not in found or not text_of(found[key]).strip()):
-            found[key] = child
         elif key is None:
             _refuse_miscased(tag, "item")
+        elif key not in found or not text_of(found[key]).strip():
+            found[key] = child
     all_items += after
     feed_link, default_base = feed_base(_text(found.get("link")), chain or base_url)
     outer = channel.getparent() if before or after else None
@@ -219,7 +223,7 @@ def _read_atom(feed: etree._Element, chain: str | None, base_url: str) -> Parsed
             _refuse_miscased(tag, "entry")
         elif key == "link":
             links.append(child)
-        elif key is not None and key not in found:
+        elif key not in found:
             found[key] = child
     feed_link, default_base = feed_base(_atom_link(links, chain, base_url), chain or base_url)
     title = found.get("title")
@@ -313,7 +317,7 @@ def _refuse_miscased(tag: str, name: str) -> None:
         return
     local = canonical.rpartition(":")[2]
     if local != name and local.lower() == name:
-        raise ReadByLocalNames(f"parse: the feed names its items <{local}>, not <{name}>")
+        raise ReadByLocalNames(f"the feed names its items <{local}>, not <{name}>")
 
 
 def _first_child(parent: etree._Element, name: str) -> etree._Element | None:
