@@ -214,6 +214,32 @@ def test_md5_fallback_hashes_the_pubdate_text_whichever_date_was_read() -> None:
     assert item.guid == md5("T" + "Lun 3")
 
 
+@pytest.mark.parametrize("broken", [False, True], ids=["fast path", "feedparser"])
+def test_items_of_a_description_alone_get_a_guid_each(broken: bool) -> None:
+    """RSS allows an item of a description alone. The seed's last step hashes title + pubDate,
+    which is md5("") for every such item: the feed would keep only its first. Their text is
+    hashed instead; an item with no text at all still gets md5("")."""
+    items = (
+        "<item><description> first note </description></item>"
+        "<item><description><![CDATA[<p>second <a href='/n/2'>note</a></p>]]></description></item>"
+        "<item><content:encoded>third</content:encoded><description>ignored</description></item>"
+        "<item><description>   </description></item>"
+    )
+    data = rss(items) + (b"<" if broken else b"")
+    if broken:
+        with pytest.raises(LenientParseNeeded):
+            parse_feed(data, BASE_URL, lenient=False)
+    feed = parse_feed(data, BASE_URL)
+    assert [item.guid for item in feed.items] == [
+        md5("first note"),
+        md5("<p>second <a href='/n/2'>note</a></p>"),
+        md5("third"),
+        md5(""),
+    ]
+    titled = only_item(rss("<item><title>T</title><description>text</description></item>"))
+    assert titled.guid == md5("T")
+
+
 def test_guid_chain_atom() -> None:
     item = only_item(atom('<entry><id>urn:x:1</id><link href="/a"/></entry>'))
     assert item.guid == "urn:x:1"

@@ -80,7 +80,9 @@ def finish_values(
     pub_date, raw_pub_date = choose_date(dates)
     guid = (guid.strip() or None) if guid else None
     if guid is None:
-        guid = link or fallback_guid(title, raw_pub_date)
+        guid = link or fallback_guid(
+            title, raw_pub_date, content if has_text(content) else description
+        )
     if content and not content.isspace():
         content_html: str | None = absolutize(content, content_base or base)
     elif description and not description.isspace():
@@ -96,13 +98,21 @@ def has_text(value: str | None) -> TypeGuard[str]:
     return value is not None and value != "" and not value.isspace()
 
 
-def fallback_guid(title: str | None, raw_pub_date: str | None) -> str:
+def fallback_guid(title: str | None, raw_pub_date: str | None, text: str | None) -> str:
     """MD5 hex of ``title + pubDate`` (UTF-8): the last link of the seed's GUID chain.
 
     ``title`` is the trimmed title the item is stored with; ``raw_pub_date`` is the date text
     exactly as it appears in the feed. Either is the empty string when absent.
+
+    An item with neither (RSS allows an item of a description alone) would get md5("") like
+    every other such item, and a feed of them would keep only its first: then the item's
+    ``text`` (the content or description it is stored with, before URLs are made absolute,
+    trimmed) is hashed instead. Only GUIDs that were md5("") change.
     """
-    return hashlib.md5(((title or "") + (raw_pub_date or "")).encode("utf-8")).hexdigest()
+    key = (title or "") + (raw_pub_date or "")
+    if not key and text:
+        key = text.strip()
+    return hashlib.md5(key.encode("utf-8")).hexdigest()
 
 
 def choose_date(texts: tuple[str, ...]) -> tuple[datetime | None, str | None]:
