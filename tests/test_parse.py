@@ -240,6 +240,32 @@ def test_items_of_a_description_alone_get_a_guid_each(broken: bool) -> None:
     assert titled.guid == md5("T")
 
 
+@pytest.mark.parametrize("broken", [False, True], ids=["fast path", "feedparser"])
+def test_an_rss_item_without_link_takes_its_atom_link(broken: bool) -> None:
+    """Both paths read it as feedparser does (the alternate, else the first), so a feed that
+    turns ill-formed one day keeps its items' GUIDs; an item's own <link> comes first."""
+    atom_link = '<atom:link xmlns:atom="http://www.w3.org/2005/Atom"'
+    items = (
+        f'<item><title>A</title>{atom_link} rel="replies" href="/c/1"/>'
+        f'{atom_link} rel="alternate" href="/p/1"/></item>'
+        f'<item><title>B</title><link> </link>{atom_link} rel="enclosure" href="/f.mp3"/></item>'
+        f'<item><title>C</title><link>/p/3</link>{atom_link} href="/p/other"/></item>'
+        f'<item><title>D</title><description>no link</description>{atom_link} href=""/></item>'
+    )
+    data = rss(items) + (b"<" if broken else b"")
+    if broken:
+        with pytest.raises(LenientParseNeeded):
+            parse_feed(data, BASE_URL, lenient=False)
+    feed = parse_feed(data, BASE_URL)
+    expected = [
+        "http://site.example/p/1",
+        "http://site.example/f.mp3",
+        "http://site.example/p/3",
+    ]
+    assert [item.link for item in feed.items] == [*expected, None]
+    assert [item.guid for item in feed.items] == [*expected, md5("D")]
+
+
 def test_guid_chain_atom() -> None:
     item = only_item(atom('<entry><id>urn:x:1</id><link href="/a"/></entry>'))
     assert item.guid == "urn:x:1"

@@ -34,9 +34,14 @@ RSS_ITEM_SLOTS = {
     "content:encoded": 4,
     "pubDate": 5,
     "dc:date": 6,
+    "atom:link": 7,
 }
-"""An item's fields -> their place in the list the item walk fills (unpacked in one go)."""
-RSS_ITEM_WILDCARDS = tuple("{*}" + name.rpartition(":")[2] for name in RSS_ITEM_SLOTS)
+"""An item's fields -> their place in the list the item walk fills (unpacked in one go).
+``atom:link`` is read when the item has no ``<link>``; all of an item's are kept."""
+RSS_ATOM_LINKS = RSS_ITEM_SLOTS["atom:link"]
+RSS_ITEM_WILDCARDS = tuple(
+    dict.fromkeys("{*}" + name.rpartition(":")[2] for name in RSS_ITEM_SLOTS)
+)
 """The item fields' local names in any namespace: lxml matches these in C, so the many
 extension elements of podcast feeds never become Python objects (the table checks the URI)."""
 RSS_CHANNEL_FIELDS = {

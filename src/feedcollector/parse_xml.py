@@ -28,6 +28,7 @@ from .parse_tags import (
     ATOM_ENTRY_WILDCARDS,
     ATOM_FEED,
     ATOM_LINKS,
+    RSS_ATOM_LINKS,
     RSS_CHANNEL,
     RSS_ITEM,
     RSS_ITEM_WILDCARDS,
@@ -129,8 +130,10 @@ def _read_rss(
     dropped = max(0, len(all_items) - MAX_ITEMS_PER_FEED)
     del all_items[MAX_ITEMS_PER_FEED:]
     entries = tuple(
-        _rss_item(item, fields, chain, default_base, base_url)
-        for item, fields, _ in _item_fields(walk_root, all_items, RSS_ITEM, RSS_ITEM_WILDCARDS)
+        _rss_item(item, fields, links, chain, default_base, base_url)
+        for item, fields, links in _item_fields(
+            walk_root, all_items, RSS_ITEM, RSS_ITEM_WILDCARDS, RSS_ATOM_LINKS
+        )
     )
     return ParsedFeed(
         title=_stripped(_text(found.get("title"))),
@@ -152,7 +155,7 @@ def _item_fields(
     every: int | None = None,
 ) -> list[tuple[etree._Element, list[etree._Element | None], list[etree._Element]]]:
     """Each item with its first child per slot of ``table``, and all its children of slot
-    ``every`` (Atom's links).
+    ``every`` (Atom links).
 
     Found in ONE walk of ``container`` filtered on ``wildcards`` in C: the tag matcher is built
     once per document rather than once per item (the dominant cost for podcast feeds), and
@@ -182,12 +185,16 @@ def _item_fields(
 def _rss_item(
     item: etree._Element,
     fields: list[etree._Element | None],
+    atom_links: list[etree._Element],
     parent_chain: str | None,
     default_base: str,
     base_url: str,
 ) -> ParsedItem:
     chain = _chain(item, parent_chain, base_url)
-    title, link, guid, description, content, pub_date, dc_date = fields  # RSS_ITEM_SLOTS
+    title, link, guid, description, content, pub_date, dc_date, _ = fields  # RSS_ITEM_SLOTS
+    link_text = None if link is None else text_of(link)
+    if atom_links and not has_text(link_text):
+        link_text = _atom_link(atom_links, chain, base_url)  # as feedparser reads it
     content_html = None if content is None else markup_of(content)
     if has_text(content_html):
         description = None  # not read: the content wins
@@ -197,7 +204,7 @@ def _rss_item(
         dates = (text_of(dc_date),) if pub_date is None else (text_of(pub_date), text_of(dc_date))
     return finish_values(  # positional (faster), in RawEntry's order
         None if title is None else text_of(title),  # title
-        None if link is None else text_of(link),  # link
+        link_text,  # link
         None if guid is None else text_of(guid),  # guid
         content_html,  # content
         None if description is None else markup_of(description),  # description
