@@ -567,27 +567,48 @@ def test_a_root_named_like_a_feed_that_is_none_is_still_refused() -> None:
         parse_feed(huge, BASE_URL)
 
 
-def test_items_named_in_another_case_are_read_by_the_lenient_parser() -> None:
-    """XML names are case-sensitive and the tables match ``item``/``entry`` exactly; a feed
-    that writes ``<Item>`` or ``<ENTRY>`` would otherwise yield no items at all."""
-    upper = rss(
-        "<Item><Title>A</Title><Link>http://site.example/a</Link></Item>"
-        "<ITEM><TITLE>B</TITLE><GUID>g</GUID></ITEM>"
+def test_names_in_another_case_are_read_on_the_fast_path() -> None:
+    """XML names are case-sensitive, feeds in the wild are not: ``<Item>``, ``<pubdate>`` or
+    ``<ENTRY>`` would otherwise lose items, titles or dates. feedparser matches any case too."""
+    upper = (
+        rss(
+            "<Item><Title>A</Title><Link>http://site.example/a</Link>"
+            "<pubdate>Tue, 10 Jun 2003 04:00:00 GMT</pubdate></Item>"
+            "<ITEM><TITLE>B</TITLE><GUID>g</GUID><Content:Encoded>&lt;p&gt;b&lt;/p&gt;</Content:Encoded>"
+            "<DC:DATE>2024-01-02</DC:DATE></ITEM>"
+            "<item><title>C</title><Guid>c</Guid><PubDate>Wed, 11 Jun 2003 04:00:00 GMT</PubDate></item>"
+        )
+        .replace(
+            b"<rss ",
+            b'<RSS xmlns:Content="http://purl.org/rss/1.0/modules/content/" '
+            b'xmlns:DC="http://purl.org/dc/elements/1.1/" ',
+        )
+        .replace(b"</rss>", b"</RSS>")
     )
-    with pytest.raises(LenientParseNeeded, match="names its items <Item>, not <item>"):
-        parse_feed(upper, BASE_URL, lenient=False)
-    feed = parse_feed(upper, BASE_URL)
-    assert feed.format == "rss-fallback"
-    assert [(item.title, item.guid) for item in feed.items] == [
-        ("A", "http://site.example/a"),
-        ("B", "g"),
+    expected = [
+        ("A", "http://site.example/a", "2003-06-10T04:00:00Z", None),
+        ("B", "g", "2024-01-02T00:00:00Z", "<p>b</p>"),
+        ("C", "c", "2003-06-11T04:00:00Z", None),
     ]
-    entry = atom("<Entry><id>e1</id><title>A</title></Entry>")
-    assert [item.guid for item in parse_feed(entry, BASE_URL).items] == ["e1"]
-    extension = rss(
-        '<x:Item xmlns:x="urn:example:x">not an item</x:Item><item><guid>g</guid></item>'
+    for document, format_name in ((upper, "rss"), (upper + b"<", "rss-fallback")):
+        feed = parse_feed(document, BASE_URL)
+        assert feed.format == format_name
+        assert [
+            (item.title, item.guid, stamp(item.pub_date), item.content_html) for item in feed.items
+        ] == expected
+    entry = atom(
+        '<Entry><ID>e1</ID><Title>A</Title><LINK href="/a"/><Updated>2024-01-02T03:04:05Z</Updated>'
+        "</Entry>"
     )
-    assert parse_feed(extension, BASE_URL, lenient=False).format == "rss"
+    (item,) = parse_feed(entry, BASE_URL, lenient=False).items
+    assert (item.guid, item.title, item.link) == ("e1", "A", "http://site.example/a")
+    assert stamp(item.pub_date) == "2024-01-02T03:04:05Z"
+    extension = rss(
+        '<x:Item xmlns:x="urn:example:x">not an item</x:Item>'
+        '<item><guid>g</guid><x:Title xmlns:x="urn:example:x">not a title</x:Title></item>'
+    )
+    feed = parse_feed(extension, BASE_URL, lenient=False)
+    assert [(item.guid, item.title) for item in feed.items] == [("g", None)]
 
 
 def test_items_left_beside_a_closed_channel_are_read_in_document_order() -> None:

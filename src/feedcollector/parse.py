@@ -3,10 +3,9 @@
 Three tries, cheapest first:
 
 1. strict lxml (no entity expansion, no network, no DTD loading, size and depth limits), the
-   fast path for well-formed RSS/RDF/Atom (:mod:`.parse_xml`); a feed it does not read as
-   written (its root in a namespace no RSS or Atom version uses, such as a misspelled or
-   draft Atom URI, or its items named in another case) goes to step 3, which matches local
-   names in any case;
+   fast path for well-formed RSS/RDF/Atom (:mod:`.parse_xml`), names matched in any case; a
+   feed whose root is in a namespace no RSS or Atom version uses (a misspelled or draft
+   Atom URI) goes to step 3, which matches local names in any namespace;
 2. the same after :func:`.parse_fallback.repair_xml` (C0 controls, undefined HTML entities,
    stray ``&``, undeclared namespace prefixes);
 3. feedparser's lenient parser, mapped through the same rules (format gets ``-fallback``).

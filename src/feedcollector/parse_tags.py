@@ -3,12 +3,15 @@
 Dispatch is on a canonical tag name (``title``, ``content:encoded``, ``atom:link``...).
 Namespaces are recognized by URI, tolerating the common misspellings (missing trailing slash,
 https), so ``content:encoded`` declared as ``http://purl.org/rss/1.0/modules/content`` counts.
+Local names match in any case (``<Item>``, ``<pubdate>``, ``<TITLE>``), as feedparser matches
+them: XML names are case-sensitive, but feeds in the wild are not.
 Each table maps a raw lxml tag to a field name (channel and feed level) or to a slot (items and
 entries, read by :func:`.parse_xml._item_fields` into a list), memoized per raw tag.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from functools import lru_cache
 from typing import Generic, TypeVar
 
@@ -39,11 +42,22 @@ RSS_ITEM_SLOTS = {
 """An item's fields -> their place in the list the item walk fills (unpacked in one go).
 ``atom:link`` is read when the item has no ``<link>``; all of an item's are kept."""
 RSS_ATOM_LINKS = RSS_ITEM_SLOTS["atom:link"]
-RSS_ITEM_WILDCARDS = tuple(
-    dict.fromkeys("{*}" + name.rpartition(":")[2] for name in RSS_ITEM_SLOTS)
-)
-"""The item fields' local names in any namespace: lxml matches these in C, so the many
-extension elements of podcast feeds never become Python objects (the table checks the URI)."""
+
+
+def _wildcards(names: Iterable[str]) -> tuple[str, ...]:
+    """The local names of ``names`` in any namespace, as written and in the usual other cases
+    (lower, upper, first letter upper). lxml matches these in C, so the many extension elements
+    of podcast feeds never become Python objects (the table checks the URI), and it drops the
+    names a document does not use before it walks: the other cases cost nothing."""
+    found: dict[str, None] = {}
+    for name in names:
+        local = name.rpartition(":")[2]
+        for variant in (local, local.lower(), local.upper(), local[0].upper() + local[1:]):
+            found["{*}" + variant] = None
+    return tuple(found)
+
+
+RSS_ITEM_WILDCARDS = _wildcards(RSS_ITEM_SLOTS)
 RSS_CHANNEL_FIELDS = {
     "item": "item",
     "title": "title",
@@ -73,7 +87,7 @@ ATOM_ENTRY_SLOTS = {  # Atom 1.0 names plus the Atom 0.3 ones (issued, modified)
 }
 ATOM_LINKS = ATOM_ENTRY_SLOTS["link"]
 """The slot whose elements are all kept (an entry's every ``link``), not just the first."""
-ATOM_ENTRY_WILDCARDS = tuple("{*}" + name for name in ATOM_ENTRY_SLOTS)
+ATOM_ENTRY_WILDCARDS = _wildcards(ATOM_ENTRY_SLOTS)
 
 
 Field = TypeVar("Field", str, int)
@@ -83,16 +97,17 @@ MEMO_LIMIT = 4096
 
 
 class FieldTable(Generic[Field]):
-    """Raw lxml tag -> field (name or slot), through :func:`canonical_tag`, memoized per tag.
+    """Raw lxml tag -> field (name or slot), through :func:`canonical_tag` in any case,
+    memoized per tag.
 
     Walking a child then costs one dict lookup; ``strip_atom`` lets Atom documents without
     the Atom namespace be read too.
     """
 
-    __slots__ = ("fields", "memo", "strip_atom", "width")
+    __slots__ = ("folded", "memo", "strip_atom", "width")
 
     def __init__(self, fields: dict[str, Field], *, strip_atom: bool = False) -> None:
-        self.fields: dict[str, Field] = fields
+        self.folded: dict[str, Field] = {name.lower(): field for name, field in fields.items()}
         self.strip_atom = strip_atom
         self.memo: dict[str, Field | None] = {}
         self.width = len(set(fields.values()))
@@ -102,9 +117,11 @@ class FieldTable(Generic[Field]):
             return self.memo[tag]
         except KeyError:
             name = canonical_tag(tag)
-            key: Field | None = self.fields.get(
-                name.removeprefix("atom:") if self.strip_atom else name
-            )
+            if name.startswith("{"):  # a namespace this reader does not know
+                key: Field | None = None
+            else:
+                name = name.lower()
+                key = self.folded.get(name.removeprefix("atom:") if self.strip_atom else name)
             if len(self.memo) < MEMO_LIMIT:
                 self.memo[tag] = key
             return key

@@ -38,15 +38,15 @@ from .parse_tags import (
 from .parse_text import markup_of, serialize_inner, text_of, xhtml_container
 
 XML_BASE = "{http://www.w3.org/XML/1998/namespace}base"
-FEED_ROOT_NAMES = ("feed", "rss", "RDF", "channel")
+FEED_ROOT_NAMES = ("feed", "rss", "rdf", "channel")
 
 
 class ReadByLocalNames(ParseError):
     """A feed this reader does not read as written: its root element in a namespace no RSS
-    or Atom version uses (a misspelled or draft Atom URI), or its items named in another case
-    (``<Item>``, ``<ENTRY>``). The tables here match exact names in known namespaces;
-    feedparser matches local names in any case, so :func:`.parse.parse_feed` hands the
-    document to it, and words its own errors with :attr:`reason`."""
+    or Atom version uses (a misspelled or draft Atom URI). The tables here match names in
+    known namespaces; feedparser matches local names in any namespace, so
+    :func:`.parse.parse_feed` hands the document to it, and words its own errors with
+    :attr:`reason`."""
 
     def __init__(self, reason: str) -> None:
         super().__init__(f"parse: {reason}")
@@ -57,9 +57,9 @@ def feed_from_tree(root: etree._Element, base_url: str) -> ParsedFeed:
     """Read a parsed document; ParseError if its root is not a feed."""
     if not isinstance(root.tag, str):
         raise ParseError("parse: document has no root element")
-    name = canonical_tag(root.tag)
+    name = canonical_tag(root.tag).lower()  # names match in any case, as in parse_tags
     root_chain = _chain(root, None, base_url)
-    if name in ("rss", "rdf:RDF", "RDF"):
+    if name in ("rss", "rdf:rdf", "rdf"):
         channel = _first_child(root, "channel")
         if channel is None:
             raise ParseError(f"parse: <{etree.QName(root).localname}> document without a <channel>")
@@ -72,7 +72,7 @@ def feed_from_tree(root: etree._Element, base_url: str) -> ParsedFeed:
     if name in ("atom:feed", "feed"):
         return _read_atom(root, root_chain, base_url)
     qname = etree.QName(root)
-    if qname.localname in FEED_ROOT_NAMES:
+    if qname.localname.lower() in FEED_ROOT_NAMES:
         raise ReadByLocalNames(
             f"root element <{qname.localname}> in the namespace {qname.namespace!r}, "
             "which no RSS or Atom version uses"
@@ -94,7 +94,7 @@ def _items_beside(
     for child in root:
         if child is channel:
             found = after
-        elif isinstance(child.tag, str) and canonical_tag(child.tag) == "item":
+        elif isinstance(child.tag, str) and RSS_CHANNEL.key(child.tag) == "item":
             found.append(child)
     return before, after
 
@@ -119,9 +119,7 @@ def _read_rss(
         key = RSS_CHANNEL.key(tag)
         if key == "item":
             all_items.append(child)
-        elif key is None:
-            _refuse_miscased(tag, "item")
-        elif key not in found or not text_of(found[key]).strip():
+        elif key is not None and (key not in found or not text_of(found[key]).strip()):
             found[key] = child
     all_items += after
     feed_link, default_base = feed_base(_text(found.get("link")), chain or base_url)
@@ -226,11 +224,9 @@ def _read_atom(feed: etree._Element, chain: str | None, base_url: str) -> Parsed
         key = ATOM_FEED.key(tag)
         if key == "entry":
             entries.append(child)
-        elif key is None:
-            _refuse_miscased(tag, "entry")
         elif key == "link":
             links.append(child)
-        elif key not in found:
+        elif key is not None and key not in found:
             found[key] = child
     feed_link, default_base = feed_base(_atom_link(links, chain, base_url), chain or base_url)
     title = found.get("title")
@@ -316,20 +312,10 @@ def _atom_markup(element: etree._Element) -> str | None:
     return markup_of(element)
 
 
-def _refuse_miscased(tag: str, name: str) -> None:
-    """Raise :class:`ReadByLocalNames` when ``tag`` is ``name`` in another case (in no
-    namespace or one this reader knows; an ``<x:Item>`` of some extension is not an item)."""
-    canonical = canonical_tag(tag)
-    if canonical.startswith("{"):
-        return
-    local = canonical.rpartition(":")[2]
-    if local != name and local.lower() == name:
-        raise ReadByLocalNames(f"the feed names its items <{local}>, not <{name}>")
-
-
 def _first_child(parent: etree._Element, name: str) -> etree._Element | None:
+    """The first child named ``name`` (lowercase; matched in any case)."""
     for child in parent:
-        if isinstance(child.tag, str) and canonical_tag(child.tag) == name:
+        if isinstance(child.tag, str) and canonical_tag(child.tag).lower() == name:
             return child
     return None
 
