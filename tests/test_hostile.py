@@ -534,7 +534,7 @@ def _bare_cdata_end(world: World) -> str:
 # Not feeds --------------------------------------------------------------------------------------
 
 
-@case("html-page-instead-of-a-feed", error=r"^parse: not a feed")
+@case("html-page-instead-of-a-feed", error=r"^parse: not a feed \(an HTML page titled 'Login'\)")
 def _html_page(world: World) -> str:
     page = (
         b"<!DOCTYPE html><html><head><title>Login</title></head><body><form></form></body></html>"

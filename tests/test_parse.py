@@ -9,6 +9,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import feedparser
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 from feedcollector.errors import LenientParseNeeded, ParseError
 from feedcollector.html import absolutize, resolve_url
 from feedcollector.models import ParsedFeed, ParsedItem
-from feedcollector.parse import parse_feed
+from feedcollector.parse import FEED_SIGNS, parse_feed
 from feedcollector.timestamps import format_timestamp
 
 from .conftest import CORPUS
@@ -556,6 +557,50 @@ def test_a_feed_root_in_a_namespace_no_version_uses_is_read_by_local_names(names
         ("e2", None),
     ]
     assert stamp(feed.items[0].pub_date) == "2024-01-02T03:04:05Z"
+
+
+@pytest.mark.parametrize(
+    ("page", "found"),
+    [
+        (
+            b"<!DOCTYPE html><html><head><meta charset=utf-8><title>\n Just a   moment...</title>"
+            b"</head><body><p>Checking your browser<br></body></html>",
+            "an HTML page titled 'Just a moment...'",
+        ),
+        (b"<head><title>Document Moved</title></head>\n<body>here</body>", "an HTML page titled"),
+        (b"<html><body><p>x<br></body></html>", "an HTML page)"),
+        (b"<html><head><title>Sign in</title></head><body/></html>", "titled 'Sign in'"),
+        (b"<html><title>" + b"T" * 200 + b"</title><br>", "'" + "T" * 79 + "\u2026'"),
+        (b"Service Unavailable <br> & retry", "no RSS, RDF or Atom element in it"),
+    ],
+)
+def test_an_html_page_is_refused_without_the_lenient_parser(page: bytes, found: str) -> None:
+    """A login wall or a "moved" page where a feed was: feedparser would find nothing in it
+    either, so it is not run (not even handed to a worker thread), and the error says what
+    the body is instead of quoting an XML syntax error."""
+    with pytest.raises(ParseError, match=r"^parse: not a feed") as refused:
+        parse_feed(page, BASE_URL, lenient=False)
+    assert not isinstance(refused.value, LenientParseNeeded)
+    assert found in str(refused.value)
+
+
+_FRAGMENTS = [
+    "<html>", "<head>", "<title>T</title>", "<body>", "<p>", "</p>", "<br>", "text &amp; more",
+    "<item>", "</item>", "<ITEM>", "<a:Entry>", "<entry/>", "<rss version='2.0'>", "<channel>",
+    "<Feed>", "<rdf:RDF>", "<items>", "<feeds>", "<entries>", "<itemize>", "<![CDATA[<item>]]>",
+    "<!-- <entry> -->", "<div xmlns='http://www.w3.org/2005/Atom'>", "<x xmlns:r='http://purl.org/rss/1.0/'>",
+    "<title>", "</title>", "<guid>g</guid>", "<link>http://a.example/</link>", "&nbsp;", "<",
+]  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(_FRAGMENTS), min_size=1, max_size=12))
+def test_what_is_refused_unread_feedparser_would_refuse_too(fragments: list[str]) -> None:
+    """The shortcut above is safe only if feedparser finds no feed wherever it applies."""
+    document = "".join(fragments).encode()
+    if FEED_SIGNS.search(document) is None:
+        result = feedparser.parse(document)
+        assert (result.get("version", ""), result.get("entries", [])) == ("", [])
 
 
 def test_a_root_named_like_a_feed_that_is_none_is_still_refused() -> None:

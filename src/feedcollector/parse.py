@@ -20,6 +20,7 @@ The rules shared by every path (GUID chain, content choice, URL bases, dates) li
 
 from __future__ import annotations
 
+import re
 import threading
 
 from lxml import etree
@@ -27,6 +28,7 @@ from lxml import etree
 from .decode import without_controls
 from .errors import LenientParseNeeded, ParseError
 from .models import ParsedFeed
+from .parse_common import html_page
 from .parse_fallback import parse_with_feedparser, repair_xml
 from .parse_json import parse_json_feed
 from .parse_xml import ReadByLocalNames, feed_from_tree
@@ -72,7 +74,15 @@ def parse_feed(data: bytes, base_url: str, *, lenient: bool = True) -> ParsedFee
 
 
 def _read_leniently(document: bytes, base_url: str, why: str, *, lenient: bool) -> ParsedFeed:
-    """feedparser's reading of a document the fast path cannot read, within its size limit."""
+    """feedparser's reading of a document the fast path cannot read, within its size limit.
+
+    A document with nothing feedparser would take for a feed is refused without it: an HTML
+    page (a login wall, a "moved" notice, a site redesign) is the usual one, and its error
+    says so, with the page's title, instead of quoting an XML syntax error.
+    """
+    if FEED_SIGNS.search(document) is None:
+        found = _what_it_is(document) or "no RSS, RDF or Atom element in it"
+        raise ParseError(f"parse: not a feed ({found})")
     if len(document) > LENIENT_PARSE_LIMIT:
         raise ParseError(
             f"parse: {why}, and at {len(document)} bytes too big for the lenient parser "
@@ -81,6 +91,28 @@ def _read_leniently(document: bytes, base_url: str, why: str, *, lenient: bool) 
     if not lenient:
         raise LenientParseNeeded(f"parse: {why}; {len(document)} bytes for the lenient parser")
     return parse_with_feedparser(document, base_url)
+
+
+FEED_SIGNS = re.compile(
+    rb"<(?:[\w.-]+:)?(?:rss|feed|channel|item|entry|rdf)[\s/>]"
+    rb"|purl\.org/rss/1\.0|netscape\.com/rdf/simple/0\.9|w3\.org/2005/atom",
+    re.IGNORECASE,
+)
+"""What feedparser needs to find a feed: an element it reads as a feed, channel or entry (in any
+case, with any prefix), or a namespace that makes it call the document RSS or Atom. Without
+any of them it finds no version and no entries, and refuses the document."""
+_HTML_START = re.compile(
+    rb"(?:\s|<\?xml[^>]*>|<!--.*?-->)*<(?:!doctype\s+html|html|head|body)[\s>]", re.I | re.S
+)
+_HTML_TITLE = re.compile(rb"<title[^>]*>([^<]{1,300})", re.I)
+
+
+def _what_it_is(document: bytes) -> str | None:
+    """'an HTML page titled ...' when ``document`` starts as one, else None."""
+    if _HTML_START.match(document) is None:
+        return None
+    found = _HTML_TITLE.search(document, 0, 64 * 1024)
+    return html_page(found.group(1).decode("utf-8", "replace") if found else None)
 
 
 def _parse_strict(body: bytes) -> etree._Element | None:
