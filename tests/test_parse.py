@@ -656,6 +656,32 @@ def test_names_in_another_case_are_read_on_the_fast_path() -> None:
     assert [(item.guid, item.title) for item in feed.items] == [("g", None)]
 
 
+def test_items_wrapped_in_another_element_are_read_when_the_channel_has_none() -> None:
+    """``<channel><items><item>``: feedparser reads such items, and a fast path that looked only
+    at the channel's children would store nothing, without an error."""
+    data = rss(
+        "<items><item><title>A</title><guid>a</guid>"
+        "<Item><guid>nested in an item: not an item of the feed</guid></Item></item>"
+        "<group><ITEM><title>B</title><guid>b</guid></ITEM></group></items>"
+    )
+    feed = parse_feed(data, BASE_URL, lenient=False)
+    assert [(item.guid, item.title) for item in feed.items] == [("a", "A"), ("b", "B")]
+    entries = atom("<entries><entry><id>e1</id><title>One</title></entry></entries>")
+    assert [item.guid for item in parse_feed(entries, BASE_URL, lenient=False).items] == ["e1"]
+    assert parse_feed(rss(""), BASE_URL).items == ()
+
+
+def test_atom_0_3_base64_content_is_decoded() -> None:
+    data = (
+        b'<feed xmlns="http://purl.org/atom/ns#" version="0.3"><title>T</title>'
+        b'<entry><id>a</id><content type="text/html" mode="base64">PHA+aGkg\n4pyTPC9wPg==</content>'
+        b"</entry>"
+        b'<entry><id>b</id><summary mode="base64">not base64!</summary></entry></feed>'
+    )
+    feed = parse_feed(data, BASE_URL, lenient=False)
+    assert [item.content_html for item in feed.items] == ["<p>hi \u2713</p>", "not base64!"]
+
+
 def test_items_left_beside_a_closed_channel_are_read_in_document_order() -> None:
     """A generator that closes the channel too early leaves items beside it (where RDF keeps
     them); feedparser reads them, and so does the fast path."""

@@ -44,7 +44,7 @@ RSS_ITEM_SLOTS = {
 RSS_ATOM_LINKS = RSS_ITEM_SLOTS["atom:link"]
 
 
-def _wildcards(names: Iterable[str]) -> tuple[str, ...]:
+def wildcards(names: Iterable[str]) -> tuple[str, ...]:
     """The local names of ``names`` in any namespace, as written and in the usual other cases
     (lower, upper, first letter upper). lxml matches these in C, so the many extension elements
     of podcast feeds never become Python objects (the table checks the URI), and it drops the
@@ -57,7 +57,7 @@ def _wildcards(names: Iterable[str]) -> tuple[str, ...]:
     return tuple(found)
 
 
-RSS_ITEM_WILDCARDS = _wildcards(RSS_ITEM_SLOTS)
+RSS_ITEM_WILDCARDS = wildcards(RSS_ITEM_SLOTS)
 RSS_CHANNEL_FIELDS = {
     "item": "item",
     "title": "title",
@@ -87,7 +87,7 @@ ATOM_ENTRY_SLOTS = {  # Atom 1.0 names plus the Atom 0.3 ones (issued, modified)
 }
 ATOM_LINKS = ATOM_ENTRY_SLOTS["link"]
 """The slot whose elements are all kept (an entry's every ``link``), not just the first."""
-ATOM_ENTRY_WILDCARDS = _wildcards(ATOM_ENTRY_SLOTS)
+ATOM_ENTRY_WILDCARDS = wildcards(ATOM_ENTRY_SLOTS)
 
 
 Field = TypeVar("Field", str, int)

@@ -10,6 +10,7 @@ the XHTML namespace declarations lxml would otherwise repeat on every top-level 
 
 from __future__ import annotations
 
+import binascii
 from copy import deepcopy
 from html import escape
 from html.entities import html5
@@ -39,6 +40,15 @@ def markup_of(element: etree._Element) -> str:
     if len(element) == 0 or not any(isinstance(child.tag, str) for child in element):
         return text_of(element)
     return serialize_inner(element)
+
+
+def from_base64(text: str) -> str:
+    """Base64 text decoded as UTF-8 (bad sequences replaced); ``text`` itself if it is not
+    base64."""
+    try:
+        return binascii.a2b_base64(text.encode("ascii")).decode("utf-8", "replace")
+    except (binascii.Error, UnicodeEncodeError):
+        return text
 
 
 def serialize_inner(container: etree._Element) -> str:

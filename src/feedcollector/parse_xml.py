@@ -35,8 +35,9 @@ from .parse_tags import (
     RSS_ITEM_WILDCARDS,
     FieldTable,
     canonical_tag,
+    wildcards,
 )
-from .parse_text import markup_of, serialize_inner, text_of, xhtml_container
+from .parse_text import from_base64, markup_of, serialize_inner, text_of, xhtml_container
 
 XML_BASE = "{http://www.w3.org/XML/1998/namespace}base"
 FEED_ROOT_NAMES = ("feed", "rss", "rdf", "channel")
@@ -126,6 +127,8 @@ def _read_rss(
         elif key is not None and (key not in found or not text_of(found[key]).strip()):
             found[key] = child
     all_items += after
+    if not all_items:
+        all_items = _wrapped(channel, RSS_CHANNEL, "item")
     feed_link, default_base = feed_base(_text(found.get("link")), chain or base_url)
     outer = channel.getparent() if before or after else None
     walk_root = outer if outer is not None else channel
@@ -147,6 +150,19 @@ def _read_rss(
         ),
         items_dropped=dropped,
     )
+
+
+def _wrapped(parent: etree._Element, table: FieldTable[str], name: str) -> list[etree._Element]:
+    """The items (``name``) below ``parent`` but not its children, outermost only: a channel
+    with none of its own may wrap them (``<items><item>``), and feedparser reads those.
+    Looked for only then, so a feed with items pays nothing."""
+    found: list[etree._Element] = []
+    for element in parent.iter(*wildcards((name,))):
+        if table.key(element.tag) == name and not any(
+            table.key(above.tag) == name for above in element.iterancestors()
+        ):
+            found.append(element)
+    return found
 
 
 def _item_fields(
@@ -232,6 +248,8 @@ def _read_atom(feed: etree._Element, chain: str | None, base_url: str) -> Parsed
             links.append(child)
         elif key is not None and key not in found:
             found[key] = child
+    if not entries:
+        entries = _wrapped(feed, ATOM_FEED, "entry")
     feed_link, default_base = feed_base(_atom_link(links, chain, base_url), chain or base_url)
     title = found.get("title")
     dropped = max(0, len(entries) - MAX_ITEMS_PER_FEED)
@@ -308,11 +326,14 @@ def _atom_text(element: etree._Element) -> str:
 
 
 def _atom_markup(element: etree._Element) -> str | None:
-    """Content/summary: raw HTML; out-of-line content (``src=``) has none."""
+    """Content/summary: raw HTML; out-of-line content (``src=``) has none; Atom 0.3's
+    ``mode="base64"`` is decoded (as feedparser does; kept as written if it is not base64)."""
     if element.get("src") is not None and not text_of(element).strip():
         return None
     if element.get("type") == "xhtml":
         return serialize_inner(xhtml_container(element))
+    if element.get("mode") == "base64":
+        return from_base64(text_of(element))
     return markup_of(element)
 
 
