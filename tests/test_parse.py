@@ -123,7 +123,13 @@ def _compare_item(theirs: dict[str, Any], ours: ParsedItem, base: str, differ: A
     iso = theirs.get("isoDate")
     differ("date", iso[:19] + "Z" if iso else None, stamp(ours.pub_date))
     content = theirs.get("content:encoded", theirs.get("content", theirs.get("summary")))
+    if content is None:  # rss-parser gives media:description as a custom field only
+        content = _first(theirs.get("media:group", {}).get("media:description"))
     differ("content", _normalize_html(content, base), ours.content_html)
+
+
+def _first(values: list[Any] | None) -> Any:
+    return values[0] if values else None
 
 
 @pytest.mark.parametrize("stem", _corpus_stems())
@@ -669,6 +675,36 @@ def test_items_wrapped_in_another_element_are_read_when_the_channel_has_none() -
     entries = atom("<entries><entry><id>e1</id><title>One</title></entry></entries>")
     assert [item.guid for item in parse_feed(entries, BASE_URL, lenient=False).items] == ["e1"]
     assert parse_feed(rss(""), BASE_URL).items == ()
+
+
+def test_media_description_is_the_content_of_last_resort() -> None:
+    """YouTube's feeds describe a video only in ``<media:group><media:description>``; Media RSS
+    items may carry ``<media:description>`` alone. Read when there is no content and no
+    description/summary (feedparser reads it as the summary too)."""
+    media = 'xmlns:media="http://search.yahoo.com/mrss/"'
+    entries = atom(
+        f"<entry {media}><id>yt:1</id><media:group><media:title>V</media:title>"
+        "<media:description>About the video\nhttp://a.example/x</media:description></media:group>"
+        "</entry>"
+        f"<entry {media}><id>2</id><summary>own summary</summary>"
+        "<media:description>not this</media:description></entry>"
+    )
+    feed = parse_feed(entries, BASE_URL, lenient=False)
+    assert [item.content_html for item in feed.items] == [
+        "About the video\nhttp://a.example/x",
+        "own summary",
+    ]
+    items = rss(
+        f"<item {media}><guid>1</guid><media:description type='html'>&lt;b&gt;b&lt;/b&gt;"
+        "</media:description></item>"
+        f"<item {media}><guid>2</guid><description>own</description>"
+        "<media:group><media:description>not this</media:description></media:group></item>"
+        f"<item {media}><guid>3</guid><content:encoded>full</content:encoded>"
+        "<media:description>not this</media:description></item>"
+        '<item><guid>4</guid><x:description xmlns:x="urn:example:x">not media</x:description></item>'
+    )
+    feed = parse_feed(items, BASE_URL, lenient=False)
+    assert [item.content_html for item in feed.items] == ["<b>b</b>", "own", "full", None]
 
 
 def test_atom_0_3_base64_content_is_decoded() -> None:

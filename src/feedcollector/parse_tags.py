@@ -26,6 +26,7 @@ NAMESPACE_PREFIXES = {
     "http://purl.org/dc/elements/1.1": "dc",
     "http://purl.org/rss/1.0/modules/syndication": "sy",
     "http://www.w3.org/1999/02/22-rdf-syntax-ns": "rdf",
+    "http://search.yahoo.com/mrss": "media",
 }
 """Namespace URI (lowercased, http, without trailing ``/`` or ``#``) -> canonical prefix."""
 
@@ -38,9 +39,13 @@ RSS_ITEM_SLOTS = {
     "pubDate": 5,
     "dc:date": 6,
     "atom:link": 7,
+    "media:description": 8,
+    "media:group": 9,
 }
 """An item's fields -> their place in the list the item walk fills (unpacked in one go).
-``atom:link`` is read when the item has no ``<link>``; all of an item's are kept."""
+``atom:link`` is read when the item has no ``<link>``; all of an item's are kept.
+``media:description`` (Media RSS; YouTube puts it in a ``media:group``) when it has neither
+content nor description."""
 RSS_ATOM_LINKS = RSS_ITEM_SLOTS["atom:link"]
 
 
@@ -84,6 +89,8 @@ ATOM_ENTRY_SLOTS = {  # Atom 1.0 names plus the Atom 0.3 ones (issued, modified)
     "issued": 5,
     "updated": 6,
     "modified": 6,
+    "media:description": 7,
+    "media:group": 8,
 }
 ATOM_LINKS = ATOM_ENTRY_SLOTS["link"]
 """The slot whose elements are all kept (an entry's every ``link``), not just the first."""

@@ -209,13 +209,15 @@ def _rss_item(
     base_url: str,
 ) -> ParsedItem:
     chain = _chain(item, parent_chain, base_url)
-    title, link, guid, description, content, pub_date, dc_date, _ = fields  # RSS_ITEM_SLOTS
+    title, link, guid, description, content, pub_date, dc_date, _, media, group = fields
     link_text = None if link is None else text_of(link)
     if atom_links and not has_text(link_text):
         link_text = _atom_link(atom_links, chain, base_url)  # as feedparser reads it
     content_html = None if content is None else markup_of(content)
     if has_text(content_html):
         description = None  # not read: the content wins
+    elif description is None:
+        description = _media_description(media, group)
     if dc_date is None:
         dates: tuple[str, ...] = () if pub_date is None else (text_of(pub_date),)
     else:
@@ -278,12 +280,14 @@ def _atom_entry(
     base_url: str,
 ) -> ParsedItem:
     chain = _chain(entry, parent_chain, base_url)
-    _, title, guid, content, summary, published, updated = fields  # ATOM_ENTRY_SLOTS
+    _, title, guid, content, summary, published, updated, media, group = fields
     if published is None:
         dates: tuple[str, ...] = () if updated is None else (text_of(updated),)
     else:
         dates = (text_of(published),) if updated is None else (text_of(published), text_of(updated))
     content_html = _atom_markup(content) if content is not None else None
+    if summary is None and not has_text(content_html):
+        summary = _media_description(media, group)
     return finish_values(  # positional (faster), in RawEntry's order
         _atom_text(title) if title is not None else None,  # title
         _atom_link(links, chain, base_url),  # link
@@ -316,6 +320,16 @@ def _atom_link(links: list[etree._Element], chain: str | None, base_url: str) ->
     href = chosen.get("href") or ""
     own = _own_base(chosen, chain, base_url)
     return resolve_url(href, own) if own is not None else href
+
+
+def _media_description(
+    description: etree._Element | None, group: etree._Element | None
+) -> etree._Element | None:
+    """An entry's ``media:description``, its own or its ``media:group``'s (YouTube's feeds
+    describe their videos only there): read when it has neither content nor description."""
+    if description is None and group is not None:
+        return _first_child(group, "media:description")
+    return description
 
 
 def _atom_text(element: etree._Element) -> str:
