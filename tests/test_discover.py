@@ -11,14 +11,9 @@ from pathlib import Path
 import pytest
 
 from feedcollector.config import load_feeds
-from feedcollector.discover import (
-    Discovery,
-    FeedLink,
-    common_feed_urls,
-    discover_feeds,
-    feed_links,
-)
+from feedcollector.discover import Discovery, common_feed_urls, discover_feeds
 from feedcollector.errors import ConfigError
+from feedcollector.feed_links import FeedLink, feed_links
 from feedcollector.fetch import FetchLimits, make_http_client
 
 from .feedserver import FeedServer, Route

@@ -578,6 +578,18 @@ def test_a_feed_root_in_a_namespace_no_version_uses_is_read_by_local_names(names
         (b"<html><head><title>Sign in</title></head><body/></html>", "titled 'Sign in'"),
         (b"<html><title>" + b"T" * 200 + b"</title><br>", "'" + "T" * 79 + "\u2026'"),
         (b"Service Unavailable <br> & retry", "no RSS, RDF or Atom element in it"),
+        (
+            b"<!doctype html><html><head><title>Blog</title>"
+            b"<link rel=alternate type=application/rss+xml href=/blog/feed.xml>"
+            b"<link rel=alternate type=application/atom+xml href='atom.xml'></head><body><br>",
+            "titled 'Blog' that announces the feed https://feeds.example.test/blog/feed.xml, "
+            "https://feeds.example.test/path/atom.xml)",
+        ),
+        (
+            b'<html xmlns="http://www.w3.org/1999/xhtml"><head><title>Moved</title>'
+            b'<link rel="alternate" type="application/rss+xml" href="/new.rss"/></head></html>',
+            "titled 'Moved' that announces the feed https://feeds.example.test/new.rss)",
+        ),
     ],
 )
 def test_an_html_page_is_refused_without_the_lenient_parser(page: bytes, found: str) -> None:

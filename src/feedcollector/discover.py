@@ -18,20 +18,13 @@ from datetime import datetime
 from urllib.parse import urljoin, urlsplit
 
 import aiohttp
-from selectolax.lexbor import LexborHTMLParser
 
 from .errors import ConfigError, FetchError, ParseError
+from .feed_links import FeedLink, feed_links
 from .feeds_file import _duplicate_key as feed_url_key
 from .fetch import FetchLimits, fetch_feed
 from .pipeline import read_feed_body
 
-FEED_TYPES = {
-    "application/rss+xml": "RSS",
-    "application/atom+xml": "Atom",
-    "application/feed+json": "JSON Feed",
-    "application/rdf+xml": "RSS 1.0",
-}
-"""``<link type>`` values that announce a feed."""
 COMMON_FEED_PATHS = (
     "feed",
     "rss",
@@ -45,15 +38,6 @@ COMMON_FEED_PATHS = (
     "?feed=rss2",
 )
 """Where blog engines put their feed (WordPress, Hugo, Jekyll, Ghost, Blogger ...)."""
-
-
-@dataclass(frozen=True, slots=True)
-class FeedLink:
-    """A feed a page announces."""
-
-    url: str
-    title: str | None
-    kind: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,31 +63,6 @@ class Discovery:
 
 
 # --- decisions (pure) ---------------------------------------------------------------------
-
-
-def feed_links(html: bytes, page_url: str) -> list[FeedLink]:
-    """The feeds a page announces with ``<link rel="alternate" type=...>``, in page order."""
-    tree = LexborHTMLParser(html)
-    base = page_url
-    base_node = tree.css_first("base[href]")
-    if base_node is not None:
-        base = urljoin(page_url, (base_node.attributes.get("href") or "").strip())
-    links: list[FeedLink] = []
-    seen: set[str] = set()
-    for node in tree.css("link[href]"):
-        attributes = node.attributes
-        rel = (attributes.get("rel") or "").lower().split()
-        kind = FEED_TYPES.get((attributes.get("type") or "").split(";")[0].strip().lower())
-        href = (attributes.get("href") or "").strip()
-        if "alternate" not in rel or kind is None or not href:
-            continue
-        url = urljoin(base, href)
-        if urlsplit(url).scheme not in ("http", "https") or feed_url_key(url) in seen:
-            continue
-        seen.add(feed_url_key(url))
-        title = " ".join((attributes.get("title") or "").split()) or None
-        links.append(FeedLink(url, title, kind))
-    return links
 
 
 def common_feed_urls(page_url: str) -> list[str]:

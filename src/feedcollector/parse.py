@@ -27,8 +27,8 @@ from lxml import etree
 
 from .decode import without_controls
 from .errors import LenientParseNeeded, ParseError
+from .feed_links import feed_links
 from .models import ParsedFeed
-from .parse_common import html_page
 from .parse_fallback import parse_with_feedparser, repair_xml
 from .parse_json import parse_json_feed
 from .parse_xml import ReadByLocalNames, feed_from_tree
@@ -71,6 +71,11 @@ def parse_feed(data: bytes, base_url: str, *, lenient: bool = True) -> ParsedFee
                 f"parse: {exc.reason}, and the lenient parser found no title or entries in it"
             ) from exc
         return feed
+    except ParseError as exc:
+        page = _html_page(document, base_url)  # a well-formed (XHTML) page
+        if page is None:
+            raise
+        raise ParseError(f"parse: not a feed ({page})") from exc
 
 
 def _read_leniently(document: bytes, base_url: str, why: str, *, lenient: bool) -> ParsedFeed:
@@ -81,7 +86,7 @@ def _read_leniently(document: bytes, base_url: str, why: str, *, lenient: bool) 
     says so, with the page's title, instead of quoting an XML syntax error.
     """
     if FEED_SIGNS.search(document) is None:
-        found = _what_it_is(document) or "no RSS, RDF or Atom element in it"
+        found = _html_page(document, base_url) or "no RSS, RDF or Atom element in it"
         raise ParseError(f"parse: not a feed ({found})")
     if len(document) > LENIENT_PARSE_LIMIT:
         raise ParseError(
@@ -107,12 +112,28 @@ _HTML_START = re.compile(
 _HTML_TITLE = re.compile(rb"<title[^>]*>([^<]{1,300})", re.I)
 
 
-def _what_it_is(document: bytes) -> str | None:
-    """'an HTML page titled ...' when ``document`` starts as one, else None."""
+TITLE_SHOWN = 80
+"""Characters of an HTML page's title quoted in its error."""
+FEEDS_SHOWN = 3
+"""Feeds a page announces that its error names."""
+
+
+def _html_page(document: bytes, page_url: str) -> str | None:
+    """How an error names ``document`` if it is an HTML page served where a feed was expected
+    (else None): by its title, which usually says why (a login wall, "Just a moment...",
+    "Document Moved"), and by the feeds it announces, where the feed may have moved."""
     if _HTML_START.match(document) is None:
         return None
     found = _HTML_TITLE.search(document, 0, 64 * 1024)
-    return html_page(found.group(1).decode("utf-8", "replace") if found else None)
+    title = " ".join(found.group(1).decode("utf-8", "replace").split()) if found else ""
+    if len(title) > TITLE_SHOWN:
+        title = title[: TITLE_SHOWN - 1] + "\u2026"
+    page = f"an HTML page titled {title!r}" if title else "an HTML page"
+    feeds = [link.url for link in feed_links(document, page_url)]
+    if not feeds:
+        return page
+    more = f" and {len(feeds) - FEEDS_SHOWN} more" if len(feeds) > FEEDS_SHOWN else ""
+    return f"{page} that announces the feed {', '.join(feeds[:FEEDS_SHOWN])}{more}"
 
 
 def _parse_strict(body: bytes) -> etree._Element | None:

@@ -92,20 +92,6 @@ def finish_values(
     return ParsedItem(guid, link, title, content_html, pub_date, raw_pub_date)  # positional: faster
 
 
-TITLE_SHOWN = 80
-"""Characters of an HTML page's title quoted in its error."""
-
-
-def html_page(title: str | None) -> str:
-    """How a parse error names an HTML page served where a feed was expected: by its title,
-    which usually says why (a login wall, "Just a moment...", "Document Moved")."""
-    title = " ".join(title.split()) if title else ""
-    if not title:
-        return "an HTML page"
-    shown = title if len(title) <= TITLE_SHOWN else title[: TITLE_SHOWN - 1] + "\u2026"
-    return f"an HTML page titled {shown!r}"
-
-
 def has_text(value: str | None) -> TypeGuard[str]:
     """Not None and not blank; ``isspace`` stops at the first visible character, while
     ``strip`` would copy a whole content body to find out."""

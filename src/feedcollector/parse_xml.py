@@ -21,7 +21,6 @@ from .parse_common import (
     feed_base,
     finish_values,
     has_text,
-    html_page,
     ttl_minutes,
 )
 from .parse_tags import (
@@ -79,9 +78,6 @@ def feed_from_tree(root: etree._Element, base_url: str) -> ParsedFeed:
             f"root element <{qname.localname}> in the namespace {qname.namespace!r}, "
             "which no RSS or Atom version uses"
         )
-    if qname.localname.lower() == "html":
-        title = _text(root.find("{*}head/{*}title"))
-        raise ParseError(f"parse: not a feed ({html_page(title)})")
     raise ParseError(f"parse: not a feed (root element <{qname.localname}>)")
 
 
