@@ -110,8 +110,8 @@ _HTML_START = re.compile(
     rb"(?:\s|<\?xml[^>]*>|<!--.*?-->)*<(?:!doctype\s+html|html|head|body)[\s>]", re.I | re.S
 )
 _HTML_TITLE = re.compile(rb"<title[^>]*>([^<]{1,300})", re.I)
-
-
+HTML_HEAD_BYTES = 256 * 1024
+"""Where a page's title and feed links are looked for (they belong in its head)."""
 TITLE_SHOWN = 80
 """Characters of an HTML page's title quoted in its error."""
 FEEDS_SHOWN = 3
@@ -124,12 +124,13 @@ def _html_page(document: bytes, page_url: str) -> str | None:
     "Document Moved"), and by the feeds it announces, where the feed may have moved."""
     if _HTML_START.match(document) is None:
         return None
-    found = _HTML_TITLE.search(document, 0, 64 * 1024)
+    head = document[:HTML_HEAD_BYTES]
+    found = _HTML_TITLE.search(head)
     title = " ".join(found.group(1).decode("utf-8", "replace").split()) if found else ""
     if len(title) > TITLE_SHOWN:
         title = title[: TITLE_SHOWN - 1] + "\u2026"
     page = f"an HTML page titled {title!r}" if title else "an HTML page"
-    feeds = [link.url for link in feed_links(document, page_url)]
+    feeds = [link.url for link in feed_links(head, page_url)]
     if not feeds:
         return page
     more = f" and {len(feeds) - FEEDS_SHOWN} more" if len(feeds) > FEEDS_SHOWN else ""
