@@ -684,6 +684,11 @@ def test_items_wrapped_in_another_element_are_read_when_the_channel_has_none() -
     )
     feed = parse_feed(data, BASE_URL, lenient=False)
     assert [(item.guid, item.title) for item in feed.items] == [("a", "A"), ("b", "B")]
+    deep = rss(
+        "<a><b><item><guid>1</guid><x><y><item><guid>inner</guid></item></y></x></item></b>"
+        "<item><guid>2</guid></item></a><c><item><guid>3</guid></item></c>"
+    )
+    assert [item.guid for item in parse_feed(deep, BASE_URL).items] == ["1", "2", "3"]
     entries = atom("<entries><entry><id>e1</id><title>One</title></entry></entries>")
     assert [item.guid for item in parse_feed(entries, BASE_URL, lenient=False).items] == ["e1"]
     assert parse_feed(rss(""), BASE_URL).items == ()

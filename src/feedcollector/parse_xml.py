@@ -153,11 +153,16 @@ def _wrapped(parent: etree._Element, table: FieldTable[str], name: str) -> list[
     with none of its own may wrap them (``<items><item>``), and feedparser reads those.
     Looked for only then, so a feed with items pays nothing."""
     found: list[etree._Element] = []
-    for element in parent.iter(*wildcards((name,))):
-        if table.key(element.tag) == name and not any(
-            table.key(above.tag) == name for above in element.iterancestors()
-        ):
+    open_items = 0  # counted from start and end events, not by looking up every ancestor
+    for event, element in etree.iterwalk(parent, ("start", "end"), tag=wildcards((name,))):
+        if element is parent or table.key(element.tag) != name:
+            continue
+        if event == "end":
+            open_items -= 1
+            continue
+        if open_items == 0:
             found.append(element)
+        open_items += 1
     return found
 
 
