@@ -602,6 +602,33 @@ def test_an_html_page_is_refused_without_the_lenient_parser(page: bytes, found: 
     assert found in str(refused.value)
 
 
+@pytest.mark.parametrize(
+    ("document", "error"),
+    [
+        (
+            b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>NoSuchKey</Code>'
+            b"<Message>The specified key does not exist.</Message></Error>",
+            "parse: not a feed (root element <Error>: NoSuchKey The specified key does not exist.)",
+        ),
+        (b"<x/>", "parse: not a feed (root element <x>)"),
+        (
+            b"<data>" + b"word " * 100 + b"</data>",
+            "parse: not a feed (root element <data>: " + "word " * 23 + "word\u2026)",
+        ),
+        (
+            b'<opml version="2.0"><head><title>Subscriptions</title></head><body/></opml>',
+            "parse: not a feed but an OPML list of feeds; `feedcollector import-opml FILE` adds",
+        ),
+    ],
+)
+def test_other_xml_is_refused_with_what_it_says(document: bytes, error: str) -> None:
+    """An object store's or an API's error document says why in its text; an OPML file is a
+    list of feeds, which another command reads."""
+    with pytest.raises(ParseError) as refused:
+        parse_feed(document, BASE_URL)
+    assert str(refused.value).startswith(error)
+
+
 _FRAGMENTS = [
     "<html>", "<head>", "<title>T</title>", "<body>", "<p>", "</p>", "<br>", "text &amp; more",
     "<item>", "</item>", "<ITEM>", "<a:Entry>", "<entry/>", "<rss version='2.0'>", "<channel>",

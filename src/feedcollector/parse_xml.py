@@ -11,6 +11,8 @@ absolute), else the fetch URL. ``xml:base`` inside XHTML content is not followed
 
 from __future__ import annotations
 
+from typing import cast
+
 from lxml import etree
 
 from .errors import ParseError
@@ -78,7 +80,33 @@ def feed_from_tree(root: etree._Element, base_url: str) -> ParsedFeed:
             f"root element <{qname.localname}> in the namespace {qname.namespace!r}, "
             "which no RSS or Atom version uses"
         )
-    raise ParseError(f"parse: not a feed (root element <{qname.localname}>)")
+    if qname.localname.lower() == "opml":
+        raise ParseError(
+            "parse: not a feed but an OPML list of feeds; `feedcollector import-opml FILE` "
+            "adds the feeds it lists"
+        )
+    said = _text_start(root)
+    raise ParseError(
+        f"parse: not a feed (root element <{qname.localname}>{': ' + said if said else ''})"
+    )
+
+
+ROOT_TEXT_SHOWN = 120
+"""Characters of a non-feed document's text quoted in its error (an S3 or API error says why)."""
+
+
+def _text_start(root: etree._Element) -> str:
+    """The start of the document's text, whitespace collapsed, at most :data:`ROOT_TEXT_SHOWN`
+    characters (read lazily: the document may be large)."""
+    words: list[str] = []
+    length = 0
+    for piece in root.itertext():
+        for word in cast(str, piece).split():  # text, never bytes, in a parsed document
+            words.append(word)
+            length += len(word) + 1
+            if length > ROOT_TEXT_SHOWN:
+                return " ".join(words)[: ROOT_TEXT_SHOWN - 1] + "\u2026"
+    return " ".join(words)
 
 
 def _items_beside(
