@@ -885,6 +885,13 @@ def test_json_feed() -> None:
     assert three.guid == "https://site.example/3"
 
 
+def test_json_that_is_no_feed_is_quoted_in_its_error() -> None:
+    body = b'{"error": "not found",\n  "status": 404}'
+    with pytest.raises(ParseError) as refused:
+        parse_feed(body, BASE_URL)
+    assert str(refused.value).endswith('version): {"error": "not found", "status": 404}')
+
+
 def test_item_link_relative_becomes_absolute() -> None:
     item = only_item(rss("<item><link>\n  ../up/there \n</link></item>"))
     assert item.link == "http://site.example/up/there"

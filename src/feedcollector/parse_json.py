@@ -17,6 +17,16 @@ from .parse_common import MAX_ITEMS_PER_FEED, RawEntry, feed_base, finish_item
 JSON_FEED_VERSION_PREFIX = "https://jsonfeed.org/version/"
 
 
+JSON_SHOWN = 120
+"""Characters of a JSON document that is no feed quoted in its error (an API's error says
+why)."""
+
+
+def _start_of(data: bytes) -> str:
+    text = " ".join(data[: JSON_SHOWN * 4].decode("utf-8", "replace").split())
+    return text if len(text) <= JSON_SHOWN else text[: JSON_SHOWN - 1] + "\u2026"
+
+
 def parse_json_feed(data: bytes, base_url: str) -> ParsedFeed:
     """Read a JSON Feed document; ParseError if it is not one."""
     try:
@@ -27,7 +37,9 @@ def parse_json_feed(data: bytes, base_url: str) -> ParsedFeed:
         raise ParseError("parse: JSON document is not an object")
     version = document.get("version")
     if not isinstance(version, str) or not version.startswith(JSON_FEED_VERSION_PREFIX):
-        raise ParseError("parse: JSON document is not a JSON Feed (no jsonfeed.org version)")
+        raise ParseError(
+            "parse: JSON document is not a JSON Feed (no jsonfeed.org version): " + _start_of(data)
+        )
     items = document.get("items")
     if not isinstance(items, list):
         raise ParseError("parse: JSON Feed without an items list")
