@@ -79,11 +79,13 @@ def test_bars_on_a_terminal() -> None:
     assert isinstance(display, BarDisplay)
     display.update("feeds", 3, 4, "1 failed")
     display.update("feeds", 4, 4, "1 failed")
+    display.update("restore", 1, 2, "3 items recovered, x.example/f?tag[a]=[/]")
     display.close()
     text = out.getvalue()
     assert "feeds" in text
     assert "4/4" in text
     assert "1 failed" in text
+    assert "x.example/f?tag[a]=[/]" in text, "details are text, not rich markup"
     assert "━" in text, "a drawn bar"
     assert isinstance(open_display(Console(file=io.StringIO())), LineDisplay)
 

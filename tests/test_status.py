@@ -230,6 +230,22 @@ def test_status_command_table_and_json(feed_server: FeedServer, tmp_path: Path) 
     assert chosen["totals"]["feeds"] == 6, "totals count every feed"
 
 
+def test_status_prints_what_feeds_wrote_literally(feed_server: FeedServer, tmp_path: Path) -> None:
+    """Titles and errors come from feeds and servers: square brackets in them are text, not
+    rich markup (``[podcast]`` vanished and ``[/]`` crashed the command)."""
+    titled = feed_server.route(
+        "/titled.xml", body=rss([Entry("E", guid="e")], title="[podcast] [/] Weekly")
+    )
+    page = b"<html><head><title>[/] Sign in [b]now[/b]</title></head><body><br></body></html>"
+    walled = feed_server.route("/walled.xml", body=page, headers={"Content-Type": "text/html"})
+    config = write_project(tmp_path, [])
+    collect(config, [titled, walled])
+    table = feedcollector("--config", str(config), "status", cwd=tmp_path)
+    assert table.returncode == 0, table.stderr
+    assert "[podcast] [/] Weekly" in table.stdout
+    assert "an HTML page titled '[/] Sign in [b]now[/b]'" in table.stdout
+
+
 def test_status_before_the_first_run(tmp_path: Path) -> None:
     config = write_project(tmp_path, ["https://a.example/feed"])
     result = feedcollector("--config", str(config), "status", "--json", cwd=tmp_path)

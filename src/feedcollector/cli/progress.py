@@ -65,7 +65,7 @@ class BarDisplay:
             TextColumn("{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
-            TextColumn("{task.fields[detail]}"),
+            TextColumn("{task.fields[detail]}", markup=False),  # holds feed URLs
             TimeElapsedColumn(),
             console=console,
         )

@@ -11,6 +11,7 @@ import typer
 from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from ..backends import open_database
 from ..config import Settings, load_feeds
@@ -116,9 +117,9 @@ def _print_table(report: StatusReport, now: datetime) -> None:
             relative(feed.next_fetch_at, now) if feed.state not in ("gone", "removed") else "-",
             str(feed.items),
             f"{feed.images_pending}/{feed.images_failed}",
-            feed.title or "",
-            feed.url,
-            _hint(feed.state, feed.last_error, feed.moved_to),
+            Text(feed.title or ""),  # what feeds and servers wrote: never rich markup
+            Text(feed.url),
+            Text(_hint(feed.state, feed.last_error, feed.moved_to)),
             style=STATE_STYLES.get(feed.state),
         )
     if report.feeds:
