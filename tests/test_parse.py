@@ -578,6 +578,7 @@ def test_a_feed_root_in_a_namespace_no_version_uses_is_read_by_local_names(names
         (b"<html><head><title>Sign in</title></head><body/></html>", "titled 'Sign in'"),
         (b"<html><title>" + b"T" * 200 + b"</title><br>", "'" + "T" * 79 + "\u2026'"),
         (b"Service Unavailable <br> & retry", "no RSS, RDF or Atom element in it"),
+        (b"<html><title>\x1b[2JEvil\x07\xc2\x85 page</title><br>", "titled '[2JEvil page')"),
         (
             b"<!doctype html><html><head><title>Blog</title>"
             b"<link rel=alternate type=application/rss+xml href=/blog/feed.xml>"

@@ -29,6 +29,7 @@ from .decode import without_controls
 from .errors import LenientParseNeeded, ParseError
 from .feed_links import feed_links
 from .models import ParsedFeed
+from .parse_common import snippet
 from .parse_fallback import parse_with_feedparser, repair_xml
 from .parse_json import parse_json_feed
 from .parse_xml import ReadByLocalNames, feed_from_tree
@@ -131,9 +132,7 @@ def _html_page(document: bytes, page_url: str) -> str | None:
         return None
     head = document[:HTML_HEAD_BYTES]
     found = _HTML_TITLE.search(head)
-    title = " ".join(found.group(1).decode("utf-8", "replace").split()) if found else ""
-    if len(title) > TITLE_SHOWN:
-        title = title[: TITLE_SHOWN - 1] + "\u2026"
+    title = snippet(found.group(1).decode("utf-8", "replace"), TITLE_SHOWN) if found else ""
     page = f"an HTML page titled {title!r}" if title else "an HTML page"
     feeds = [link.url for link in feed_links(head, page_url)]
     if not feeds:

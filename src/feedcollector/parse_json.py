@@ -12,7 +12,7 @@ from html import escape
 
 from .errors import ParseError
 from .models import ParsedFeed, ParsedItem
-from .parse_common import MAX_ITEMS_PER_FEED, RawEntry, feed_base, finish_item
+from .parse_common import MAX_ITEMS_PER_FEED, RawEntry, feed_base, finish_item, snippet
 
 JSON_FEED_VERSION_PREFIX = "https://jsonfeed.org/version/"
 
@@ -20,11 +20,6 @@ JSON_FEED_VERSION_PREFIX = "https://jsonfeed.org/version/"
 JSON_SHOWN = 120
 """Characters of a JSON document that is no feed quoted in its error (an API's error says
 why)."""
-
-
-def _start_of(data: bytes) -> str:
-    text = " ".join(data[: JSON_SHOWN * 4].decode("utf-8", "replace").split())
-    return text if len(text) <= JSON_SHOWN else text[: JSON_SHOWN - 1] + "\u2026"
 
 
 def parse_json_feed(data: bytes, base_url: str) -> ParsedFeed:
@@ -38,7 +33,8 @@ def parse_json_feed(data: bytes, base_url: str) -> ParsedFeed:
     version = document.get("version")
     if not isinstance(version, str) or not version.startswith(JSON_FEED_VERSION_PREFIX):
         raise ParseError(
-            "parse: JSON document is not a JSON Feed (no jsonfeed.org version): " + _start_of(data)
+            "parse: JSON document is not a JSON Feed (no jsonfeed.org version): "
+            + snippet(data[: JSON_SHOWN * 4].decode("utf-8", "replace"), JSON_SHOWN)
         )
     items = document.get("items")
     if not isinstance(items, list):

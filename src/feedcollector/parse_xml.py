@@ -23,6 +23,7 @@ from .parse_common import (
     feed_base,
     finish_values,
     has_text,
+    snippet,
     ttl_minutes,
 )
 from .parse_tags import (
@@ -96,17 +97,16 @@ ROOT_TEXT_SHOWN = 120
 
 
 def _text_start(root: etree._Element) -> str:
-    """The start of the document's text, whitespace collapsed, at most :data:`ROOT_TEXT_SHOWN`
-    characters (read lazily: the document may be large)."""
-    words: list[str] = []
+    """The start of the document's text as an error quotes it (read lazily: the document may
+    be large)."""
+    pieces: list[str] = []
     length = 0
     for piece in root.itertext():
-        for word in cast(str, piece).split():  # text, never bytes, in a parsed document
-            words.append(word)
-            length += len(word) + 1
-            if length > ROOT_TEXT_SHOWN:
-                return " ".join(words)[: ROOT_TEXT_SHOWN - 1] + "\u2026"
-    return " ".join(words)
+        pieces.append(cast(str, piece))  # text, never bytes, in a parsed document
+        length += len(pieces[-1])
+        if length > 4 * ROOT_TEXT_SHOWN:
+            break
+    return snippet(" ".join(pieces), ROOT_TEXT_SHOWN)
 
 
 def _items_beside(
