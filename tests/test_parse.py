@@ -871,11 +871,15 @@ def test_json_feed() -> None:
             {"id": 2, "content_text": "a < b", "title": "Two"},
             {"url": "https://site.example/3"},
             "not an item",
+            {"id": "4", "external_url": "https://elsewhere.example/a", "summary": "x & y"},
+            {"id": "5", "url": "/p/5", "external_url": "https://e.example/", "content_text": "t"},
         ],
     }
     feed = parse_feed(json.dumps(document).encode(), BASE_URL)
     assert (feed.format, feed.title, feed.link) == ("json", "JSON", "https://site.example/blog/")
-    one, two, three = feed.items
+    one, two, three, four, five = feed.items
+    assert (four.link, four.content_html) == ("https://elsewhere.example/a", "x &amp; y")
+    assert (five.link, five.content_html) == ("https://site.example/p/5", "t")
     assert (one.guid, one.link, one.content_html) == (
         "1",
         "https://site.example/p/1",

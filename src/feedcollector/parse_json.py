@@ -55,10 +55,13 @@ def parse_json_feed(data: bytes, base_url: str) -> ParsedFeed:
 
 
 def _item(entry: dict[str, object], base: str) -> ParsedItem:
+    """An item as the fast path reads one: ``content_html``, else the plain ``content_text``
+    or ``summary`` (escaped) as the description; ``url``, else ``external_url`` (a link
+    post's target) as the link."""
     identifier = entry.get("id")
     if isinstance(identifier, (int, float)) and not isinstance(identifier, bool):
         identifier = str(identifier)
-    text = _string(entry.get("content_text"))
+    text = _string(entry.get("content_text")) or _string(entry.get("summary"))
     dates = tuple(
         value
         for value in (_string(entry.get("date_published")), _string(entry.get("date_modified")))
@@ -67,7 +70,7 @@ def _item(entry: dict[str, object], base: str) -> ParsedItem:
     return finish_item(
         RawEntry(
             title=_string(entry.get("title")),
-            link=_string(entry.get("url")),
+            link=_string(entry.get("url")) or _string(entry.get("external_url")),
             guid=_string(identifier),
             content=_string(entry.get("content_html")),
             description=escape(text, quote=False) if text is not None else None,
