@@ -287,6 +287,26 @@ def test_guid_chain_atom() -> None:
     assert item.guid == md5("X" + raw)
 
 
+@pytest.mark.parametrize("broken", [False, True], ids=["fast path", "feedparser"])
+def test_an_entry_links_to_its_html_page_first(broken: bool) -> None:
+    """The first alternate of an HTML type (no type counts as HTML), else the first alternate,
+    else the first link; both paths choose alike, so a GUID does not depend on the path."""
+    entries = atom(
+        '<entry><link rel="alternate" type="audio/mpeg" href="/a.mp3"/>'
+        '<link rel="alternate" type="text/html; charset=utf-8" href="/a.html"/></entry>'
+        '<entry><link rel="enclosure" href="/b.mp3"/>'
+        '<link rel="alternate" type="application/json" href="/b.json"/></entry>'
+        '<entry><link rel="related" href="/c"/></entry>'
+    ) + (b"<" if broken else b"")
+    feed = parse_feed(entries, BASE_URL)
+    assert feed.format == ("atom-fallback" if broken else "atom")
+    assert [item.link for item in feed.items] == [
+        "http://site.example/a.html",
+        "http://site.example/b.json",
+        "http://site.example/c",
+    ]
+
+
 def test_content_encoded_wins_over_description() -> None:
     item = only_item(
         rss(

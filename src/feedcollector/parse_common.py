@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable, Iterable
 from datetime import datetime
-from typing import NamedTuple, TypeGuard
+from typing import NamedTuple, TypeGuard, TypeVar
 
 from .dates import parse_date
 from .html import absolutize, is_absolute_url, resolve_url
@@ -101,6 +102,34 @@ def snippet(text: str, limit: int) -> str:
     terminals), whitespace collapsed, at most ``limit`` characters."""
     text = " ".join(_CONTROLS.sub(" ", text).split())
     return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
+HTML_TYPES = ("text/html", "application/xhtml+xml")
+Link = TypeVar("Link")
+
+
+def choose_link(links: Iterable[Link], attribute: Callable[[Link, str], str | None]) -> Link | None:
+    """Which of an entry's links is its page: the first alternate of an HTML type (no rel means
+    alternate, no type means HTML), else the first alternate, else the first link; links
+    without an href are skipped. ``attribute(link, name)`` reads a link's attribute, so the
+    fast path's elements and feedparser's dicts are chosen from by the same rule (feedparser
+    itself takes an HTML alternate too)."""
+    first: Link | None = None
+    first_alternate: Link | None = None
+    for link in links:
+        href = attribute(link, "href")
+        if href is None or not href.strip():
+            continue
+        rel = attribute(link, "rel")
+        if rel is None or rel.strip() == "alternate":
+            kind = attribute(link, "type")
+            if kind is None or kind.split(";")[0].strip().lower() in HTML_TYPES:
+                return link
+            if first_alternate is None:
+                first_alternate = link
+        elif first is None:
+            first = link
+    return first_alternate if first_alternate is not None else first
 
 
 def has_text(value: str | None) -> TypeGuard[str]:

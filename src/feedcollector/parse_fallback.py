@@ -28,7 +28,14 @@ from .decode import without_controls
 from .errors import ParseError
 from .html import resolve_url
 from .models import ParsedFeed, ParsedItem
-from .parse_common import MAX_ITEMS_PER_FEED, RawEntry, feed_base, finish_item, ttl_minutes
+from .parse_common import (
+    MAX_ITEMS_PER_FEED,
+    RawEntry,
+    choose_link,
+    feed_base,
+    finish_item,
+    ttl_minutes,
+)
 
 PREDEFINED_ENTITIES = frozenset({b"amp", b"lt", b"gt", b"quot", b"apos"})
 
@@ -189,18 +196,12 @@ def _key(mapping: object, key: str) -> Any:
 
 
 def _alternate_link(links: object) -> str | None:
-    """The first rel=alternate href, else the first href (never feedparser's guid-as-link)."""
+    """The href :func:`.parse_common.choose_link` picks, as the fast path does (never
+    feedparser's guid-as-link)."""
     if not isinstance(links, list):
         return None
-    hrefs = [
-        (_string(_key(link, "rel")) or "alternate", href)
-        for link in links
-        if (href := _string(_key(link, "href"))) is not None and href.strip()
-    ]
-    for rel, href in hrefs:
-        if rel == "alternate":
-            return href
-    return hrefs[0][1] if hrefs else None
+    chosen = choose_link(links, lambda link, name: _string(_key(link, name)))
+    return None if chosen is None else _string(_key(chosen, "href"))
 
 
 def _detail_value(detail: object) -> str | None:

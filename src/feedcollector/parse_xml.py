@@ -20,6 +20,7 @@ from .html import resolve_url
 from .models import ParsedFeed, ParsedItem
 from .parse_common import (
     MAX_ITEMS_PER_FEED,
+    choose_link,
     feed_base,
     finish_values,
     has_text,
@@ -333,17 +334,9 @@ def _atom_entry(
 
 
 def _atom_link(links: list[etree._Element], chain: str | None, base_url: str) -> str | None:
-    """The href of the first rel=alternate link (no rel means alternate), else of the first."""
-    chosen: etree._Element | None = None
-    for link in links:
-        href = link.get("href")
-        if href is None or not href.strip():
-            continue
-        if (link.get("rel") or "alternate").strip() == "alternate":
-            chosen = link
-            break
-        if chosen is None:
-            chosen = link
+    """The href of the link :func:`.parse_common.choose_link` picks, made absolute against
+    its own xml:base if it has one (the caller resolves it against the entry's)."""
+    chosen = choose_link(links, etree._Element.get)
     if chosen is None:
         return None
     href = chosen.get("href") or ""
