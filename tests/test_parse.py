@@ -744,9 +744,11 @@ def test_items_wrapped_in_another_element_are_read_when_the_channel_has_none() -
 
 def test_media_description_is_the_content_of_last_resort() -> None:
     """YouTube's feeds describe a video only in ``<media:group><media:description>``; Media RSS
-    items may carry ``<media:description>`` alone. Read when there is no content and no
-    description/summary (feedparser reads it as the summary too)."""
+    items may carry ``<media:description>`` alone, podcast episodes ``<itunes:summary>``. Read
+    when there is no content and no description/summary (feedparser reads them as the summary
+    too)."""
     media = 'xmlns:media="http://search.yahoo.com/mrss/"'
+    itunes = 'xmlns:itunes="http://www.itunes.com/dtds/podcast-1.0.dtd"'
     entries = atom(
         f"<entry {media}><id>yt:1</id><media:group><media:title>V</media:title>"
         "<media:description>About the video\nhttp://a.example/x</media:description></media:group>"
@@ -767,9 +769,19 @@ def test_media_description_is_the_content_of_last_resort() -> None:
         f"<item {media}><guid>3</guid><content:encoded>full</content:encoded>"
         "<media:description>not this</media:description></item>"
         '<item><guid>4</guid><x:description xmlns:x="urn:example:x">not media</x:description></item>'
+        f"<item {itunes}><guid>5</guid><itunes:summary>Episode notes</itunes:summary></item>"
+        f"<item {itunes}><guid>6</guid><description>own</description>"
+        "<itunes:summary>not this</itunes:summary></item>"
     )
     feed = parse_feed(items, BASE_URL, lenient=False)
-    assert [item.content_html for item in feed.items] == ["<b>b</b>", "own", "full", None]
+    assert [item.content_html for item in feed.items] == [
+        "<b>b</b>",
+        "own",
+        "full",
+        None,
+        "Episode notes",
+        "own",
+    ]
 
 
 def test_atom_0_3_base64_content_is_decoded() -> None:

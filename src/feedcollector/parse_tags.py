@@ -27,6 +27,7 @@ NAMESPACE_PREFIXES = {
     "http://purl.org/rss/1.0/modules/syndication": "sy",
     "http://www.w3.org/1999/02/22-rdf-syntax-ns": "rdf",
     "http://search.yahoo.com/mrss": "media",
+    "http://www.itunes.com/dtds/podcast-1.0.dtd": "itunes",
 }
 """Namespace URI (lowercased, http, without trailing ``/`` or ``#``) -> canonical prefix."""
 

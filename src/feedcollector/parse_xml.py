@@ -246,8 +246,10 @@ def _rss_item(
     content_html = None if content is None else markup_of(content)
     if has_text(content_html):
         description = None  # not read: the content wins
-    elif description is None:
+    elif description is None:  # elements are falsy without children: no `or` here
         description = _media_description(media, group)
+        if description is None:
+            description = _first_child(item, "itunes:summary")
     if dc_date is None:
         dates: tuple[str, ...] = () if pub_date is None else (text_of(pub_date),)
     else:
