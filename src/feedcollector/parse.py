@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 import threading
+from typing import cast
 
 from lxml import etree
 
@@ -32,7 +33,7 @@ from .models import ParsedFeed
 from .parse_common import snippet
 from .parse_fallback import parse_with_feedparser, repair_xml
 from .parse_json import parse_json_feed
-from .parse_xml import ReadByLocalNames, feed_from_tree
+from .parse_xml import NotAFeedRoot, ReadByLocalNames, feed_from_tree
 
 UTF8_BOM = b"\xef\xbb\xbf"
 
@@ -72,11 +73,8 @@ def parse_feed(data: bytes, base_url: str, *, lenient: bool = True) -> ParsedFee
                 f"parse: {exc.reason}, and the lenient parser found no title or entries in it"
             ) from exc
         return feed
-    except ParseError as exc:
-        page = _html_page(document, base_url)  # a well-formed (XHTML) page
-        if page is None:
-            raise
-        raise ParseError(f"parse: not a feed ({page})") from exc
+    except NotAFeedRoot as exc:
+        raise ParseError(_not_a_feed(exc.root, document, base_url)) from exc
 
 
 def _read_leniently(document: bytes, base_url: str, why: str, *, lenient: bool) -> ParsedFeed:
@@ -122,6 +120,39 @@ TITLE_SHOWN = 80
 """Characters of an HTML page's title quoted in its error."""
 FEEDS_SHOWN = 3
 """Feeds a page announces that its error names."""
+
+
+ROOT_TEXT_SHOWN = 120
+"""Characters of a non-feed document's text quoted in its error (an S3 or API error says why)."""
+
+
+def _not_a_feed(root: etree._Element, document: bytes, page_url: str) -> str:
+    """The error for a well-formed document that is no feed, saying what it is instead: an
+    OPML list of feeds, an (XHTML) page, or whatever its text starts with."""
+    name = etree.QName(root).localname
+    if name.lower() == "opml":
+        return (
+            "parse: not a feed but an OPML list of feeds; `feedcollector import-opml FILE` "
+            "adds the feeds it lists"
+        )
+    page = _html_page(document, page_url)
+    if page is not None:
+        return f"parse: not a feed ({page})"
+    said = _text_start(root)
+    return f"parse: not a feed (root element <{name}>{': ' + said if said else ''})"
+
+
+def _text_start(root: etree._Element) -> str:
+    """The start of the document's text as an error quotes it (read lazily: the document may
+    be large)."""
+    pieces: list[str] = []
+    length = 0
+    for piece in root.itertext():
+        pieces.append(cast(str, piece))  # text, never bytes, in a parsed document
+        length += len(pieces[-1])
+        if length > 4 * ROOT_TEXT_SHOWN:
+            break
+    return snippet(" ".join(pieces), ROOT_TEXT_SHOWN)
 
 
 def _html_page(document: bytes, page_url: str) -> str | None:

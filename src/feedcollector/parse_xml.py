@@ -11,8 +11,6 @@ absolute), else the fetch URL. ``xml:base`` inside XHTML content is not followed
 
 from __future__ import annotations
 
-from typing import cast
-
 from lxml import etree
 
 from .errors import ParseError
@@ -24,7 +22,6 @@ from .parse_common import (
     feed_base,
     finish_values,
     has_text,
-    snippet,
     ttl_minutes,
 )
 from .parse_tags import (
@@ -58,6 +55,15 @@ class ReadByLocalNames(ParseError):
         self.reason = reason
 
 
+class NotAFeedRoot(ParseError):
+    """A well-formed document whose root is no feed element; :func:`.parse.parse_feed` words
+    the error, saying what the document is instead (:attr:`root`)."""
+
+    def __init__(self, root: etree._Element) -> None:
+        super().__init__(f"parse: not a feed (root element <{etree.QName(root).localname}>)")
+        self.root = root
+
+
 def feed_from_tree(root: etree._Element, base_url: str) -> ParsedFeed:
     """Read a parsed document; ParseError if its root is not a feed."""
     if not isinstance(root.tag, str):
@@ -82,32 +88,7 @@ def feed_from_tree(root: etree._Element, base_url: str) -> ParsedFeed:
             f"root element <{qname.localname}> in the namespace {qname.namespace!r}, "
             "which no RSS or Atom version uses"
         )
-    if qname.localname.lower() == "opml":
-        raise ParseError(
-            "parse: not a feed but an OPML list of feeds; `feedcollector import-opml FILE` "
-            "adds the feeds it lists"
-        )
-    said = _text_start(root)
-    raise ParseError(
-        f"parse: not a feed (root element <{qname.localname}>{': ' + said if said else ''})"
-    )
-
-
-ROOT_TEXT_SHOWN = 120
-"""Characters of a non-feed document's text quoted in its error (an S3 or API error says why)."""
-
-
-def _text_start(root: etree._Element) -> str:
-    """The start of the document's text as an error quotes it (read lazily: the document may
-    be large)."""
-    pieces: list[str] = []
-    length = 0
-    for piece in root.itertext():
-        pieces.append(cast(str, piece))  # text, never bytes, in a parsed document
-        length += len(pieces[-1])
-        if length > 4 * ROOT_TEXT_SHOWN:
-            break
-    return snippet(" ".join(pieces), ROOT_TEXT_SHOWN)
+    raise NotAFeedRoot(root)
 
 
 def _items_beside(
