@@ -122,18 +122,21 @@ def _read(
         if data is not None:
             return _UTF8, data, "detected" if candidates else "default", 0
     if bom_codec is not None:  # a BOM is no guess: damaged bytes do not overturn it
-        return bom_codec, *_decode_lossy(payload, bom_codec)
+        data, replaced = _decode_lossy(payload, bom_codec)
+        return bom_codec, data, "detected", replaced
     for codec in [codec for codec, _ in candidates] + ([_UTF8] if utf8_untried else []):
         mostly = _decode_mostly(payload, codec)
         if mostly is not None:
-            return codec, *mostly
+            data, replaced = mostly
+            return codec, data, "detected", replaced
     if wide is None:
         for codec in detected_codecs(payload, tried):
             data = _decode_strict(payload, codec) if codec not in tried else None
             if data is not None:
                 return codec, data, "detected", 0
     fallback = candidates[0][0] if candidates else _UTF8
-    return fallback, *_decode_lossy(payload, fallback)
+    data, replaced = _decode_lossy(payload, fallback)
+    return fallback, data, "detected", replaced
 
 
 def _sniff_bom(body: bytes) -> tuple[str | None, int]:
@@ -255,20 +258,22 @@ def _is_clean_utf8(payload: bytes) -> bool:
     return True
 
 
-def _decode_mostly(payload: bytes, codec: str) -> tuple[bytes, str, int] | None:
-    """A lossy reading, but only when it is plainly the right codec with a few damaged bytes."""
+def _decode_mostly(payload: bytes, codec: str) -> tuple[bytes, int] | None:
+    """A lossy reading (UTF-8 bytes, sequences replaced), but only when it is plainly the right
+    codec with a few damaged bytes."""
     text = payload.decode(codec, "replace")
     replaced = text.count("\ufffd")
     good = len(text) - len(text.encode("ascii", "ignore")) - replaced
     if good < _LOSSY_RATIO * replaced:
         return None
-    return _utf8(text), "detected", replaced
+    return _utf8(text), replaced
 
 
-def _decode_lossy(payload: bytes, codec: str) -> tuple[bytes, str, int]:
-    """The last resort: ``codec`` with every undecodable sequence replaced."""
+def _decode_lossy(payload: bytes, codec: str) -> tuple[bytes, int]:
+    """The last resort: ``codec`` with every undecodable sequence replaced (UTF-8 bytes, how
+    many)."""
     text = payload.decode(codec, "replace")
-    return _utf8(text), "detected", text.count("\ufffd")
+    return _utf8(text), text.count("\ufffd")
 
 
 def _has_noncharacter(text: str) -> bool:
