@@ -146,6 +146,25 @@ def test_errors_are_database_errors(table: Live[Database], sql: str, message: st
     assert sql in str(caught.value)
 
 
+def test_text_no_utf_8_holds_is_a_database_error_and_the_next_batch_works(
+    table: Live[Database],
+) -> None:
+    """Half of a UTF-16 pair (a JSON escape can make one) cannot be stored: the batch fails
+    whole as a DatabaseError, and the connection stays usable (SQLite's open transaction
+    used to fail every later batch of the process)."""
+    db = table.backend
+    broken = [
+        Statement("INSERT INTO t (name) VALUES (?)", ("kept out",)),
+        Statement("INSERT INTO t (name) VALUES (?)", ("half \ud800 of a pair",)),
+    ]
+    with pytest.raises(DatabaseError, match="surrogates not allowed"):
+        table.run(db.batch(broken))
+    with pytest.raises(DatabaseError, match="surrogates not allowed"):
+        table.run(db.query("INSERT INTO t (name) VALUES (?)", ("\udc00",)))
+    table.run(db.batch([Statement("INSERT INTO t (name) VALUES (?)", ("next",))]))
+    assert table.run(db.query("SELECT name FROM t")) == [{"name": "next"}]
+
+
 def test_foreign_keys_are_enforced(database: Live[Database]) -> None:
     db = database.backend
     database.run(migrate(db))

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import ctypes
 import gc
+import json
 import re
 import socket
 import sqlite3
@@ -452,6 +453,16 @@ def _illegal_characters(world: World) -> str:
 def _terminal_escapes(world: World) -> str:
     title = "\x1b[31mred\x1b[0m and bell\x07"
     return world.serve("/hostile", raw_rss(f"<item><guid>e</guid><title>{title}</title></item>"))
+
+
+@case("json-feed-escaped-controls-and-half-surrogates", check=_titled("[31mred, \ufffd half"))
+def _json_escapes(world: World) -> str:
+    """JSON escapes what XML cannot hold: a terminal escape, half of a UTF-16 pair (which
+    no UTF-8 text holds: the store could not write the feed's batch)."""
+    title = "\x1b[31mred, \ud800 half\x07"
+    item = {"id": "j", "title": title, "content_text": "text \udc00"}
+    document = {"version": "https://jsonfeed.org/version/1.1", "items": [item]}
+    return world.serve("/hostile", json.dumps(document).encode(), "application/feed+json")
 
 
 @case("illegal-character-references")

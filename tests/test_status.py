@@ -232,18 +232,31 @@ def test_status_command_table_and_json(feed_server: FeedServer, tmp_path: Path) 
 
 def test_status_prints_what_feeds_wrote_literally(feed_server: FeedServer, tmp_path: Path) -> None:
     """Titles and errors come from feeds and servers: square brackets in them are text, not
-    rich markup (``[podcast]`` vanished and ``[/]`` crashed the command)."""
-    titled = feed_server.route(
-        "/titled.xml", body=rss([Entry("E", guid="e")], title="[podcast] [/] Weekly")
-    )
+    rich markup (``[podcast]`` vanished and ``[/]`` crashed the command), and control
+    characters never reach the terminal (XML allows the C1 ones, U+009B is an escape
+    sequence's start for some terminals). The listing of items shows their titles alike."""
+    csi = "\x9b"
+    feed = rss([Entry(f"E{csi}2J item", guid="e")], title=f"[podcast] [/] Weekly{csi}2J")
+    titled = feed_server.route("/titled.xml", body=feed)
     page = b"<html><head><title>[/] Sign in [b]now[/b]</title></head><body><br></body></html>"
     walled = feed_server.route("/walled.xml", body=page, headers={"Content-Type": "text/html"})
     config = write_project(tmp_path, [])
     collect(config, [titled, walled])
     table = feedcollector("--config", str(config), "status", cwd=tmp_path)
     assert table.returncode == 0, table.stderr
-    assert "[podcast] [/] Weekly" in table.stdout
+    assert "[podcast] [/] Weekly 2J" in table.stdout
     assert "an HTML page titled '[/] Sign in [b]now[/b]'" in table.stdout
+    listing = feedcollector("--config", str(config), "items", cwd=tmp_path)
+    assert listing.returncode == 0, listing.stderr
+    assert "E 2J item" in listing.stdout
+    item_id = listing.stdout.splitlines()[1].split()[1]
+    shown = feedcollector("--config", str(config), "item", item_id, cwd=tmp_path)
+    assert "title:      E 2J item" in shown.stdout
+    assert csi not in table.stdout + listing.stdout + shown.stdout
+    stored = sqlite3.connect(tmp_path / "collector.db").execute("SELECT title FROM items")
+    assert stored.fetchall() == [(f"E{csi}2J item",)], (
+        "stored as written: only the shown is cleaned"
+    )
 
 
 def test_status_before_the_first_run(tmp_path: Path) -> None:

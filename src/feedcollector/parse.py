@@ -27,10 +27,9 @@ from typing import cast
 from lxml import etree
 
 from .decode import without_controls
-from .errors import LenientParseNeeded, ParseError
+from .errors import LenientParseNeeded, ParseError, one_line
 from .feed_links import feed_links
 from .models import ParsedFeed
-from .parse_common import snippet
 from .parse_fallback import parse_with_feedparser, repair_xml
 from .parse_json import parse_json_feed
 from .parse_xml import NotAFeedRoot, ReadByLocalNames, feed_from_tree
@@ -152,7 +151,7 @@ def _text_start(root: etree._Element) -> str:
         length += len(pieces[-1])
         if length > 4 * ROOT_TEXT_SHOWN:
             break
-    return snippet(" ".join(pieces), ROOT_TEXT_SHOWN)
+    return one_line(" ".join(pieces), ROOT_TEXT_SHOWN)
 
 
 def _html_page(document: bytes, page_url: str) -> str | None:
@@ -163,7 +162,7 @@ def _html_page(document: bytes, page_url: str) -> str | None:
         return None
     head = document[:HTML_HEAD_BYTES]
     found = _HTML_TITLE.search(head)
-    title = snippet(found.group(1).decode("utf-8", "replace"), TITLE_SHOWN) if found else ""
+    title = one_line(found.group(1).decode("utf-8", "replace"), TITLE_SHOWN) if found else ""
     page = f"an HTML page titled {title!r}" if title else "an HTML page"
     feeds = [link.url for link in feed_links(head, page_url)]
     if not feeds:

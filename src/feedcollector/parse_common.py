@@ -8,7 +8,6 @@ so the three paths cannot drift apart.
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import NamedTuple, TypeGuard, TypeVar
@@ -92,16 +91,6 @@ def finish_values(
     else:
         content_html = None
     return ParsedItem(guid, link, title, content_html, pub_date, raw_pub_date)  # positional: faster
-
-
-_CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
-
-def snippet(text: str, limit: int) -> str:
-    """``text`` as an error quotes it: control characters gone (errors reach logs and
-    terminals), whitespace collapsed, at most ``limit`` characters."""
-    text = " ".join(_CONTROLS.sub(" ", text).split())
-    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
 
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")

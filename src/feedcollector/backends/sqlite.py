@@ -14,6 +14,11 @@ from pathlib import Path
 from ..database import Row, SqlValue, Statement
 from ..errors import DatabaseError
 
+DRIVER_ERRORS = (sqlite3.Error, ValueError, OverflowError)
+"""What the driver raises: its own errors, and for a value it cannot bind, text no UTF-8
+holds (half of a surrogate pair: UnicodeEncodeError, a ValueError) or an integer over 64 bits
+(OverflowError)."""
+
 
 class SQLiteDatabase:
     """A SQLite file (or ``:memory:``) speaking query/batch/exec."""
@@ -60,7 +65,7 @@ class SQLiteDatabase:
         try:
             cursor = self._conn.execute(sql, tuple(params))
             return [dict(row) for row in cursor.fetchall()]
-        except sqlite3.Error as exc:
+        except DRIVER_ERRORS as exc:
             raise DatabaseError(_describe(exc, sql, params, self.path)) from exc
 
     async def batch(self, statements: Sequence[Statement]) -> list[list[Row]]:
@@ -73,22 +78,26 @@ class SQLiteDatabase:
                 results.append([dict(row) for row in cursor.fetchall()])
             statement = Statement("COMMIT")
             self._conn.execute(statement.sql)
-        except sqlite3.Error as exc:
-            if self._conn.in_transaction:
+        except BaseException as exc:
+            if self._conn.in_transaction:  # whatever failed: the next batch must begin afresh
                 self._conn.execute("ROLLBACK")
-            raise DatabaseError(_describe(exc, statement.sql, statement.params, self.path)) from exc
+            if isinstance(exc, DRIVER_ERRORS):
+                raise DatabaseError(
+                    _describe(exc, statement.sql, statement.params, self.path)
+                ) from exc
+            raise
         return results
 
     async def exec(self, sql: str) -> None:
         try:
             self._conn.executescript(sql)
-        except sqlite3.Error as exc:
+        except DRIVER_ERRORS as exc:
             raise DatabaseError(_describe(exc, sql, (), self.path)) from exc
 
     async def close(self) -> None:
         self._conn.close()
 
 
-def _describe(exc: sqlite3.Error, sql: str, params: Sequence[SqlValue], path: str) -> str:
+def _describe(exc: Exception, sql: str, params: Sequence[SqlValue], path: str) -> str:
     shown = [p if not isinstance(p, str) or len(p) <= 80 else p[:77] + "..." for p in params]
     return f"database: SQLite {path}: {exc} (sql: {' '.join(sql.split())[:300]}; params: {shown})"

@@ -20,12 +20,15 @@ from ..collector import fetch_limits
 from ..config import Settings, load_feeds
 from ..config_values import check_http_url, parse_duration
 from ..discover import Discovery, FoundFeed, discover_feeds
-from ..errors import ConfigError, StorageError
+from ..errors import ConfigError, StorageError, one_line
 from ..fetch import make_http_client
 from ..models import FeedSpec
 from ..timestamps import utc_now
 from .app import app, guard, load_command_settings, run_async, usage_error
 
+TITLE_SHOWN = 100
+"""Characters of a feed's own title shown beside its URL (titles are the feeds' words, any
+length)."""
 NEXT_CYCLE = (
     "The next cycle of `feedcollector run` (or `run --once`) registers the change from the "
     "feeds file"
@@ -174,8 +177,8 @@ def _discover(settings: Settings, url: str, want: int | None) -> Discovery:
 
 
 def _describe(feed: FoundFeed) -> str:
-    title = f'"{feed.title}"' if feed.title else "untitled"
-    return f"{feed.url} ({title}, {feed.format}, {feed.items} items)"
+    title = f'"{one_line(feed.title, TITLE_SHOWN)}"' if feed.title else "untitled"
+    return f"{one_line(feed.url)} ({title}, {feed.format}, {feed.items} items)"
 
 
 def _print_list(found: Discovery) -> None:
@@ -210,7 +213,8 @@ def import_opml_command(
     settings = load_command_settings(ctx)
     result = guard(lambda: import_opml(file, settings.feeds_file))
     for feed in result.added:
-        typer.echo(f"  + {feed.url}" + (f"  ({feed.title})" if feed.title else ""))
+        title = f"  ({one_line(feed.title, TITLE_SHOWN)})" if feed.title else ""
+        typer.echo(f"  + {feed.url}{title}")
     for reason in result.skipped:
         typer.echo(f"  skipped {reason}", err=True)
     typer.echo(result.summary(settings.feeds_file))

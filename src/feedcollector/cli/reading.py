@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from ..collector import Collector
+from ..errors import one_line
 from ..reading import StoredItem, find_feed_id, iter_items, load_content, read_item, sanitize_html
 from .app import (
     app,
@@ -52,7 +53,7 @@ def items(
                 content = await load_content(collector.objects, item)
                 typer.echo(json.dumps(item_json(item, content), ensure_ascii=False))
             else:
-                title = " ".join((item.title or item.guid).split())
+                title = one_line(item.title or item.guid)
                 typer.echo(f"{item.created_at}  {item.id:<32}  {title}  <{item.feed_url}>")
 
     quiet_on_broken_pipe(lambda: with_collector(settings, work))
@@ -89,12 +90,11 @@ def item(
             shown = sanitize_html(content) if sanitize else content
         if not html_only:
             for label, value in item_fields(found.item):
-                typer.echo(f"{label + ':':<11} {value if value is not None else '-'}")
+                typer.echo(f"{label + ':':<11} {one_line(value) if value is not None else '-'}")
             for image in found.images:
                 where = image.r2_key or "-"
-                typer.echo(
-                    f"image {image.position}:    {image.status} {image.original_url} {where}"
-                )
+                shown_url = one_line(image.original_url)
+                typer.echo(f"image {image.position}:    {image.status} {shown_url} {where}")
             typer.echo("")
         typer.echo(shown)
 

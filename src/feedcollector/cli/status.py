@@ -15,7 +15,7 @@ from rich.text import Text
 
 from ..backends import open_database
 from ..config import Settings, load_feeds
-from ..errors import ConfigError
+from ..errors import ConfigError, one_line
 from ..models import FeedSpec
 from ..schema import migrate
 from ..status import StatusReport, build_status, read_status, select_feeds
@@ -117,9 +117,10 @@ def _print_table(report: StatusReport, now: datetime) -> None:
             relative(feed.next_fetch_at, now) if feed.state not in ("gone", "removed") else "-",
             str(feed.items),
             f"{feed.images_pending}/{feed.images_failed}",
-            Text(feed.title or ""),  # what feeds and servers wrote: never rich markup
+            # what feeds and servers wrote: never rich markup, never terminal controls
+            Text(one_line(feed.title or "")),
             Text(feed.url),
-            Text(_hint(feed.state, feed.last_error, feed.moved_to)),
+            Text(one_line(_hint(feed.state, feed.last_error, feed.moved_to))),
             style=STATE_STYLES.get(feed.state),
         )
     if report.feeds:
