@@ -467,6 +467,43 @@ def test_dates_pubdate_then_dc_date_and_atom_published_then_updated() -> None:
     assert (item.pub_date, item.raw_pub_date) == (None, "not a date")
 
 
+@pytest.mark.parametrize("broken", [False, True], ids=["fast path", "feedparser"])
+def test_rss_items_dated_only_by_atom_or_dcmi_terms(broken: bool) -> None:
+    """An RSS item without pubDate or dc:date may carry Atom's or DCMI terms' published or
+    updated: feedparser reads them, so the fast path does too (it stored the fetch time), and
+    a feed that turns ill-formed one day keeps its items' dates and GUIDs. Published counts
+    before updated; pubDate and dc:date still come first, so no stored GUID changes."""
+    namespaces = (
+        'xmlns:atom="http://www.w3.org/2005/Atom" xmlns:dcterms="http://purl.org/dc/terms/"'
+    )
+    items = (
+        "<item><title>A</title><atom:updated>2024-05-01T10:00:00Z</atom:updated></item>"
+        "<item><title>B</title><dcterms:modified>2024-05-02T10:00:00Z</dcterms:modified>"
+        "<dcterms:issued>2024-05-01T09:00:00Z</dcterms:issued></item>"
+        "<item><title>C</title><atom:updated>2024-05-03T12:00:00Z</atom:updated>"
+        "<atom:published>2024-05-03T10:00:00+02:00</atom:published></item>"
+        "<item><title>D</title><pubDate>Sat, 04 May 2024 10:00:00 GMT</pubDate>"
+        "<atom:updated>2024-06-01T00:00:00Z</atom:updated></item>"
+    )
+    data = rss(items).replace(b"<rss ", f"<rss {namespaces} ".encode()) + (b"<" if broken else b"")
+    if broken:
+        with pytest.raises(LenientParseNeeded):
+            parse_feed(data, BASE_URL, lenient=False)
+    feed = parse_feed(data, BASE_URL)
+    assert [stamp(item.pub_date) for item in feed.items] == [
+        "2024-05-01T10:00:00Z",
+        "2024-05-01T09:00:00Z",
+        "2024-05-03T08:00:00Z",
+        "2024-05-04T10:00:00Z",
+    ]
+    assert [item.guid for item in feed.items] == [
+        md5("A2024-05-01T10:00:00Z"),
+        md5("B2024-05-01T09:00:00Z"),
+        md5("C2024-05-03T10:00:00+02:00"),
+        md5("DSat, 04 May 2024 10:00:00 GMT"),
+    ]
+
+
 def test_titles_resolve_entities_and_trim() -> None:
     item = only_item(rss("<item><title>\n  Fish &amp; chips &#233;t&#xE9; </title></item>"))
     assert item.title == "Fish & chips été"

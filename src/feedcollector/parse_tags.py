@@ -24,6 +24,7 @@ NAMESPACE_PREFIXES = {
     "http://purl.org/atom/ns": "atom",
     "http://purl.org/rss/1.0/modules/content": "content",
     "http://purl.org/dc/elements/1.1": "dc",
+    "http://purl.org/dc/terms": "dcterms",
     "http://purl.org/rss/1.0/modules/syndication": "sy",
     "http://www.w3.org/1999/02/22-rdf-syntax-ns": "rdf",
     "http://search.yahoo.com/mrss": "media",
@@ -42,11 +43,22 @@ RSS_ITEM_SLOTS = {
     "atom:link": 7,
     "media:description": 8,
     "media:group": 9,
+    "atom:published": 10,
+    "atom:issued": 10,
+    "dcterms:issued": 10,
+    "published": 10,
+    "issued": 10,
+    "atom:updated": 11,
+    "atom:modified": 11,
+    "dcterms:modified": 11,
+    "updated": 11,
+    "modified": 11,
 }
 """An item's fields -> their place in the list the item walk fills (unpacked in one go).
 ``atom:link`` is read when the item has no ``<link>``; all of an item's are kept.
 ``media:description`` (Media RSS; YouTube puts it in a ``media:group``) when it has neither
-content nor description."""
+content nor description. The dates after ``pubDate`` and ``dc:date`` are the others feedparser
+reads in an RSS item (Atom's and DCMI terms' published and updated)."""
 RSS_ATOM_LINKS = RSS_ITEM_SLOTS["atom:link"]
 
 

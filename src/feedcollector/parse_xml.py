@@ -220,7 +220,20 @@ def _rss_item(
     base_url: str,
 ) -> ParsedItem:
     chain = _chain(item, parent_chain, base_url)
-    title, link, guid, description, content, pub_date, dc_date, _, media, group = fields
+    (
+        title,
+        link,
+        guid,
+        description,
+        content,
+        pub_date,
+        dc_date,
+        _,
+        media,
+        group,
+        published,
+        updated,
+    ) = fields
     link_text = None if link is None else text_of(link)
     if atom_links and not has_text(link_text):
         link_text = _atom_link(atom_links, chain, base_url)  # as feedparser reads it
@@ -231,10 +244,10 @@ def _rss_item(
         description = _media_description(media, group)
         if description is None:
             description = _first_child(item, "itunes:summary")
-    if dc_date is None:
+    if dc_date is None and published is None and updated is None:  # the usual item
         dates: tuple[str, ...] = () if pub_date is None else (text_of(pub_date),)
-    else:
-        dates = (text_of(dc_date),) if pub_date is None else (text_of(pub_date), text_of(dc_date))
+    else:  # in this order: the first one's text is what the GUID fallback hashes, as before
+        dates = tuple(text_of(d) for d in (pub_date, dc_date, published, updated) if d is not None)
     return finish_values(  # positional (faster), in RawEntry's order
         None if title is None else text_of(title),  # title
         link_text,  # link
