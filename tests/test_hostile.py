@@ -465,6 +465,43 @@ def _json_escapes(world: World) -> str:
     return world.serve("/hostile", json.dumps(document).encode(), "application/feed+json")
 
 
+def _kept_without_validators(cycle: Cycle, url: str) -> None:
+    assert titles(cycle, url) == ["Kept"]
+    feed = cycle.feed(url)
+    assert (feed["last_etag"], feed["last_modified"]) == (None, None)
+
+
+@case("validators-in-bytes-no-utf-8-reads", check=_kept_without_validators)
+def _undecodable_validators(world: World) -> str:
+    """ETag and Last-Modified are stored for the next conditional GET: in bytes that are no
+    UTF-8 (here sent as Latin-1) they failed the feed's batch, so its items were never stored;
+    now they are not kept (a changed copy would never match) and the next GET is plain."""
+    body = raw_rss("<item><guid>v</guid><title>Kept</title></item>")
+    headers = {"Content-Type": "application/rss+xml", "ETag": '"caf\xe9"'}
+    world.server.route("/hostile", body=body, headers=headers, last_modified="Mon\xff")
+    return world.server.url("/hostile")
+
+
+@case("content-type-in-bytes-no-utf-8-reads", check=_titled("Kept"))
+def _undecodable_content_type(world: World) -> str:
+    body = raw_rss("<item><guid>v</guid><title>Kept</title></item>")
+    headers = {"Content-Type": "application/rss+xml; charset=caf\xe9"}
+    world.server.route("/hostile", body=body, headers=headers)
+    return world.server.url("/hostile")
+
+
+def _latin1_reason(request: BaseHTTPRequestHandler) -> None:
+    request.send_response(404, "Introuvable \xe9t\xe9")
+    request.send_header("Content-Length", "0")
+    request.end_headers()
+
+
+@case("reason-phrase-in-bytes-no-utf-8-reads", error=r"^fetch: HTTP 404 Introuvable \ufffdt\ufffd ")
+def _undecodable_reason(world: World) -> str:
+    """The failure is recorded, its words as readable as the bytes allow."""
+    return world.server.route("/hostile", handler=_latin1_reason)
+
+
 @case("illegal-character-references")
 def _illegal_references(world: World) -> str:
     item = "<item><guid>r</guid><title>a&#1;b&#x1B;c&#0;d</title></item>"

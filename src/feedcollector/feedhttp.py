@@ -32,6 +32,24 @@ DNS_CACHE_S = 300
 again."""
 
 
+def header_text(value: str) -> str:
+    """A header's text or the reason phrase, fit to store and to log.
+
+    aiohttp keeps bytes that are no UTF-8 (a Latin-1 reason phrase such as ``Non trouv\xe9``)
+    as lone surrogates, which no UTF-8 text holds: the database refused the feed's row, so
+    such an answer was never recorded. They become U+FFFD.
+    """
+    if value.isascii():
+        return value
+    return value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def validator(value: str | None) -> str | None:
+    """An ETag or Last-Modified to send back in the next request, or None when aiohttp could
+    not read it as text: a changed copy would never match, so that fetch goes unconditional."""
+    return value if value is None or header_text(value) == value else None
+
+
 def make_feed_session(user_agent: str, *, max_connections: int) -> aiohttp.ClientSession:
     """A keep-alive session with at most ``max_connections`` open connections."""
     return aiohttp.ClientSession(

@@ -20,7 +20,13 @@ from http import HTTPStatus
 import aiohttp
 
 from .errors import FetchError
-from .feedhttp import make_feed_session, open_feed_response, read_feed_body
+from .feedhttp import (
+    header_text,
+    make_feed_session,
+    open_feed_response,
+    read_feed_body,
+    validator,
+)
 from .http_hints import permanent_target, response_hints
 from .httpbody import TransferError
 from .models import FetchedFeed
@@ -116,10 +122,10 @@ async def _read_feed_response(
     permanent_url: str | None,
 ) -> FetchedFeed:
     status = response.status
-    reason = response.reason or ""
+    reason = header_text(response.reason or "")
     final_url = str(response.url)
-    etag = response.headers.get("ETag")
-    last_modified = response.headers.get("Last-Modified")
+    etag = validator(response.headers.get("ETag"))
+    last_modified = validator(response.headers.get("Last-Modified"))
     hints = response_hints(response.headers)
     if status == 304:
         return FetchedFeed(
@@ -149,7 +155,7 @@ async def _read_feed_response(
         final_url=final_url,
         status=status,
         body=body,
-        content_type=response.headers.get("Content-Type"),
+        content_type=header_text(response.headers.get("Content-Type", "")) or None,
         etag=etag,
         last_modified=last_modified,
         elapsed_s=time.monotonic() - started,
@@ -169,11 +175,11 @@ def feed_status_error(
     elif status in (401, 403):
         hint = "access denied; the feed needs credentials or blocks this client"
     elif status == 429:
-        retry_after = headers.get("Retry-After")
+        retry_after = header_text(headers.get("Retry-After", ""))
         wait = f", the server asks to wait {retry_after}" if retry_after else ""
         hint = f"rate limited{wait}; this host's feeds wait"
     elif status == 503 and headers.get("Retry-After"):
-        hint = f"unavailable, the server asks to wait {headers['Retry-After']}"
+        hint = f"unavailable, the server asks to wait {header_text(headers['Retry-After'])}"
     elif status >= 500:
         hint = "the server is failing; will retry with backoff"
     else:
