@@ -525,6 +525,12 @@ def test_duplicate_urls_in_json_name_both_lines(tmp_path: Path) -> None:
             'starting with http:// or https:// (e.g. "https://example.com"), got "example.com"',
         ),
         ("https://exa mple.com/", "must not contain spaces"),
+        ('"https://a.example/\\x01"', 'must not contain control characters, got "https'),
+        (
+            '"https://a.example/\\ud800"',
+            'must not hold half of a UTF-16 pair (an escape such as \\ud800 without its other '
+            'half), got "https://a.example/\\ud800"',
+        ),
         ("http://example.com:99999/", "must have a port between 0 and 65535"),
         ("''", "must not be empty"),
     ],
@@ -569,6 +575,11 @@ def test_bad_interval_shows_the_default(tmp_path: Path) -> None:
             "feeds:\n  - url: https://a.example/\n    title: 1984\n",
             3,
             '"title" must be text, got 1984. Put the title in quotes.',
+        ),
+        (
+            'feeds:\n  - url: https://a.example/\n    title: "a \\udc00"\n',
+            3,
+            '"title" must not hold half of a UTF-16 pair',
         ),
         (
             "feeds:\n  - https://a.example/\n  -\n",

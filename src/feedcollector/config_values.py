@@ -64,8 +64,8 @@ def describe_value(value: object) -> str:
         return str(value).lower()
     if value is None:
         return "nothing"
-    if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, str):  # half of a UTF-16 pair cannot be printed: shown as its escape
+        return json.dumps(value, ensure_ascii=False).encode("utf-8", "backslashreplace").decode()
     if isinstance(value, int | float):
         return repr(value)
     if isinstance(value, Mapping):
@@ -189,17 +189,33 @@ def parse_byte_size(value: object) -> int:
     return size
 
 
+_HALF_PAIR = re.compile("[\ud800-\udfff]")
+
+
+def check_storable_text(value: str) -> str:
+    """``value``, or ValueError when it holds half of a UTF-16 pair (a YAML escape such as
+    ``"\\ud800"`` alone writes one): no UTF-8 text holds it, so no database can store it."""
+    if _HALF_PAIR.search(value):
+        raise ValueError(
+            "must not hold half of a UTF-16 pair (an escape such as \\ud800 without its other "
+            f"half), got {describe_value(value)}"
+        )
+    return value
+
+
 def check_http_url(value: str) -> str:
     """Return the URL without surrounding whitespace, or raise ValueError with a predicate.
 
     Feeds and services are only reachable over http(s), and a URL without a host is a typo.
     """
-    text = value.strip()
+    text = check_storable_text(value.strip())
     shown = describe_value(text)
     if not text:
         raise ValueError("must not be empty")
     if re.search(r"\s", text):
         raise ValueError(f"must not contain spaces, got {shown}")
+    if re.search("[\x00-\x1f\x7f]", text):
+        raise ValueError(f"must not contain control characters, got {shown}")
     parts = urlsplit(text)
     if parts.scheme.lower() not in ("http", "https"):
         if "://" in text:

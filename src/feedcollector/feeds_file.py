@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 from .config_values import (
     Problem,
     check_http_url,
+    check_storable_text,
     config_error,
     describe_value,
     format_duration,
@@ -328,4 +329,8 @@ def _entry_title(node: Node | None, problems: list[Problem]) -> str | None:
         what = f'"title" must be text, got {describe_value(node.value)}'
         problems.append(Problem(what, "Put the title in quotes.", line=node.line))
         return None
-    return node.value.strip() or None
+    try:
+        return check_storable_text(node.value).strip() or None
+    except ValueError as exc:
+        problems.append(Problem(f'"title" {exc}', "Write the character itself.", line=node.line))
+        return None
