@@ -167,6 +167,28 @@ def test_arbitrary_text_never_raises(text: str) -> None:
     assert moment is None or moment.utcoffset() == timedelta(0)
 
 
+DIGITS_OF_EVERY_KIND = (
+    "0123456789\u00b2\u00b3\u00b9\u2070\u2074\u2082\u2460\u0661\u0662\uff11\uff12"
+)
+"""ASCII digits, digits int() refuses though ``str.isdigit()`` says yes (superscripts,
+subscripts, circled), and decimal digits of other scripts that int() reads (Arabic-Indic,
+fullwidth)."""
+
+
+@given(
+    st.lists(
+        st.text(DIGITS_OF_EVERY_KIND, min_size=1, max_size=4)
+        | st.sampled_from(["Jan", "Mon,", "GMT", "+0200", ":", "-", "T", "Z", "10:00:00"]),
+        max_size=8,
+    ).map(" ".join)
+)
+def test_dates_written_with_any_kind_of_digit_never_raise(text: str) -> None:
+    """``01 Jan \u00b2\u2070\u00b2\u2074`` failed its whole feed: a year of superscript digits
+    passed ``isdigit()`` and int() refused it."""
+    moment = parse_date(text)
+    assert moment is None or moment.utcoffset() == timedelta(0)
+
+
 @given(
     st.datetimes(min_value=datetime(1900, 1, 1), max_value=datetime(2200, 1, 1)),
     st.sampled_from(["%a, %d %b %Y %H:%M:%S GMT", "%Y-%m-%dT%H:%M:%SZ", "%d %b %Y %H:%M:%S +0000"]),

@@ -502,6 +502,21 @@ def _undecodable_reason(world: World) -> str:
     return world.server.route("/hostile", handler=_latin1_reason)
 
 
+@case("absurd-ttl-and-update-period", check=_titled("Kept"))
+def _absurd_ttl(world: World) -> str:
+    items = "<item><guid>t</guid><title>Kept</title></item>"
+    channel = "<ttl>99999999999999999999999</ttl><sy:updateFrequency>\u00b2</sy:updateFrequency>"
+    body = raw_rss(items, title=f"Hostile</title>{channel}<title>x")
+    return world.serve("/hostile", body)
+
+
+@case("ttl-in-digits-int-cannot-read", check=_titled("Kept"))
+def _superscript_ttl(world: World) -> str:
+    """``"\u00b2".isdigit()`` is true, yet int() refuses it: the feed failed whole."""
+    items = "<item><guid>t</guid><title>Kept</title></item>"
+    return world.serve("/hostile", raw_rss(items, title="Hostile</title><ttl>\u00b2</ttl><title>x"))
+
+
 @case("illegal-character-references")
 def _illegal_references(world: World) -> str:
     item = "<item><guid>r</guid><title>a&#1;b&#x1B;c&#0;d</title></item>"

@@ -263,7 +263,7 @@ def parse_listen_address(value: object) -> str:
     text = value.strip() if isinstance(value, str) else ""
     host, _, port = text.rpartition(":")
     bracketed = host.startswith("[") == host.endswith("]")
-    if not host or not port.isdigit() or int(port) > 65535 or not bracketed:
+    if not host or not port.isdecimal() or int(port) > 65535 or not bracketed:
         raise ValueError(
             f'must be "HOST:PORT" in quotes, e.g. "127.0.0.1:9108", got {describe_value(value)}'
         )

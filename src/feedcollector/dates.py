@@ -83,7 +83,7 @@ def parse_date(text: str) -> datetime | None:
                 return moment - offset if offset else moment
             except (ValueError, OverflowError):
                 pass  # out of range: the general readers decide
-    readers = _DIGIT_FIRST if text[0].isdigit() else _LETTER_FIRST
+    readers = _DIGIT_FIRST if text[0].isdecimal() else _LETTER_FIRST
     for reader in readers:
         read = reader(text)
         if read is not None:
@@ -226,7 +226,7 @@ class _Fields:
         return True
 
     def take_number(self, token: str) -> bool:
-        if len(token) == 4 and token.isdigit():
+        if len(token) == 4 and token.isdecimal():
             if self.year is None:
                 self.year = int(token)
             elif self.hour is None:
@@ -239,7 +239,7 @@ class _Fields:
             return False
         if self.day is None:
             self.day = int(day.group(1))
-        elif self.year is None and token.isdigit() and len(token) == 2:
+        elif self.year is None and token.isdecimal() and len(token) == 2:
             self.year = _expand_two_digit_year(int(token))
         else:
             return False
@@ -293,7 +293,7 @@ def _take_token(fields: _Fields, token: str) -> bool:
         fields.month = month
         fields.month_was_mar = token.rstrip(".") == "mar"
         return True
-    if token[0].isdigit():
+    if token[0].isdecimal():
         time_match = _TIME_RE.fullmatch(token)
         if time_match is not None:
             return fields.take_time(time_match)

@@ -88,7 +88,7 @@ async def read_limited(
     Client-neutral: the transport's own errors pass through for its caller to word.
     """
     declared = headers.get("Content-Length", "")
-    if declared.isdigit() and int(declared) > max_bytes:
+    if declared.isdecimal() and int(declared) > max_bytes:
         raise TransferError(
             "too_large", f"{url} declares {int(declared)} bytes, over the {max_bytes} byte limit"
         )

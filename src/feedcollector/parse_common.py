@@ -166,7 +166,7 @@ def choose_date(texts: tuple[str, ...]) -> tuple[datetime | None, str | None]:
 
 def ttl_minutes(ttl: str | None, period: str | None, frequency: str | None) -> int | None:
     """RSS ``<ttl>`` if it is a positive integer, else ``sy:updatePeriod``/``updateFrequency``."""
-    if ttl is not None and ttl.strip().isdigit() and int(ttl.strip()) > 0:
+    if ttl is not None and ttl.strip().isdecimal() and int(ttl.strip()) > 0:
         return int(ttl.strip())
     if period is None:
         return None
@@ -175,7 +175,7 @@ def ttl_minutes(ttl: str | None, period: str | None, frequency: str | None) -> i
         return None
     times = 1
     if frequency is not None and frequency.strip():
-        if not frequency.strip().isdigit() or int(frequency.strip()) < 1:
+        if not frequency.strip().isdecimal() or int(frequency.strip()) < 1:
             return None
         times = int(frequency.strip())
     return max(1, round(period_minutes / times))

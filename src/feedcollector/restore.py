@@ -237,7 +237,7 @@ async def _relink_images(
         folder = object_key(feed_id, record.guid, 0, "x").rsplit("/", 1)[0] + "/"
         async for key in objects.list(folder):
             position = key[len(folder) :].split(".", 1)[0]
-            if not position.isdigit() or int(position) >= len(record.image_urls):
+            if not position.isdecimal() or int(position) >= len(record.image_urls):
                 continue
             statements.append(
                 Statement(
