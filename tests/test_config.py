@@ -528,7 +528,7 @@ def test_duplicate_urls_in_json_name_both_lines(tmp_path: Path) -> None:
         ('"https://a.example/\\x01"', 'must not contain control characters, got "https'),
         (
             '"https://a.example/\\ud800"',
-            'must not hold half of a UTF-16 pair (an escape such as \\ud800 without its other '
+            "must not hold half of a UTF-16 pair (an escape such as \\ud800 without its other "
             'half), got "https://a.example/\\ud800"',
         ),
         ("http://example.com:99999/", "must have a port between 0 and 65535"),

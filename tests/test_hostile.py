@@ -502,12 +502,14 @@ def _undecodable_reason(world: World) -> str:
     return world.server.route("/hostile", handler=_latin1_reason)
 
 
-@case("absurd-ttl-and-update-period", check=_titled("Kept"))
+@case("ttl-and-max-age-of-5000-digits", check=_titled("Kept"))
 def _absurd_ttl(world: World) -> str:
     items = "<item><guid>t</guid><title>Kept</title></item>"
-    channel = "<ttl>99999999999999999999999</ttl><sy:updateFrequency>\u00b2</sy:updateFrequency>"
+    channel = f"<ttl>{'9' * 5000}</ttl>"  # int() reads at most 4,300 digits
     body = raw_rss(items, title=f"Hostile</title>{channel}<title>x")
-    return world.serve("/hostile", body)
+    headers = {"Content-Type": "application/rss+xml", "Cache-Control": f"max-age={'9' * 5000}"}
+    world.server.route("/hostile", body=body, headers=headers)
+    return world.server.url("/hostile")
 
 
 @case("ttl-in-digits-int-cannot-read", check=_titled("Kept"))

@@ -46,6 +46,7 @@ def test_http_dates_in_all_three_forms() -> None:
         ("next tuesday", None),
         ("", None),
         ("9" * 40, MAX_HINT),
+        ("9" * 5000, MAX_HINT),
     ],
     ids=[
         "seconds",
@@ -58,6 +59,7 @@ def test_http_dates_in_all_three_forms() -> None:
         "garbage",
         "empty",
         "huge",
+        "more-digits-than-int-reads",
     ],
 )
 def test_retry_after_both_forms_and_what_is_ignored(
@@ -87,6 +89,7 @@ def test_retry_after_dates_count_from_the_servers_own_clock() -> None:
         (ResponseHints(cache_control="No-Store"), timedelta(0)),
         (ResponseHints(cache_control="s-maxage=7200"), timedelta(0)),
         (ResponseHints(cache_control="max-age=" + "9" * 30), MAX_HINT),
+        (ResponseHints(cache_control="max-age=" + "9" * 5000, age="9" * 5000), timedelta(0)),
         (ResponseHints(expires=http(NOW + timedelta(hours=3))), timedelta(hours=3)),
         (
             ResponseHints(
@@ -112,6 +115,7 @@ def test_retry_after_dates_count_from_the_servers_own_clock() -> None:
         "no-store",
         "shared-caches-only",
         "huge",
+        "more-digits-than-int-reads",
         "expires",
         "expires-minus-date",
         "invalid-expires",

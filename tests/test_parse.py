@@ -448,6 +448,12 @@ def test_ttl_and_syndication_period() -> None:
     assert parse_feed(rss("", channel=sy), BASE_URL).ttl_minutes == 30
     assert parse_feed(rss("", channel="<ttl>soon</ttl>"), BASE_URL).ttl_minutes is None
     assert parse_feed(rss("", channel="<title>T</title>"), BASE_URL).ttl_minutes is None
+    many = "9" * 5000  # more digits than int() reads: clipped, not a failed feed
+    assert parse_feed(rss("", channel=f"<ttl>{many}</ttl>"), BASE_URL).ttl_minutes == 10**9
+    sy = f"<sy:updatePeriod>daily</sy:updatePeriod><sy:updateFrequency>{many}</sy:updateFrequency>"
+    assert parse_feed(rss("", channel=sy), BASE_URL).ttl_minutes == 1
+    superscript = "<ttl>\u00b2</ttl>"  # a digit to isdigit(), not to int()
+    assert parse_feed(rss("", channel=superscript), BASE_URL).ttl_minutes is None
 
 
 def test_dates_pubdate_then_dc_date_and_atom_published_then_updated() -> None:

@@ -48,8 +48,11 @@ def http_date(text: str | None) -> datetime | None:
     return moment.astimezone(UTC)
 
 
-def _seconds(count: int) -> timedelta:
-    return timedelta(seconds=min(count, int(MAX_HINT.total_seconds())))
+def _seconds(digits: str) -> timedelta:
+    """Seconds written in ``digits``, clipped to MAX_HINT before int() reads them (it refuses
+    more than 4,300 digits, and a header may hold 64 KiB of them)."""
+    limit = int(MAX_HINT.total_seconds())
+    return timedelta(seconds=limit if len(digits) > len(str(limit)) else min(int(digits), limit))
 
 
 def _server_now(hints: ResponseHints, now: datetime) -> datetime:
@@ -63,7 +66,7 @@ def retry_after(hints: ResponseHints | None, now: datetime) -> timedelta | None:
         return None
     text = hints.retry_after.strip()
     if _DELTA_SECONDS.fullmatch(text):
-        delay = _seconds(int(text))
+        delay = _seconds(text)
     else:
         moment = http_date(text)
         if moment is None:
@@ -86,8 +89,8 @@ def freshness(hints: ResponseHints | None, now: datetime) -> timedelta:
     found = _MAX_AGE.search(directives)
     if found is not None:
         age = hints.age.strip() if hints.age else ""
-        lifetime = _seconds(int(found[1])) - (
-            _seconds(int(age)) if _DELTA_SECONDS.fullmatch(age) else timedelta(0)
+        lifetime = _seconds(found[1]) - (
+            _seconds(age) if _DELTA_SECONDS.fullmatch(age) else timedelta(0)
         )
     else:
         expires = http_date(hints.expires)

@@ -166,8 +166,9 @@ def choose_date(texts: tuple[str, ...]) -> tuple[datetime | None, str | None]:
 
 def ttl_minutes(ttl: str | None, period: str | None, frequency: str | None) -> int | None:
     """RSS ``<ttl>`` if it is a positive integer, else ``sy:updatePeriod``/``updateFrequency``."""
-    if ttl is not None and ttl.strip().isdecimal() and int(ttl.strip()) > 0:
-        return int(ttl.strip())
+    minutes = _count(ttl)
+    if minutes:
+        return minutes
     if period is None:
         return None
     period_minutes = SYNDICATION_PERIOD_MINUTES.get(period.strip().lower())
@@ -175,10 +176,22 @@ def ttl_minutes(ttl: str | None, period: str | None, frequency: str | None) -> i
         return None
     times = 1
     if frequency is not None and frequency.strip():
-        if not frequency.strip().isdecimal() or int(frequency.strip()) < 1:
+        times = _count(frequency) or 0
+        if times < 1:
             return None
-        times = int(frequency.strip())
     return max(1, round(period_minutes / times))
+
+
+MAX_COUNT = 10**9
+"""Where a count a feed writes is clipped (int() refuses more than 4,300 digits)."""
+
+
+def _count(text: str | None) -> int | None:
+    """A whole number written in decimal digits (any script's, as int() reads them), or None."""
+    digits = "" if text is None else text.strip()
+    if not digits.isdecimal():
+        return None
+    return MAX_COUNT if len(digits) > len(str(MAX_COUNT)) else min(int(digits), MAX_COUNT)
 
 
 def feed_base(feed_link: str | None, base_url: str) -> tuple[str | None, str]:
