@@ -248,6 +248,16 @@ def test_export_is_opml_2_and_round_trips(tmp_path: Path) -> None:
     assert load_feeds(feeds_file) == specs
 
 
+def test_export_drops_what_xml_cannot_hold(tmp_path: Path) -> None:
+    """A feeds file's title may hold control characters (YAML writes "\x01"): the export
+    leaves them out instead of failing with a traceback."""
+    feeds_file = write(
+        tmp_path / "feeds.yaml", 'feeds:\n  - url: https://a.example/\n    title: "A\\x01B\\x1b"\n'
+    )
+    document = export_opml(load_feeds(feeds_file), now=NOW)
+    assert [o.get("title") for o in etree.fromstring(document).iter("outline")] == ["AB"]
+
+
 def test_opml_commands(feed_server: FeedServer, tmp_path: Path) -> None:
     url = feed_server.route("/feed.xml", body=rss([Entry("a", guid="a")], title="Loopback"))
     config = str(write_project(tmp_path, [url]))

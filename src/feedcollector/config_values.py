@@ -16,6 +16,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from .errors import ConfigError
+from .safe_text import has_half_pair
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,13 +190,10 @@ def parse_byte_size(value: object) -> int:
     return size
 
 
-_HALF_PAIR = re.compile("[\ud800-\udfff]")
-
-
 def check_storable_text(value: str) -> str:
     """``value``, or ValueError when it holds half of a UTF-16 pair (a YAML escape such as
     ``"\\ud800"`` alone writes one): no UTF-8 text holds it, so no database can store it."""
-    if _HALF_PAIR.search(value):
+    if has_half_pair(value):
         raise ValueError(
             "must not hold half of a UTF-16 pair (an escape such as \\ud800 without its other "
             f"half), got {describe_value(value)}"

@@ -13,8 +13,6 @@ obstore exceptions. The pipeline reacts to the class:
 
 from __future__ import annotations
 
-import re
-
 from .models import ResponseHints
 
 
@@ -72,14 +70,3 @@ class ObjectNotFoundError(ObjectStoreError):
 
 class ImageError(FeedCollectorError):
     """An image could not be downloaded or is not acceptable; recorded on its task."""
-
-
-_CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
-
-def one_line(text: str, limit: int | None = None) -> str:
-    """What a feed or a server wrote, fit for one line of a log or a terminal: control
-    characters gone (an escape sequence would drive the terminal), whitespace collapsed, at
-    most ``limit`` characters."""
-    text = " ".join(_CONTROLS.sub(" ", text).split())
-    return text if limit is None or len(text) <= limit else text[: limit - 1] + "\u2026"

@@ -35,6 +35,7 @@ from .feeds_edit import read_feeds_text, replace_checked
 from .feeds_file import _duplicate_key as feed_url_key
 from .feeds_file import load_feeds
 from .models import FeedSpec
+from .safe_text import xml_chars
 
 EXPORT_TITLE = "feedcollector subscriptions"
 _REEXPORT = "Export the OPML file again from your reader, or fix it there."
@@ -240,7 +241,7 @@ def export_opml(
     etree.SubElement(head, "dateCreated").text = format_datetime(now, usegmt=True)
     body = etree.SubElement(root, "body")
     for spec in specs:
-        name = spec.title or known.get(spec.url)
+        name = xml_chars(spec.title or known.get(spec.url) or "")  # YAML can write controls
         outline = etree.SubElement(body, "outline", type="rss", text=name or spec.url)
         if name:
             outline.set("title", name)

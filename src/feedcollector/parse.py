@@ -27,12 +27,13 @@ from typing import cast
 from lxml import etree
 
 from .decode import without_controls
-from .errors import LenientParseNeeded, ParseError, one_line
+from .errors import LenientParseNeeded, ParseError
 from .feed_links import feed_links
 from .models import ParsedFeed
 from .parse_fallback import parse_with_feedparser, repair_xml
 from .parse_json import parse_json_feed
 from .parse_xml import NotAFeedRoot, ReadByLocalNames, feed_from_tree
+from .safe_text import one_line
 
 UTF8_BOM = b"\xef\xbb\xbf"
 

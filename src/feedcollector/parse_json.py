@@ -8,12 +8,12 @@ content, else ``content_text`` HTML-escaped (plain text must not be read as mark
 from __future__ import annotations
 
 import json
-import re
 from html import escape
 
-from .errors import ParseError, one_line
+from .errors import ParseError
 from .models import ParsedFeed, ParsedItem
 from .parse_common import MAX_ITEMS_PER_FEED, RawEntry, feed_base, finish_item
+from .safe_text import one_line, whole_pairs, xml_chars
 
 JSON_FEED_VERSION_PREFIX = "https://jsonfeed.org/version/"
 
@@ -81,15 +81,7 @@ def _item(entry: dict[str, object], base: str) -> ParsedItem:
     )
 
 
-_NOT_IN_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
-"""Characters an XML feed cannot carry (C0 controls but tab and line breaks, U+FFFE/U+FFFF),
-which a JSON string can as escapes: dropped, so a JSON Feed stores what an XML one could."""
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-"""Half of a UTF-16 pair escaped on its own (``"\\ud800"``): valid JSON, but no UTF-8 text
-holds it, so the store could not write the item (and with it the feed's whole batch)."""
-
-
 def _string(value: object) -> str | None:
     if not isinstance(value, str):
         return None
-    return _LONE_SURROGATE.sub("\ufffd", _NOT_IN_XML.sub("", value))
+    return whole_pairs(xml_chars(value))  # so a JSON Feed stores what an XML one could

@@ -20,9 +20,10 @@ from ..collector import fetch_limits
 from ..config import Settings, load_feeds
 from ..config_values import check_http_url, parse_duration
 from ..discover import Discovery, FoundFeed, discover_feeds
-from ..errors import ConfigError, StorageError, one_line
+from ..errors import ConfigError, StorageError
 from ..fetch import make_http_client
 from ..models import FeedSpec
+from ..safe_text import one_line
 from ..timestamps import utc_now
 from .app import app, guard, load_command_settings, run_async, usage_error
 

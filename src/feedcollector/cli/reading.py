@@ -8,8 +8,8 @@ from typing import Annotated, Any
 import typer
 
 from ..collector import Collector
-from ..errors import one_line
 from ..reading import StoredItem, find_feed_id, iter_items, load_content, read_item, sanitize_html
+from ..safe_text import one_line
 from .app import (
     app,
     load_command_settings,

@@ -15,8 +15,9 @@ from rich.text import Text
 
 from ..backends import open_database
 from ..config import Settings, load_feeds
-from ..errors import ConfigError, one_line
+from ..errors import ConfigError
 from ..models import FeedSpec
+from ..safe_text import one_line
 from ..schema import migrate
 from ..status import StatusReport, build_status, read_status, select_feeds
 from ..timestamps import format_timestamp, parse_timestamp, utc_now

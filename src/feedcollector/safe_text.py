@@ -1,0 +1,35 @@
+"""Text from feeds, servers and files, made safe for where it goes: a terminal line, an XML
+document, a UTF-8 database. Pure; each rule lives here once."""
+
+from __future__ import annotations
+
+import re
+
+_CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_NOT_IN_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+_HALF_PAIR = re.compile("[\ud800-\udfff]")
+
+
+def one_line(text: str, limit: int | None = None) -> str:
+    """What a feed or a server wrote, fit for one line of a log or a terminal: control
+    characters gone (an escape sequence would drive the terminal), whitespace collapsed, at
+    most ``limit`` characters."""
+    text = " ".join(_CONTROLS.sub(" ", text).split())
+    return text if limit is None or len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
+def xml_chars(text: str) -> str:
+    """``text`` without the characters XML 1.0 cannot hold: C0 controls but tab and line
+    breaks, U+FFFE and U+FFFF (a JSON escape or a YAML one can write them)."""
+    return _NOT_IN_XML.sub("", text)
+
+
+def has_half_pair(text: str) -> bool:
+    """Whether ``text`` holds half of a UTF-16 surrogate pair (``"\\ud800"`` alone, as JSON
+    and YAML escapes can write): no UTF-8 text holds one, so no database can store it."""
+    return _HALF_PAIR.search(text) is not None
+
+
+def whole_pairs(text: str) -> str:
+    """``text`` with each half of a UTF-16 pair replaced by U+FFFD."""
+    return _HALF_PAIR.sub("\ufffd", text)
