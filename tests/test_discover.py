@@ -59,6 +59,20 @@ def test_feed_links_honour_base_href_and_find_nothing_in_plain_pages() -> None:
     assert feed_links(b"\x00\xff not html at all", "https://www.example/") == []
 
 
+@pytest.mark.parametrize("bad", ["http://[", "//[x]/", "http://\u2100/", "javascript:x"])
+def test_feed_links_skip_addresses_urllib_refuses(bad: str) -> None:
+    """Pages are untrusted: an href or base urllib cannot join (an unclosed IPv6 bracket, a
+    host NFKC turns into a slash) raised out of ``add`` and out of the parse stage's "not a
+    feed" wording; it is skipped, and the page's other feeds are still found."""
+    html = page(
+        f'<base href="{bad}"><link rel="alternate" type="application/rss+xml" href="{bad}">'
+        '<link rel="alternate" type="application/atom+xml" href="/atom.xml">'
+    )
+    assert [link.url for link in feed_links(html, "https://www.example/blog/")] == [
+        "https://www.example/atom.xml"
+    ]
+
+
 def test_common_feed_urls_under_the_folder_then_the_root() -> None:
     urls = common_feed_urls("https://example.org/blog/post.html")
     assert urls[0] == "https://example.org/blog/feed"

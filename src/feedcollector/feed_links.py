@@ -37,7 +37,7 @@ def feed_links(html: bytes, page_url: str) -> list[FeedLink]:
     base = page_url
     base_node = tree.css_first("base[href]")
     if base_node is not None:
-        base = urljoin(page_url, (base_node.attributes.get("href") or "").strip())
+        base = _joined(page_url, base_node.attributes.get("href") or "") or page_url
     links: list[FeedLink] = []
     seen: set[str] = set()
     for node in tree.css("link[href]"):
@@ -47,10 +47,22 @@ def feed_links(html: bytes, page_url: str) -> list[FeedLink]:
         href = (attributes.get("href") or "").strip()
         if "alternate" not in rel or kind is None or not href:
             continue
-        url = urljoin(base, href)
-        if urlsplit(url).scheme not in ("http", "https") or feed_url_key(url) in seen:
+        url = _joined(base, href)
+        if url is None or feed_url_key(url) in seen:
             continue
         seen.add(feed_url_key(url))
         title = " ".join((attributes.get("title") or "").split()) or None
         links.append(FeedLink(url, title, kind))
     return links
+
+
+def _joined(base: str, href: str) -> str | None:
+    """``href`` made absolute, or None when it is no web address (``javascript:``) or one
+    urllib refuses (``http://[``, a host NFKC turns into a slash): pages are untrusted."""
+    try:
+        url = urljoin(base, href.strip())
+        feed_url_key(url)
+        web = urlsplit(url).scheme in ("http", "https")
+    except ValueError:
+        return None
+    return url if web else None
