@@ -725,6 +725,11 @@ def _invalid_image_urls(world: World) -> str:
         "../../../../etc/passwd",
         f"  {ok}  ",
         "&#106;avascript:alert(2)",
+        "http://a.example:99999999/x.png",
+        "http://\u2100.example/x.png",
+        "http://[vx.y]/x.png",
+        "http://a%00b.example/x.png",
+        "http://xn--/x.png",
     )
 
 

@@ -582,6 +582,45 @@ def test_an_unexpected_error_fails_only_its_feed_and_is_recorded(
     assert logged.exc_info is not None
 
 
+def test_an_unexpected_error_fails_only_its_image_attempt(
+    feed_server: FeedServer,
+    project: Callable[..., Project],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A bug in a download (injected) counts as that task's attempt: before, it raised out of
+    the image stage and ended the cycle, as a malformed IDNA host (``xn--``) once did."""
+    import feedcollector.image_stage as image_stage
+
+    real_download = image_stage.download_image
+
+    async def buggy_download(client: Any, url: str, **kwargs: Any) -> Any:
+        if "trigger-bug" in url:
+            raise RuntimeError("a bug in a download")
+        return await real_download(client, url, **kwargs)
+
+    monkeypatch.setattr(image_stage, "download_image", buggy_download)
+    ok = feed_server.route("/img/ok.png", body=png(), headers={"Content-Type": "image/png"})
+    html = f'<img src="{feed_server.url("/img/trigger-bug.png")}"><img src="{ok}">'
+    url = feed_server.route("/feed", body=rss([Entry("pictures", guid="p", content=html)]))
+    p = project([url])
+    with caplog.at_level(logging.ERROR, logger="feedcollector"):
+        p.cycle()
+    rows = p.rows("SELECT position, status, attempts, last_error FROM image_tasks ORDER BY 1")
+    assert rows == [
+        {
+            "position": 0,
+            "status": "pending",
+            "attempts": 1,
+            "last_error": "image: internal: RuntimeError('a bug in a download')",
+        },
+        {"position": 1, "status": "success", "attempts": 1, "last_error": None},
+    ]
+    (logged,) = [r for r in caplog.records if r.getMessage().startswith("internal: unexpected")]
+    assert "trigger-bug" in logged.getMessage()
+    assert logged.exc_info is not None
+
+
 def test_items_beyond_the_per_feed_cap_are_dropped_with_a_warning(
     feed_server: FeedServer, project: Callable[..., Project], caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -71,6 +71,16 @@ async def _attempt(
         except ImageError as exc:
             log.info("image %s (item %s): %s", task.original_url, task.item_id, exc)
             return store_images.ImageResult(task.id, None, str(exc))
+        except Exception as exc:  # one image never stops the others (nor the cycle)
+            log.exception(
+                "internal: unexpected %s downloading image %s (item %s); this is a bug in "
+                "feedcollector (please report it with this traceback). The attempt counts; "
+                "the other images go on.",
+                type(exc).__name__,
+                task.original_url,
+                task.item_id,
+            )
+            return store_images.ImageResult(task.id, None, f"image: internal: {exc!r}")
         key = object_key(task.feed_id, task.guid, task.position, image.ext)
         try:
             await collector.objects.put(key, image.data, image.content_type)

@@ -267,10 +267,7 @@ async def open_response(
 
     Every hop obeys :class:`~.redirects.RedirectChain` and passes ``check_url``.
     """
-    try:
-        current = httpx.URL(url)
-    except httpx.InvalidURL as exc:
-        raise TransferError("protocol", f"{url!r} is not a valid URL ({exc})") from exc
+    current = _valid_url(lambda: httpx.URL(url), "protocol", f"{url!r} is not a valid URL")
     require_web_scheme(current.scheme, f"{url} is not an http(s) URL")
     chain = RedirectChain(str(current), max_redirects)
     for _ in chain.hops():
@@ -290,12 +287,19 @@ async def open_response(
 
 
 def _redirect_target(current: httpx.URL, location: str) -> httpx.URL:
+    what = f"{current} redirects to an invalid URL {location!r}"
+    return _valid_url(lambda: current.join(location), "redirect", what)
+
+
+def _valid_url(make: Callable[[], httpx.URL], kind: str, what: str) -> httpx.URL:
+    """The URL ``make`` builds, its host decoded once here: httpx reads an IDNA host lazily,
+    and a malformed one (``xn--``) raised out of the image stage on first use."""
     try:
-        return current.join(location)
-    except httpx.InvalidURL as exc:
-        raise TransferError(
-            "redirect", f"{current} redirects to an invalid URL {location!r} ({exc})"
-        ) from exc
+        url = make()
+        url.host  # noqa: B018 (decodes the host)
+    except (httpx.InvalidURL, ValueError) as exc:  # idna's errors are UnicodeErrors
+        raise TransferError(kind, f"{what} ({exc})") from exc
+    return url
 
 
 async def _send(
