@@ -894,6 +894,15 @@ for _scheme, _target in (
     )
 
 
+for _name, _target in (
+    ("bad-idna-host", "http://xn--/feed.xml"),
+    ("unclosed-ipv6", "http://[::1/feed.xml"),
+    ("nfkc-slash-host", "http://a\u2100b.example/feed.xml"),
+    ("port-out-of-range", "http://127.0.0.1:99999/feed.xml"),
+):
+    CASES.append(Case(f"redirect-to-{_name}", _redirect_to(_target), error=r"^fetch: "))
+
+
 # HTTP: broken servers ----------------------------------------------------------------------------
 
 

@@ -151,25 +151,25 @@ def describe_aiohttp_error(
 
 
 def _parse_url(url: str) -> yarl.URL:
-    try:
-        parsed = yarl.URL(url)
-    except (ValueError, TypeError) as exc:
-        raise TransferError("protocol", f"{url!r} is not a valid URL ({exc})") from exc
-    if parsed.scheme in ("http", "https") and not parsed.host:
-        raise TransferError("protocol", f"{url!r} is not a valid URL (it names no host)")
-    return parsed
+    return _valid_url(lambda: yarl.URL(url), "protocol", f"{url!r} is not a valid URL")
 
 
 def _redirect_target(current: yarl.URL, location: str) -> yarl.URL:
+    what = f"{current} redirects to an invalid URL {location!r}"
+    return _valid_url(lambda: current.join(yarl.URL(location)), "redirect", what)
+
+
+def _valid_url(make: Callable[[], yarl.URL], kind: str, what: str) -> yarl.URL:
+    """The URL ``make`` builds, with a host if it is a web one. The host is decoded here: yarl
+    reads an IDNA host lazily, and a malformed one (``xn--``) failed the feed as a bug."""
     try:
-        target = current.join(yarl.URL(location))
-    except (ValueError, TypeError) as exc:
-        raise TransferError(
-            "redirect", f"{current} redirects to an invalid URL {location!r} ({exc})"
-        ) from exc
-    if target.scheme in ("http", "https") and not target.host:
-        raise TransferError("redirect", f"{current} redirects to an invalid URL {location!r}")
-    return target
+        url = make()
+        no_host = url.scheme in ("http", "https") and not url.host
+    except (ValueError, TypeError) as exc:  # idna's errors are UnicodeErrors
+        raise TransferError(kind, f"{what} ({exc})") from exc
+    if no_host:
+        raise TransferError(kind, f"{what} (it names no host)")
+    return url
 
 
 async def _send(
