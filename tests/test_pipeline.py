@@ -621,6 +621,32 @@ def test_an_unexpected_error_fails_only_its_image_attempt(
     assert logged.exc_info is not None
 
 
+def test_unreadable_dates_are_logged_with_feed_and_title_and_bounded(
+    feed_server: FeedServer, project: Callable[..., Project], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The seed's log line (raw pubDate, feed URL, item title) for each item stored with the
+    fetch time; a feed of thousands such items, or of a megabyte-long date, stays readable."""
+    entries = [Entry("Odd one", guid="odd", pub_date="le 3 mars, vers midi")]
+    entries.append(Entry("Long " * 100, guid="long", pub_date="x" * 1_000_000))
+    entries += [Entry(f"n{n}", guid=f"n{n}", pub_date="soon") for n in range(30)]
+    url = feed_server.route("/feed", body=rss(entries))
+    p = project([url])
+    with caplog.at_level(logging.WARNING, logger="feedcollector"):
+        p.cycle()
+    lines = [r.getMessage() for r in caplog.records if "unreadable" in r.getMessage()]
+    assert lines[0] == (
+        f"parse: unreadable pubDate 'le 3 mars, vers midi' in feed {url}, item 'Odd one': "
+        "stored with the fetch time"
+    )
+    assert len(lines) == 21
+    assert lines[-1] == (
+        f"parse: 12 more items of feed {url} have unreadable dates (not listed), stored with "
+        "the fetch time"
+    )
+    assert max(len(line) for line in lines) < 600
+    assert p.rows("SELECT COUNT(*) AS n FROM items WHERE pub_date = created_at") == [{"n": 32}]
+
+
 def test_items_beyond_the_per_feed_cap_are_dropped_with_a_warning(
     feed_server: FeedServer, project: Callable[..., Project], caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -35,6 +35,7 @@ from .parse import parse_feed
 from .parse_common import MAX_ITEMS_PER_FEED
 from .politeness import PoliteQueue, Ticket, host_key
 from .report import CycleReport, FeedOutcome
+from .safe_text import one_line
 from .schedule import (
     MAX_STORED_SECONDS,
     deferred_until,
@@ -58,6 +59,11 @@ inline (the hop, and the GIL handed back and forth with the loop): on the real-w
 gain in wall time."""
 BACKLOG_PAGES = 25
 """Claimed feeds held at most, in claim pages, while every waiting feed's host is busy."""
+UNDATED_LOGGED = 20
+"""Items per body whose unreadable date gets its own log line; a count says how many more
+(a feed in a date format nobody reads would log every item on every change)."""
+QUOTED_CHARS = 200
+"""Characters of a feed's date text or title quoted in a log line (feeds choose their size)."""
 
 
 async def run_cycle(
@@ -273,12 +279,19 @@ def read_feed_body(
             MAX_ITEMS_PER_FEED,
             parsed.items_dropped,
         )
-    for item in undated:
+    for item in undated[:UNDATED_LOGGED]:
         log.warning(
             "parse: unreadable pubDate %r in feed %s, item %r: stored with the fetch time",
-            item.raw_pub_date,
+            one_line(item.raw_pub_date or "", QUOTED_CHARS),
             feed_url,
-            item.title,
+            one_line(item.title or "", QUOTED_CHARS),
+        )
+    if len(undated) > UNDATED_LOGGED:
+        log.warning(
+            "parse: %d more items of feed %s have unreadable dates (not listed), stored with "
+            "the fetch time",
+            len(undated) - UNDATED_LOGGED,
+            feed_url,
         )
     return parsed, records
 
