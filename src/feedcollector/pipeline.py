@@ -35,7 +35,7 @@ from .parse import parse_feed
 from .parse_common import MAX_ITEMS_PER_FEED
 from .politeness import PoliteQueue, Ticket, host_key
 from .report import CycleReport, FeedOutcome
-from .safe_text import one_line
+from .safe_text import QUOTED_CHARS, one_line
 from .schedule import (
     MAX_STORED_SECONDS,
     deferred_until,
@@ -62,8 +62,6 @@ BACKLOG_PAGES = 25
 UNDATED_LOGGED = 20
 """Items per body whose unreadable date gets its own log line; a count says how many more
 (a feed in a date format nobody reads would log every item on every change)."""
-QUOTED_CHARS = 200
-"""Characters of a feed's date text or title quoted in a log line (feeds choose their size)."""
 
 
 async def run_cycle(

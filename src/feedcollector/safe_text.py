@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import re
 
+QUOTED_CHARS = 200
+"""Characters of a feed's words (a title, a date's text) a log line quotes: feeds choose
+their size."""
+
 _CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _NOT_IN_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 _HALF_PAIR = re.compile("[\ud800-\udfff]")

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from .database import Database
 from .models import ItemRecord
 from .objectstore import ObjectStore
+from .safe_text import QUOTED_CHARS, one_line
 from .store_items import tombstoned_guids
 
 log = logging.getLogger("feedcollector")
@@ -135,7 +136,7 @@ async def write_spilled(
             log.info(
                 "store: item %r of feed %s is too big to store inline (%s); its HTML is "
                 "already at %s",
-                content.title or content.guid,
+                one_line(content.title or content.guid, QUOTED_CHARS),
                 feed_url,
                 content.reason,
                 content.key,
@@ -145,7 +146,7 @@ async def write_spilled(
         log.info(
             "store: item %r of feed %s is too big to store inline (%s); HTML spilled to %s "
             "(content_html NULL, content_key set)",
-            content.title or content.guid,
+            one_line(content.title or content.guid, QUOTED_CHARS),
             feed_url,
             content.reason,
             content.key,
