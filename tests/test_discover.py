@@ -242,6 +242,12 @@ def test_add_refusals(feed_server: FeedServer, tmp_path: Path) -> None:
     )
     assert bad_interval.returncode == 2
     assert "--interval" in bad_interval.stderr
+    latin1_title = "caf\udce9"  # the byte 0xE9 in argv: Python keeps it as half a pair
+    bad_title = feedcollector(
+        "--config", config, "add", feed, "--title", latin1_title, cwd=tmp_path
+    )
+    assert bad_title.returncode == 2
+    assert "add: --title must not hold half of a UTF-16 pair" in bad_title.stderr
     too_far = feedcollector("--config", config, "add", "--pick", "3", feed, cwd=tmp_path)
     assert too_far.returncode == 2
     assert "only 1 feeds found" in too_far.stderr

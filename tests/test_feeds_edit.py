@@ -146,6 +146,9 @@ def test_add_feed_checks_writes_atomically_and_keeps_mode(tmp_path: Path) -> Non
     with pytest.raises(AlreadySubscribed) as present:
         add_feed(feeds, NewEntry("https://D.EXAMPLE/feed"))
     assert present.value.spec.url == "https://d.example/feed"
+    with pytest.raises(ValueError, match="half of a UTF-16 pair"):
+        add_feed(feeds, NewEntry("https://e.example/feed", title="caf\udce9"))
+    assert load_feeds(feeds)[-1] == result.spec
 
 
 def test_add_feed_keeps_crlf_and_bom(tmp_path: Path) -> None:

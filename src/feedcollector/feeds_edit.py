@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config_values import check_http_url, parse_duration
+from .config_values import check_http_url, check_storable_text, parse_duration
 from .errors import ConfigError
 from .feeds_file import _duplicate_key as feed_url_key
 from .feeds_file import load_feeds
@@ -107,9 +107,10 @@ def add_feed(feeds_file: Path, entry: NewEntry) -> EditResult:
 
 
 def entry_spec(entry: NewEntry) -> FeedSpec:
-    """The feed the loader will read from ``entry`` (ValueError for a bad URL or interval)."""
+    """The feed the loader will read from ``entry`` (ValueError for a bad URL, interval or
+    title)."""
     interval = parse_duration(entry.interval) if entry.interval is not None else None
-    title = entry.title.strip() or None if entry.title is not None else None
+    title = check_storable_text(entry.title).strip() or None if entry.title is not None else None
     return FeedSpec(url=check_http_url(entry.url), interval=interval, title=title)
 
 

@@ -18,7 +18,7 @@ import typer
 from ..backends import open_database
 from ..collector import fetch_limits
 from ..config import Settings, load_feeds
-from ..config_values import check_http_url, parse_duration
+from ..config_values import check_http_url, check_storable_text, parse_duration
 from ..discover import Discovery, FoundFeed, discover_feeds
 from ..errors import ConfigError, StorageError
 from ..fetch import make_http_client
@@ -84,6 +84,10 @@ def add(
         check_http_url(url)
     except ValueError as exc:
         usage_error(f"add: the address {exc}")
+    try:
+        check_storable_text(title or "")  # argv keeps bytes no UTF-8 reads as half pairs
+    except ValueError as exc:
+        usage_error(f"add: --title {exc}")
     specs = _current_feeds(settings)
     present = find_feed(specs, url)
     if present is not None and not list_only:
