@@ -519,6 +519,16 @@ def _superscript_ttl(world: World) -> str:
     return world.serve("/hostile", raw_rss(items, title="Hostile</title><ttl>\u00b2</ttl><title>x"))
 
 
+@case("redirect-in-bytes-no-utf-8-reads", check=_titled("Kept"))
+def _undecodable_location(world: World) -> str:
+    """A Latin-1 Location is followed as browsers follow it, its bytes percent-encoded (yarl
+    dropped them, and the redirect led to /moved)."""
+    body = raw_rss("<item><guid>v</guid><title>Kept</title></item>")
+    world.server.route("/moved%E9%20x", body=body)
+    world.server.route("/hostile", status=301, headers={"Location": "/moved\xe9 x"})
+    return world.server.url("/hostile")
+
+
 @case("illegal-character-references")
 def _illegal_references(world: World) -> str:
     item = "<item><guid>r</guid><title>a&#1;b&#x1B;c&#0;d</title></item>"

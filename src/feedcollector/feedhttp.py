@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import socket
 import ssl
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
 
@@ -155,8 +156,22 @@ def _parse_url(url: str) -> yarl.URL:
 
 
 def _redirect_target(current: yarl.URL, location: str) -> yarl.URL:
-    what = f"{current} redirects to an invalid URL {location!r}"
-    return _valid_url(lambda: current.join(yarl.URL(location)), "redirect", what)
+    what = f"{current} redirects to an invalid URL {header_text(location)!r}"
+    target = _percent_encoded(location)
+    return _valid_url(lambda: current.join(yarl.URL(target)), "redirect", what)
+
+
+_URL_SAFE = "".join(chr(code) for code in range(0x21, 0x7F))
+"""Printable ASCII, ``%`` included: what a Location may hold as it is."""
+
+
+def _percent_encoded(location: str) -> str:
+    """``location`` with its bytes beyond printable ASCII percent-encoded, as browsers send
+    them. aiohttp keeps bytes that are no UTF-8 (a Latin-1 ``caf\xe9``) as half surrogate
+    pairs, which yarl silently dropped: the redirect led elsewhere."""
+    if location.isascii():
+        return location
+    return urllib.parse.quote(location.encode("utf-8", "surrogateescape"), safe=_URL_SAFE)
 
 
 def _valid_url(make: Callable[[], yarl.URL], kind: str, what: str) -> yarl.URL:
