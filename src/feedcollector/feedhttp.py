@@ -36,8 +36,8 @@ again."""
 def header_text(value: str) -> str:
     """A header's text or the reason phrase, fit to store and to log.
 
-    aiohttp keeps bytes that are no UTF-8 (a Latin-1 reason phrase such as ``Non trouv\xe9``)
-    as lone surrogates, which no UTF-8 text holds: the database refused the feed's row, so
+    aiohttp keeps bytes that are no UTF-8 (a Latin-1 reason phrase, its é one byte E9) as
+    lone surrogates, which no UTF-8 text holds: the database refused the feed's row, so
     such an answer was never recorded. They become U+FFFD.
     """
     if value.isascii():
@@ -167,8 +167,8 @@ _URL_SAFE = "".join(chr(code) for code in range(0x21, 0x7F))
 
 def _percent_encoded(location: str) -> str:
     """``location`` with its bytes beyond printable ASCII percent-encoded, as browsers send
-    them. aiohttp keeps bytes that are no UTF-8 (a Latin-1 ``caf\xe9``) as half surrogate
-    pairs, which yarl silently dropped: the redirect led elsewhere."""
+    them. aiohttp keeps bytes that are no UTF-8 (a Latin-1 é, one byte E9) as half
+    surrogate pairs, which yarl silently dropped: the redirect led elsewhere."""
     if location.isascii():
         return location
     return urllib.parse.quote(location.encode("utf-8", "surrogateescape"), safe=_URL_SAFE)
