@@ -529,6 +529,21 @@ def _undecodable_location(world: World) -> str:
     return world.server.url("/hostile")
 
 
+def _both_kept_digits_as_guid(cycle: Cycle, url: str) -> None:
+    guids = {item["title"]: item["guid"] for item in cycle.items(url)}
+    assert guids == {"Kept": "k", "Numbered": "1" * 5000}
+
+
+@case("json-feed-with-a-5000-digit-number", check=_both_kept_digits_as_guid)
+def _json_big_number(world: World) -> str:
+    """One number beyond int()'s 4,300 digits made the whole document "invalid JSON"."""
+    kept = '{"id": "k", "title": "Kept", "_size": ' + "9" * 5000 + "}"
+    numbered = '{"id": ' + "1" * 5000 + ', "title": "Numbered"}'
+    document = '{"version": "https://jsonfeed.org/version/1.1", "items": [' + kept
+    document += ", " + numbered + "]}"
+    return world.serve("/hostile", document.encode(), "application/feed+json")
+
+
 @case("illegal-character-references")
 def _illegal_references(world: World) -> str:
     item = "<item><guid>r</guid><title>a&#1;b&#x1B;c&#0;d</title></item>"

@@ -8,6 +8,7 @@ content, else ``content_text`` HTML-escaped (plain text must not be read as mark
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from html import escape
 
 from .errors import ParseError
@@ -26,7 +27,7 @@ why)."""
 def parse_json_feed(data: bytes, base_url: str) -> ParsedFeed:
     """Read a JSON Feed document; ParseError if it is not one."""
     try:
-        document = json.loads(data)
+        document = json.loads(data, parse_int=_Integer)
     except (ValueError, RecursionError) as exc:
         raise ParseError(f"parse: invalid JSON: {exc}") from exc
     if not isinstance(document, dict):
@@ -60,7 +61,9 @@ def _item(entry: dict[str, object], base: str) -> ParsedItem:
     or ``summary`` (escaped) as the description; ``url``, else ``external_url`` (a link
     post's target) as the link."""
     identifier = entry.get("id")
-    if isinstance(identifier, (int, float)) and not isinstance(identifier, bool):
+    if isinstance(identifier, _Integer):
+        identifier = identifier.digits
+    elif isinstance(identifier, float):
         identifier = str(identifier)
     text = _string(entry.get("content_text")) or _string(entry.get("summary"))
     dates = tuple(
@@ -79,6 +82,15 @@ def _item(entry: dict[str, object], base: str) -> ParsedItem:
             base=base,
         )
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Integer:
+    """A JSON integer kept as its digits: int() refuses more than 4,300 of them, and one such
+    number anywhere in a feed made the whole document "invalid JSON". An integer id is the
+    GUID as written."""
+
+    digits: str
 
 
 def _string(value: object) -> str | None:
