@@ -48,9 +48,9 @@ def feed_links(html: bytes, page_url: str) -> list[FeedLink]:
         if "alternate" not in rel or kind is None or not href:
             continue
         url = _joined(base, href)
-        if url is None or feed_url_key(url) in seen:
+        if url is None or (key := feed_url_key(url)) in seen:
             continue
-        seen.add(feed_url_key(url))
+        seen.add(key)
         title = " ".join((attributes.get("title") or "").split()) or None
         links.append(FeedLink(url, title, kind))
     return links

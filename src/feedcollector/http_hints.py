@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 
 from .models import ResponseHints
+from .safe_text import clipped_int
 
 MAX_HINT = timedelta(days=3650)
 """Larger values are clipped here, before any policy cap (a header may hold any number)."""
@@ -49,10 +50,8 @@ def http_date(text: str | None) -> datetime | None:
 
 
 def _seconds(digits: str) -> timedelta:
-    """Seconds written in ``digits``, clipped to MAX_HINT before int() reads them (it refuses
-    more than 4,300 digits, and a header may hold 64 KiB of them)."""
-    limit = int(MAX_HINT.total_seconds())
-    return timedelta(seconds=limit if len(digits) > len(str(limit)) else min(int(digits), limit))
+    """Seconds written in ``digits``, clipped to MAX_HINT (a header may hold 64 KiB of them)."""
+    return timedelta(seconds=clipped_int(digits, int(MAX_HINT.total_seconds())))
 
 
 def _server_now(hints: ResponseHints, now: datetime) -> datetime:

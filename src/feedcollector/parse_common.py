@@ -15,6 +15,7 @@ from typing import NamedTuple, TypeGuard, TypeVar
 from .dates import parse_date
 from .html import absolutize, is_absolute_url, resolve_url
 from .models import ParsedItem
+from .safe_text import clipped_int
 
 MAX_ITEMS_PER_FEED = 10_000
 """Items read from one document, the first ones in document order. Feeds are untrusted: a
@@ -189,9 +190,7 @@ MAX_COUNT = 10**9
 def _count(text: str | None) -> int | None:
     """A whole number written in decimal digits (any script's, as int() reads them), or None."""
     digits = "" if text is None else text.strip()
-    if not digits.isdecimal():
-        return None
-    return MAX_COUNT if len(digits) > len(str(MAX_COUNT)) else min(int(digits), MAX_COUNT)
+    return clipped_int(digits, MAX_COUNT) if digits.isdecimal() else None
 
 
 def feed_base(feed_link: str | None, base_url: str) -> tuple[str | None, str]:

@@ -1,5 +1,5 @@
 """Text from feeds, servers and files, made safe for where it goes: a terminal line, an XML
-document, a UTF-8 database. Pure; each rule lives here once."""
+document, a UTF-8 database, int(). Pure; each rule lives here once."""
 
 from __future__ import annotations
 
@@ -37,3 +37,9 @@ def has_half_pair(text: str) -> bool:
 def whole_pairs(text: str) -> str:
     """``text`` with each half of a UTF-16 pair replaced by U+FFFD."""
     return _HALF_PAIR.sub("\ufffd", text)
+
+
+def clipped_int(digits: str, limit: int) -> int:
+    """The number decimal ``digits`` write, at most ``limit``. int() is never handed more
+    digits than ``limit`` has: it refuses over 4,300, and a feed or a header may hold more."""
+    return limit if len(digits) > len(str(limit)) else min(int(digits), limit)
