@@ -21,8 +21,9 @@ import zstandard
 from feedcollector.errors import FetchError
 from feedcollector.feedhttp import describe_aiohttp_error
 from feedcollector.fetch import DEFAULT_USER_AGENT, FetchLimits, fetch_feed, make_http_client
-from feedcollector.httpbody import describe_http_error
+from feedcollector.httpbody import MAX_ENCODINGS, describe_http_error, root_cause
 from feedcollector.models import FetchedFeed
+from feedcollector.safe_text import QUOTED_CHARS
 
 from .conftest import CORPUS
 from .feedserver import FeedServer
@@ -109,6 +110,14 @@ def test_stale_validators_get_the_new_body_and_new_validators(feed_server: FeedS
     assert result.etag == '"v2"'
 
 
+def test_a_stored_validator_aiohttp_cannot_send_is_left_out(feed_server: FeedServer) -> None:
+    url = feed_server.route("/feed", body=GUARDIAN_FEED, etag=ETAG)
+    assert fetch(url, etag='"v\x01"', last_modified="Mon\x7f").status == 200
+    request = feed_server.hits("/feed")[0]
+    assert "If-None-Match" not in request.headers
+    assert "If-Modified-Since" not in request.headers
+
+
 def test_server_without_validators_gets_plain_requests(feed_server: FeedServer) -> None:
     url = serving(feed_server, "/feed", GUARDIAN_FEED)
     first = fetch(url)
@@ -153,6 +162,19 @@ def test_raw_deflate_and_multi_member_gzip_are_read(feed_server: FeedServer) -> 
     assert fetch(gzip_url).body == GUARDIAN_FEED
 
 
+def test_stacked_codings_are_undone_up_to_a_bound(feed_server: FeedServer) -> None:
+    twice = gzip.compress(zlib.compress(GUARDIAN_FEED))
+    url = serving(feed_server, "/twice", twice, **{"Content-Encoding": "deflate, gzip"})
+    assert fetch(url).body == GUARDIAN_FEED
+    layered = GUARDIAN_FEED
+    for _ in range(MAX_ENCODINGS + 1):
+        layered = gzip.compress(layered)
+    codings = ", ".join(["gzip"] * (MAX_ENCODINGS + 1))
+    error = fetch_error(serving(feed_server, "/layers", layered, **{"Content-Encoding": codings}))
+    assert error.kind == "protocol"
+    assert f"lists {MAX_ENCODINGS + 1} content codings" in str(error)
+
+
 @pytest.mark.parametrize(
     ("body", "content_type"),
     [
@@ -176,6 +198,17 @@ def test_corrupt_compressed_body_is_a_protocol_error(feed_server: FeedServer) ->
     error = fetch_error(url)
     assert error.kind == "protocol"
     assert "gzip" in str(error)
+
+
+def test_a_parsers_words_become_one_bounded_line() -> None:
+    drawing = ValueError("400, message:\n  Duplicate Content-Length\n  ^\n" + "x" * 500)
+    try:
+        raise RuntimeError("outer") from drawing
+    except RuntimeError as exc:
+        words = root_cause(exc)
+    assert "\n" not in words
+    assert words.startswith("400, message: Duplicate Content-Length ^")
+    assert len(words) <= QUOTED_CHARS
 
 
 # --- HTTP errors ---------------------------------------------------------------------------------

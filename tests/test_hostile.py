@@ -482,6 +482,47 @@ def _undecodable_validators(world: World) -> str:
     return world.server.url("/hostile")
 
 
+@case("validators-with-a-control-character", check=_kept_without_validators)
+def _control_character_validators(world: World) -> str:
+    """aiohttp reads control characters in an answer's headers but refuses them in a request:
+    stored, they failed every later fetch of the feed as a bug."""
+    body = raw_rss("<item><guid>v</guid><title>Kept</title></item>")
+    headers = {"Content-Type": "application/rss+xml", "ETag": '"v\x01"'}
+    world.server.route("/hostile", body=body, headers=headers, last_modified="Mon\x7f")
+    return world.server.url("/hostile")
+
+
+@case("expires-past-the-end-of-the-calendar", check=_titled("Kept"))
+def _expires_past_the_calendar(world: World) -> str:
+    """9999-12-31 at -23:59 is past year 9999 in UTC: the feed failed as a bug, never stored."""
+    body = raw_rss("<item><guid>e</guid><title>Kept</title></item>")
+    end = "Fri, 31 Dec 9999 23:59:59 -2359"
+    headers = {"Content-Type": "application/rss+xml", "Expires": end, "Date": end}
+    world.server.route("/hostile", body=body, headers=headers)
+    return world.server.url("/hostile")
+
+
+def _half_a_gzip_body_then_close(request: BaseHTTPRequestHandler) -> None:
+    """No Content-Length: the body ends where the connection closes, here half-way."""
+    items = "".join(f"<item><guid>c{n}</guid><title>Item {n}</title></item>" for n in range(50))
+    packed = zlib.compressobj(wbits=31)
+    whole = packed.compress(raw_rss(items)) + packed.flush()
+    request.close_connection = True
+    request.send_response(200)
+    request.send_header("Content-Type", "application/rss+xml")
+    request.send_header("Content-Encoding", "gzip")
+    request.send_header("Connection", "close")
+    request.end_headers()
+    request.wfile.write(whole[: len(whole) // 2])
+
+
+@case("gzip-body-cut-short", error=r"^fetch: \S+/hostile ended before its gzip data did")
+def _cut_gzip(world: World) -> str:
+    """A connection cut inside the compressed stream: storing what came (and its ETag, so
+    later 304s kept the partial copy) would lose the rest of the feed."""
+    return world.server.route("/hostile", handler=_half_a_gzip_body_then_close)
+
+
 @case("content-type-in-bytes-no-utf-8-reads", check=_titled("Kept"))
 def _undecodable_content_type(world: World) -> str:
     body = raw_rss("<item><guid>v</guid><title>Kept</title></item>")
@@ -733,6 +774,7 @@ def _only_web_images(cycle: Cycle, url: str) -> None:
     for task_url, task in tasks.items():
         if task_url != ok:
             assert task["last_error"].startswith("image: "), task
+            assert "internal" not in task["last_error"], task
 
 
 @case("invalid-image-urls", check=_only_web_images)
@@ -751,6 +793,7 @@ def _invalid_image_urls(world: World) -> str:
         f"  {ok}  ",
         "&#106;avascript:alert(2)",
         "http://a.example:99999999/x.png",
+        "http://cdn.test:99999/x.png",
         "http://\u2100.example/x.png",
         "http://[vx.y]/x.png",
         "http://a%00b.example/x.png",
@@ -924,6 +967,8 @@ for _name, _target in (
     ("unclosed-ipv6", "http://[::1/feed.xml"),
     ("nfkc-slash-host", "http://a\u2100b.example/feed.xml"),
     ("port-out-of-range", "http://127.0.0.1:99999/feed.xml"),
+    ("empty-host-label", "http://a..b.example/feed.xml"),
+    ("64-character-host-label", f"http://{'a' * 64}.example/feed.xml"),
 ):
     CASES.append(Case(f"redirect-to-{_name}", _redirect_to(_target), error=r"^fetch: "))
 

@@ -31,6 +31,7 @@ def test_http_dates_in_all_three_forms() -> None:
     assert http_date("Sun Nov  6 08:49:37 1994") == expected
     for garbage in (None, "", "  ", "0", "-1", "soon", "Sun, 99 Nov 1994 99:99:99 GMT"):
         assert http_date(garbage) is None
+    assert http_date("Fri, 31 Dec 9999 23:59:59 -2359") is None, "past the calendar in UTC"
 
 
 @pytest.mark.parametrize(
@@ -47,6 +48,8 @@ def test_http_dates_in_all_three_forms() -> None:
         ("", None),
         ("9" * 40, MAX_HINT),
         ("9" * 5000, MAX_HINT),
+        ("0000000000000005", timedelta(seconds=5)),
+        ("Fri, 31 Dec 9999 23:59:59 -2359", None),
     ],
     ids=[
         "seconds",
@@ -60,6 +63,8 @@ def test_http_dates_in_all_three_forms() -> None:
         "empty",
         "huge",
         "more-digits-than-int-reads",
+        "leading-zeros",
+        "past-the-calendar",
     ],
 )
 def test_retry_after_both_forms_and_what_is_ignored(
@@ -88,6 +93,11 @@ def test_retry_after_dates_count_from_the_servers_own_clock() -> None:
         (ResponseHints(cache_control="no-cache, max-age=7200"), timedelta(0)),
         (ResponseHints(cache_control="No-Store"), timedelta(0)),
         (ResponseHints(cache_control="s-maxage=7200"), timedelta(0)),
+        (ResponseHints(cache_control="x-max-age=7200"), timedelta(0)),
+        (ResponseHints(cache_control='no-cache="Set-Cookie", max-age=60'), timedelta(minutes=1)),
+        (ResponseHints(cache_control="x-no-cache, max-age=60"), timedelta(minutes=1)),
+        (ResponseHints(cache_control="max-age=0000000000060"), timedelta(minutes=1)),
+        (ResponseHints(expires="Fri, 31 Dec 9999 23:59:59 -2359"), timedelta(0)),
         (ResponseHints(cache_control="max-age=" + "9" * 30), MAX_HINT),
         (ResponseHints(cache_control="max-age=" + "9" * 5000, age="9" * 5000), timedelta(0)),
         (ResponseHints(expires=http(NOW + timedelta(hours=3))), timedelta(hours=3)),
@@ -114,6 +124,11 @@ def test_retry_after_dates_count_from_the_servers_own_clock() -> None:
         "no-cache",
         "no-store",
         "shared-caches-only",
+        "another-directive-ending-in-max-age",
+        "no-cache-of-named-fields-only",
+        "another-directive-ending-in-no-cache",
+        "leading-zeros",
+        "expires-past-the-calendar",
         "huge",
         "more-digits-than-int-reads",
         "expires",

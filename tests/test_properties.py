@@ -15,10 +15,12 @@ import asyncio
 import ipaddress
 import re
 import zlib
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import brotli
 import httpx
+import pytest
 import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -310,13 +312,27 @@ def compress(encoding: str, data: bytes) -> bytes:
     return zstandard.ZstdCompressor().compress(data)
 
 
-def read_with(encoding: str, wire: bytes, chunk: int) -> bytes:
+class Pieces(httpx.AsyncByteStream):
+    """A body that arrives in pieces of ``chunk`` bytes, as a slow connection delivers it."""
+
+    def __init__(self, wire: bytes, chunk: int) -> None:
+        self.pieces = [wire[i : i + chunk] for i in range(0, len(wire), chunk)]
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for piece in self.pieces:
+            yield piece
+
+
+def read_with(encoding: str, wire: bytes, chunk: int, length: int | None = None) -> bytes:
+    """The body as read from ``wire``; with ``length`` as its Content-Length, else ended by
+    the connection closing."""
+
     async def go() -> bytes:
-        pieces = [wire[i : i + chunk] for i in range(0, len(wire), chunk)]
+        sized = {} if length is None else {"Content-Length": str(length)}
         response = httpx.Response(
             200,
-            headers={"Content-Encoding": encoding},
-            stream=httpx.ByteStream(b"".join(pieces)),
+            headers={"Content-Encoding": encoding, **sized},
+            stream=Pieces(wire, chunk),
             request=httpx.Request("GET", "http://feeds.example/feed"),
         )
         return await read_body(response, max_bytes=LIMIT)
@@ -346,15 +362,18 @@ def test_arbitrary_compressed_bytes_give_bounded_bytes_or_a_transfer_error(
 
 @settings(max_examples=100, deadline=None)
 @given(
-    st.sampled_from(["gzip", "deflate", "br", "zstd"]), st.binary(max_size=3000), st.integers(0, 3)
+    st.sampled_from(["gzip", "deflate", "br", "zstd"]),
+    st.binary(max_size=3000),
+    st.integers(0, 3),
+    st.sampled_from([1, 2, 3, 7, 1024]),
 )
 def test_valid_compressed_bodies_round_trip_and_bombs_stop_at_the_cap(
-    encoding: str, data: bytes, blowup: int
+    encoding: str, data: bytes, blowup: int, chunk: int
 ) -> None:
     payload = data * (10**blowup) if data else data
     wire = compress(encoding, payload)
     try:
-        body: bytes | None = read_with(encoding, wire, 1024)
+        body: bytes | None = read_with(encoding, wire, chunk)
     except TransferError as exc:
         body, kind = None, exc.kind
     if body is None:
@@ -362,6 +381,34 @@ def test_valid_compressed_bodies_round_trip_and_bombs_stop_at_the_cap(
         assert len(payload) > LIMIT
     else:
         assert body == payload
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.sampled_from(["gzip", "deflate", "br"]),
+    st.binary(min_size=1, max_size=2000),
+    st.sampled_from([1, 2, 5, 1024]),
+    st.data(),
+)
+def test_a_compressed_body_cut_short_by_a_close_is_a_protocol_error_not_a_shorter_feed(
+    encoding: str, payload: bytes, chunk: int, data: st.DataObject
+) -> None:
+    wire = compress(encoding, payload)
+    cut = data.draw(st.integers(1, len(wire) - 1), label="cut")
+    with pytest.raises(TransferError) as caught:
+        read_with(encoding, wire[:cut], chunk)
+    assert caught.value.kind == "protocol"
+    kept = read_with(encoding, wire[:cut], chunk, length=cut)  # the length was checked:
+    assert payload.startswith(kept)  # the server made this stream, what decodes is kept
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.binary(max_size=300), min_size=2, max_size=4), st.sampled_from([1, 2, 3, 19]))
+def test_gzip_members_are_joined_wherever_the_chunks_split_them(
+    members: list[bytes], chunk: int
+) -> None:
+    wire = b"".join(compress("gzip", member) for member in members)
+    assert read_with("gzip", wire, chunk) == b"".join(members)
 
 
 # --- the private-address guard ----------------------------------------------------------------------

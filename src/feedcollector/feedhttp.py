@@ -10,6 +10,7 @@ decoders of :mod:`.httpbody`. Cookies are not kept: a feed fetch carries no sess
 from __future__ import annotations
 
 import os
+import re
 import socket
 import ssl
 import urllib.parse
@@ -47,8 +48,16 @@ def header_text(value: str) -> str:
 
 def validator(value: str | None) -> str | None:
     """An ETag or Last-Modified to send back in the next request, or None when aiohttp could
-    not read it as text: a changed copy would never match, so that fetch goes unconditional."""
-    return value if value is None or header_text(value) == value else None
+    not read it as text (a changed copy would never match) or will not send it (a control
+    character: aiohttp reads them in answers but refuses them in requests, and the feed
+    failed on every later fetch). That fetch goes unconditional."""
+    if value is None or (header_text(value) == value and not _UNSENDABLE.search(value)):
+        return value
+    return None
+
+
+_UNSENDABLE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+"""What aiohttp refuses in a request header's value (header injection)."""
 
 
 def make_feed_session(user_agent: str, *, max_connections: int) -> aiohttp.ClientSession:
@@ -184,6 +193,12 @@ def _valid_url(make: Callable[[], yarl.URL], kind: str, what: str) -> yarl.URL:
         raise TransferError(kind, f"{what} ({exc})") from exc
     if no_host:
         raise TransferError(kind, f"{what} (it names no host)")
+    host = url.raw_host or ""
+    try:  # as the resolver will encode it: it raised UnicodeError past every handler
+        host.encode("idna")
+    except UnicodeError as exc:
+        reason = "its host has an empty name part or one longer than 63 characters"
+        raise TransferError(kind, f"{what} ({reason})") from exc
     return url
 
 

@@ -80,9 +80,9 @@ async def fetch_feed(
     redirects (301/308) led; a 4xx/5xx FetchError carries its headers (Retry-After) too.
     """
     headers: dict[str, str] = {}
-    if etag:
+    if etag := validator(etag):  # checked again: one stored by an older version may not be
         headers["If-None-Match"] = etag
-    if last_modified:
+    if last_modified := validator(last_modified):
         headers["If-Modified-Since"] = last_modified
     if limits.user_agent:
         headers["User-Agent"] = limits.user_agent

@@ -22,7 +22,10 @@ MAX_HINT = timedelta(days=3650)
 """Larger values are clipped here, before any policy cap (a header may hold any number)."""
 PERMANENT_REDIRECTS = frozenset({301, 308})
 _DELTA_SECONDS = re.compile(r"\d+")
-_MAX_AGE = re.compile(r'max-age\s*=\s*"?(\d+)"?')
+_MAX_AGE = re.compile(r'(?<![\w-])max-age\s*=\s*"?(\d+)"?')
+_NO_FLOOR = re.compile(r"(?<![\w-])no-(?:cache|store)(?![\w-])(?!\s*=)")
+"""``no-cache`` or ``no-store`` for the whole answer: ``no-cache="Set-Cookie"`` names header
+fields to revalidate and leaves the body's freshness alone (RFC 9111, 5.2.2.4)."""
 
 
 def response_hints(headers: Mapping[str, str]) -> ResponseHints:
@@ -42,11 +45,11 @@ def http_date(text: str | None) -> datetime | None:
         return None
     try:
         moment = parsedate_to_datetime(text.strip())
+        if moment.tzinfo is None:
+            return moment.replace(tzinfo=UTC)
+        return moment.astimezone(UTC)  # 9999-12-31 -2359 is past the calendar's end in UTC
     except (ValueError, TypeError, IndexError, OverflowError):
         return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC)
 
 
 def _seconds(digits: str) -> timedelta:
@@ -83,7 +86,7 @@ def freshness(hints: ResponseHints | None, now: datetime) -> timedelta:
     if hints is None or (hints.cache_control is None and hints.expires is None):
         return timedelta(0)
     directives = (hints.cache_control or "").lower()
-    if re.search(r"\bno-(?:cache|store)\b", directives):
+    if _NO_FLOOR.search(directives):
         return timedelta(0)
     found = _MAX_AGE.search(directives)
     if found is not None:

@@ -19,8 +19,13 @@ import brotli
 import httpx
 import zstandard
 
+from .safe_text import QUOTED_CHARS, one_line
+
 DECODABLE_ENCODINGS = ("gzip", "deflate", "br", "zstd")
 ACCEPT_ENCODING = ", ".join(DECODABLE_ENCODINGS)
+MAX_ENCODINGS = 5
+"""Content codings undone for one body, as urllib3 allows: servers apply one, rarely two,
+and every decoder holds a window of up to 32 KiB, so 12,000 listed ones held 400 MB."""
 
 
 class TransferError(Exception):
@@ -76,8 +81,10 @@ def caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
 
 
 def root_cause(exc: BaseException) -> str:
+    """The deepest cause's words on one line: HTTP parsers quote what the server sent (a
+    multi-line drawing of the bad header, the raw headers of a cut answer)."""
     deepest = _causes(exc)[-1]
-    return str(deepest) or type(deepest).__name__
+    return one_line(str(deepest) or type(deepest).__name__, QUOTED_CHARS)
 
 
 async def read_limited(
@@ -93,6 +100,12 @@ async def read_limited(
             "too_large", f"{url} declares {int(declared)} bytes, over the {max_bytes} byte limit"
         )
     encodings = _content_encodings(headers.get("Content-Encoding", ""))
+    if len(encodings) > MAX_ENCODINGS:
+        raise TransferError(
+            "protocol",
+            f"{url} lists {len(encodings)} content codings in Content-Encoding, more than the "
+            f"{MAX_ENCODINGS} a client undoes",
+        )
     decoder = _decoder_chain(encodings, max_bytes)
     parts: list[bytes] = []
     received = 0
@@ -112,7 +125,22 @@ async def read_limited(
         raise TransferError(
             "protocol", f"{url} sent a body that is not valid {', '.join(encodings)} data ({exc})"
         ) from exc
+    if not decoder.finished and _ends_at_close(headers):
+        raise TransferError(
+            "protocol",
+            f"{url} ended before its {', '.join(encodings)} data did (the connection closed "
+            "early; the next fetch tries again)",
+        )
     return b"".join(parts)
+
+
+def _ends_at_close(headers: Mapping[str, str]) -> bool:
+    """Whether the body's end is only the connection closing (no Content-Length, not chunked),
+    so a cut connection looks like a whole body: only a compressed stream left unfinished
+    tells. Otherwise the client checks the length, and an unfinished stream is what the
+    server made: what decodes is kept, as browsers keep it."""
+    chunked = "chunked" in headers.get("Transfer-Encoding", "").lower()
+    return "Content-Length" not in headers and not chunked
 
 
 async def read_body(response: httpx.Response, *, max_bytes: int) -> bytes:
@@ -141,6 +169,11 @@ class _Decoder(Protocol):
 
     def flush(self) -> bytes: ...
 
+    @property
+    def finished(self) -> bool:
+        """No input, or a whole compressed stream: not cut off inside one."""
+        ...
+
 
 class _Budget:
     """Counts produced bytes and refuses to go past the limit."""
@@ -162,23 +195,36 @@ class _Budget:
 
 
 class _ZlibDecoder:
-    """gzip (several members allowed, trailing junk ignored) or deflate (zlib-wrapped or raw)."""
+    """gzip (several members allowed, trailing junk ignored) or deflate (zlib-wrapped or raw).
+
+    Which deflate it is shows in the first two bytes, and a gzip member's start in its first
+    two: bytes that may begin either wait for the next chunk, whatever size the chunks are.
+    """
 
     def __init__(self, encoding: str, limit: int) -> None:
         self._gzip = encoding == "gzip"
         self._wbits = 16 + zlib.MAX_WBITS if self._gzip else zlib.MAX_WBITS
         self._obj = zlib.decompressobj(self._wbits)
         self._started = False
+        self._waiting = b""
         self._budget = _Budget(limit)
 
     def decode(self, data: bytes) -> bytes:
-        if not self._started and data:
+        data = self._waiting + data
+        self._waiting = b""
+        if not self._started:
+            if len(data) < 2:
+                self._waiting = data
+                return b""
             self._started = True
             if not self._gzip and not _looks_zlib_wrapped(data):
                 self._obj = zlib.decompressobj(-zlib.MAX_WBITS)
         out: list[bytes] = []
         while data:
             if self._obj.eof:
+                if self._gzip and data == b"\x1f":
+                    self._waiting = data
+                    break
                 if not (self._gzip and data.startswith(b"\x1f\x8b")):
                     break
                 self._obj = zlib.decompressobj(self._wbits)
@@ -189,6 +235,10 @@ class _ZlibDecoder:
     def flush(self) -> bytes:
         return self._budget.take(self._obj.flush())
 
+    @property
+    def finished(self) -> bool:
+        return self._obj.eof or not (self._started or self._waiting)
+
 
 def _looks_zlib_wrapped(data: bytes) -> bool:
     return len(data) >= 2 and data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0
@@ -197,9 +247,11 @@ def _looks_zlib_wrapped(data: bytes) -> bool:
 class _BrotliDecoder:
     def __init__(self, limit: int) -> None:
         self._obj = brotli.Decompressor()
+        self._started = False
         self._budget = _Budget(limit)
 
     def decode(self, data: bytes) -> bytes:
+        self._started = self._started or bool(data)
         out = [self._budget.take(self._obj.process(data, output_buffer_limit=self._budget.room))]
         while not self._obj.can_accept_more_data():
             out.append(
@@ -209,6 +261,10 @@ class _BrotliDecoder:
 
     def flush(self) -> bytes:
         return b""
+
+    @property
+    def finished(self) -> bool:
+        return not self._started or bool(self._obj.is_finished())
 
 
 class _ZstdDecoder:
@@ -232,6 +288,11 @@ class _ZstdDecoder:
     def flush(self) -> bytes:
         return b""
 
+    @property
+    def finished(self) -> bool:
+        """Not known: zstandard's writer, the one that caps output, does not tell."""
+        return True
+
 
 class _Chain:
     """Undoes the codings last-applied first; the plain output is held to the limit too."""
@@ -250,6 +311,10 @@ class _Chain:
         for decoder in self._decoders:
             data = (decoder.decode(data) if data else b"") + decoder.flush()
         return self._budget.take(data)
+
+    @property
+    def finished(self) -> bool:
+        return all(decoder.finished for decoder in self._decoders)
 
 
 def _decoder_chain(encodings: list[str], limit: int) -> _Chain:

@@ -293,12 +293,15 @@ def _redirect_target(current: httpx.URL, location: str) -> httpx.URL:
 
 def _valid_url(make: Callable[[], httpx.URL], kind: str, what: str) -> httpx.URL:
     """The URL ``make`` builds, its host decoded once here: httpx reads an IDNA host lazily,
-    and a malformed one (``xn--``) raised out of the image stage on first use."""
+    and a malformed one (``xn--``) raised out of the image stage on first use, as a port over
+    65535 did when connecting."""
     try:
         url = make()
         url.host  # noqa: B018 (decodes the host)
     except (httpx.InvalidURL, ValueError) as exc:  # idna's errors are UnicodeErrors
         raise TransferError(kind, f"{what} ({exc})") from exc
+    if url.port is not None and not 0 < url.port < 65536:  # httpx takes any; connect refuses
+        raise TransferError(kind, f"{what} (port {url.port} is out of range)")
     return url
 
 

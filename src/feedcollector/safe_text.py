@@ -41,5 +41,7 @@ def whole_pairs(text: str) -> str:
 
 def clipped_int(digits: str, limit: int) -> int:
     """The number decimal ``digits`` write, at most ``limit``. int() is never handed more
-    digits than ``limit`` has: it refuses over 4,300, and a feed or a header may hold more."""
+    digits than ``limit`` has: it refuses over 4,300, and a feed or a header may hold more.
+    Leading zeros are not counted (``0000000000000005`` is 5)."""
+    digits = digits.lstrip("0") or "0"
     return limit if len(digits) > len(str(limit)) else min(int(digits), limit)
