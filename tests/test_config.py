@@ -312,6 +312,13 @@ def test_unknown_storage_key_mentions_where_credentials_come_from(tmp_path: Path
             "Fix the value or remove the key to use the default (8).",
         ),
         ('[fetch]\nconcurrency = "5"\n', 2, '"concurrency" in [fetch] must be a whole number'),
+        (
+            "[fetch]\nconcurrency = 99999999999999999999\n",
+            2,
+            '"concurrency" in [fetch] must be at most 1000, got 99999999999999999999. '
+            "Fix the value or remove the key to use the default (5).",
+        ),
+        ("[images]\nconcurrency = 1001\n", 2, '"concurrency" in [images] must be at most 1000'),
         ('[images]\nenabled = "yes"\n', 2, "must be true or false (without quotes)"),
         (
             '[database]\nbackend = "mysql"\n',

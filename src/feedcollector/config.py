@@ -84,6 +84,11 @@ Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
 DurationOrOff = Annotated[timedelta, BeforeValidator(parse_duration_or_zero)]
 Fraction = Annotated[float, BeforeValidator(parse_fraction)]
 ByteSize = Annotated[int, BeforeValidator(parse_byte_size)]
+MAX_CONCURRENCY = 1000
+"""Workers one ``concurrency`` may start. Each holds a socket and up to a whole body in memory:
+far more than a personal collector needs (one request at a time per host anyway), and low enough
+that a typo in the number cannot start enough tasks to exhaust memory."""
+Concurrency = Annotated[int, Field(strict=True, ge=1, le=MAX_CONCURRENCY)]
 AtLeastOne = Annotated[int, Field(strict=True, ge=1)]
 Flag = Annotated[bool, Field(strict=True)]
 Text = Annotated[str, Field(strict=True, min_length=1)]
@@ -102,7 +107,7 @@ class FetchSettings(BaseModel):
 
     model_config = _MODEL_CONFIG
 
-    concurrency: AtLeastOne = 5
+    concurrency: Concurrency = 5
     default_interval: Duration = timedelta(minutes=30)
     timeout: Duration = timedelta(seconds=30)
     deadline: Duration = timedelta(minutes=2)
@@ -218,7 +223,7 @@ class ImageSettings(BaseModel):
     enabled: Flag = True
     allow_private_addresses: Flag = False
     """Image URLs come from untrusted feeds: loopback/private targets are refused unless set."""
-    concurrency: AtLeastOne = 8
+    concurrency: Concurrency = 8
     max_bytes: ByteSize = 25 * 2**20
     timeout: Duration = timedelta(seconds=30)
     deadline: Duration = timedelta(minutes=2)

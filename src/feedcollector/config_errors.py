@@ -99,6 +99,8 @@ def _predicate_for(error: Mapping[str, Any]) -> str:
         return f"must be non-empty text in quotes{got}"
     if kind == "greater_than_equal":
         return f"must be at least {error['ctx']['ge']}{got}"
+    if kind == "less_than_equal":
+        return f"must be at most {error['ctx']['le']}{got}"
     if kind == "literal_error":
         return f"must be {str(error['ctx']['expected']).replace(chr(39), chr(34))}{got}"
     return f"is not valid ({error['msg']}){got}"
