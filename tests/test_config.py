@@ -332,6 +332,13 @@ def test_unknown_storage_key_mentions_where_credentials_come_from(tmp_path: Path
             4,
             '"item_days" in [retention] must be at least 1',
         ),
+        (
+            "[retention]\nitem_days = 1000000\n",
+            2,
+            '"item_days" in [retention] must be at most 36500, got 1000000. '
+            "Fix the value or remove the key to use the default (180).",
+        ),
+        ("[retention]\nbackup_days = 36501\n", 2, '"backup_days" in [retention] must be at most'),
         ('[fetch]\nmax_body_bytes = "lots"\n', 2, 'must be a size like "20MiB" or "20MB"'),
         ("feeds_file = 5\n", 1, '"feeds_file" must be a file or folder path in quotes, got 5'),
         ("fetch = 5\n", 1, "[fetch] must be a table, got 5"),

@@ -89,7 +89,10 @@ MAX_CONCURRENCY = 1000
 far more than a personal collector needs (one request at a time per host anyway), and low enough
 that a typo in the number cannot start enough tasks to exhaust memory."""
 Concurrency = Annotated[int, Field(strict=True, ge=1, le=MAX_CONCURRENCY)]
-AtLeastOne = Annotated[int, Field(strict=True, ge=1)]
+MAX_KEEP_DAYS = 36500
+"""100 years, which is "keep effectively forever": the retention cutoff is today minus the days,
+and a date before year 1 does not exist (1000000 days failed every cleanup)."""
+KeepDays = Annotated[int, Field(strict=True, ge=1, le=MAX_KEEP_DAYS)]
 Flag = Annotated[bool, Field(strict=True)]
 Text = Annotated[str, Field(strict=True, min_length=1)]
 ConfigPath = Annotated[Path, BeforeValidator(parse_path), AfterValidator(_resolve_path)]
@@ -235,8 +238,8 @@ class RetentionSettings(BaseModel):
 
     model_config = _MODEL_CONFIG
 
-    item_days: AtLeastOne = 180
-    backup_days: AtLeastOne = 30
+    item_days: KeepDays = 180
+    backup_days: KeepDays = 30
 
 
 class LogSettings(BaseModel):
