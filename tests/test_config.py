@@ -207,7 +207,23 @@ def test_durations(text: object, expected: timedelta) -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ["soon", "", "0", 0, -5, True, "1x", "m", "30 minutes", None, "nan"]
+    "text",
+    [
+        "soon",
+        "",
+        "0",
+        0,
+        -5,
+        True,
+        "1x",
+        "m",
+        "30 minutes",
+        None,
+        "nan",
+        1e-300,
+        "0.0001s",
+        "0.5ms",
+    ],
 )
 def test_bad_durations_say_what_a_duration_looks_like(text: object) -> None:
     with pytest.raises(ValueError, match=r'a duration like "30m"'):
@@ -339,6 +355,12 @@ def test_unknown_storage_key_mentions_where_credentials_come_from(tmp_path: Path
             "Fix the value or remove the key to use the default (180).",
         ),
         ("[retention]\nbackup_days = 36501\n", 2, '"backup_days" in [retention] must be at most'),
+        (
+            "[fetch]\ntimeout = 1e-300\n",
+            2,
+            '"timeout" in [fetch] must be a duration like "30m", "2h" or "1h30m" from 1ms to '
+            "3650d, got 1e-300.",
+        ),
         ('[fetch]\nmax_body_bytes = "lots"\n', 2, 'must be a size like "20MiB" or "20MB"'),
         ("feeds_file = 5\n", 1, '"feeds_file" must be a file or folder path in quotes, got 5'),
         ("fetch = 5\n", 1, "[fetch] must be a table, got 5"),
@@ -563,6 +585,21 @@ def test_invalid_bare_url_in_json(tmp_path: Path) -> None:
     )
     message = feeds_error(path)
     assert message.startswith(f"config: {path} line 3: the feed address must be a full address")
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("feeds.yaml", "feeds:\n  - url: https://example.com/a\n    interval: 1e-9\n"),
+        ("feeds.json", '{"feeds": [\n  {"url": "https://example.com/a",\n   "interval": 1e-9}]}'),
+    ],
+)
+def test_an_interval_under_a_millisecond_is_refused(tmp_path: Path, name: str, text: str) -> None:
+    path = write(tmp_path, name, text)
+    assert feeds_error(path).startswith(
+        f'config: {path} line 3: "interval" must be a duration like "30m", "2h" or "1h30m" '
+        "from 1ms to 3650d, got 1e-09. Fix the value or remove the key"
+    )
 
 
 def test_bad_interval_shows_the_default(tmp_path: Path) -> None:

@@ -89,6 +89,9 @@ _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
 _DURATION_TEXT = re.compile(rf"(?:{_DURATION_PART.pattern})+")
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 _MAX_SECONDS = 3650 * 86400
+_SHORTEST = timedelta(milliseconds=1)
+"""Checked on the timedelta, not the float: it keeps microseconds, so 1e-300 seconds was zero
+(and every fetch timed out at once)."""
 
 
 def parse_duration(value: object) -> timedelta:
@@ -104,7 +107,8 @@ def parse_duration(value: object) -> timedelta:
         seconds = sum(float(n) * _DURATION_UNITS[unit] for n, unit in _DURATION_PART.findall(text))
     else:
         raise ValueError(f"must be {DURATION_HINT}, got {describe_value(value)}")
-    if math.isnan(seconds) or not 0 < seconds <= _MAX_SECONDS:
+    in_range = not math.isnan(seconds) and 0 < seconds <= _MAX_SECONDS
+    if not in_range or timedelta(seconds=seconds) < _SHORTEST:
         raise ValueError(f"must be {DURATION_HINT} from 1ms to 3650d, got {describe_value(value)}")
     return timedelta(seconds=seconds)
 
