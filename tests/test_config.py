@@ -363,6 +363,14 @@ def test_unknown_storage_key_mentions_where_credentials_come_from(tmp_path: Path
         ),
         ('[fetch]\nmax_body_bytes = "lots"\n', 2, 'must be a size like "20MiB" or "20MB"'),
         ("feeds_file = 5\n", 1, '"feeds_file" must be a file or folder path in quotes, got 5'),
+        (
+            '[fetch]\nuser_agent = "a\\nX-Evil: 1"\n',
+            2,
+            '"user_agent" in [fetch] must not contain control characters, got "a\\nX-Evil: 1". '
+            "Fix the value or remove the key to use the default",
+        ),
+        ('[storage]\nregion = "eu\\u007f"\n', 2, '"region" in [storage] must not contain control'),
+        ('[storage]\nbucket = "b\\u0000"\n', 2, '"bucket" in [storage] must not contain control'),
         ("fetch = 5\n", 1, "[fetch] must be a table, got 5"),
         ("fetch = { concurrency = 0 }\n", 1, '"concurrency" in [fetch] must be at least 1'),
         ("fetch.deadline = 'x'\n", 1, '"deadline" in [fetch] must be a duration'),

@@ -38,6 +38,7 @@ from .config_errors import (
 from .config_values import (
     Problem,
     SettingProblem,
+    check_request_text,
     config_error,
     parse_byte_size,
     parse_duration,
@@ -94,7 +95,9 @@ MAX_KEEP_DAYS = 36500
 and a date before year 1 does not exist (1000000 days failed every cleanup)."""
 KeepDays = Annotated[int, Field(strict=True, ge=1, le=MAX_KEEP_DAYS)]
 Flag = Annotated[bool, Field(strict=True)]
-Text = Annotated[str, Field(strict=True, min_length=1)]
+Text = Annotated[str, Field(strict=True, min_length=1), AfterValidator(check_request_text)]
+"""Text settings go into requests (User-Agent, the S3 bucket and region), so no control
+characters."""
 ConfigPath = Annotated[Path, BeforeValidator(parse_path), AfterValidator(_resolve_path)]
 ServiceUrl = Annotated[str, BeforeValidator(parse_service_url)]
 ListenAddress = Annotated[str, BeforeValidator(parse_listen_address)]

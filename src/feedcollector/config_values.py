@@ -205,6 +205,17 @@ def check_storable_text(value: str) -> str:
     return value
 
 
+_CONTROL_CHARACTERS = re.compile("[\x00-\x1f\x7f]")
+
+
+def check_request_text(value: str) -> str:
+    """``value``, or ValueError when it holds a control character (C0 or DEL): the settings'
+    text goes into request headers, where a line break made every request fail."""
+    if _CONTROL_CHARACTERS.search(value):
+        raise ValueError(f"must not contain control characters, got {describe_value(value)}")
+    return value
+
+
 def check_http_url(value: str) -> str:
     """Return the URL without surrounding whitespace, or raise ValueError with a predicate.
 
@@ -216,7 +227,7 @@ def check_http_url(value: str) -> str:
         raise ValueError("must not be empty")
     if re.search(r"\s", text):
         raise ValueError(f"must not contain spaces, got {shown}")
-    if re.search("[\x00-\x1f\x7f]", text):
+    if _CONTROL_CHARACTERS.search(text):
         raise ValueError(f"must not contain control characters, got {shown}")
     parts = urlsplit(text)
     if parts.scheme.lower() not in ("http", "https"):
