@@ -277,6 +277,17 @@ def test_duplicate_toml_key_is_a_syntax_error(tmp_path: Path) -> None:
     assert f"{path} line 3, column" in config_error(path)
 
 
+@pytest.mark.parametrize(
+    "value", ["[" * 2000 + "]" * 2000, "{b=" * 500 + "1" + "}" * 500], ids=["arrays", "tables"]
+)
+def test_deeply_nested_toml_is_a_config_error(tmp_path: Path, value: str) -> None:
+    path = write(tmp_path, "c.toml", f"[fetch]\na = {value}\n")
+    assert config_error(path) == (
+        f"config: {path}: the file nests arrays or inline tables too deeply to be a settings "
+        "file. Write each setting as key = value under its [section] header, without nesting."
+    )
+
+
 def test_config_that_is_not_utf8(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
     path.write_bytes(b'[fetch]\nuser_agent = "caf\xe9"\n')

@@ -43,6 +43,10 @@ def parse_toml(text: str, display: str) -> dict[str, Any]:
     """Parse the settings text, raising a located ConfigError on a syntax error."""
     try:
         return tomllib.loads(text)
+    except RecursionError as exc:  # tomllib recurses per nested array or inline table
+        what = "the file nests arrays or inline tables too deeply to be a settings file"
+        fix = "Write each setting as key = value under its [section] header, without nesting."
+        raise config_error(display, [Problem(what, fix)]) from exc
     except tomllib.TOMLDecodeError as exc:
         message = str(exc)
         found = _TOML_POSITION.match(message)
