@@ -382,6 +382,13 @@ def test_unknown_storage_key_mentions_where_credentials_come_from(tmp_path: Path
         ),
         ('[storage]\nregion = "eu\\u007f"\n', 2, '"region" in [storage] must not contain control'),
         ('[storage]\nbucket = "b\\u0000"\n', 2, '"bucket" in [storage] must not contain control'),
+        (
+            '[database]\npath = "~nosuchuser-fc/x.db"\n',
+            2,
+            '"path" in [database] must start with "~/" or "~" and a user of this machine (no '
+            'home folder is known for "~nosuchuser-fc"), got "~nosuchuser-fc/x.db". Fix the '
+            'value or remove the key to use the default ("collector.db").',
+        ),
         ("fetch = 5\n", 1, "[fetch] must be a table, got 5"),
         ("fetch = { concurrency = 0 }\n", 1, '"concurrency" in [fetch] must be at least 1'),
         ("fetch.deadline = 'x'\n", 1, '"deadline" in [fetch] must be a duration'),

@@ -251,9 +251,16 @@ def parse_path(value: object) -> Path:
     """A file or folder path; ``~`` expands (relative paths resolve later, next to the config)."""
     if isinstance(value, Path):
         return value.expanduser()
-    if isinstance(value, str) and value.strip():
-        return Path(value.strip()).expanduser()
-    raise ValueError(f"must be a file or folder path in quotes, got {describe_value(value)}")
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"must be a file or folder path in quotes, got {describe_value(value)}")
+    path = Path(value.strip())
+    try:
+        return path.expanduser()
+    except RuntimeError:  # "~name" of no user here (or "~" without a home folder)
+        raise ValueError(
+            f'must start with "~/" or "~" and a user of this machine (no home folder is known for '
+            f'"{path.parts[0]}"), got {describe_value(value)}'
+        ) from None
 
 
 def parse_service_url(value: object) -> str:
