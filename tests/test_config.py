@@ -389,6 +389,14 @@ def test_unknown_storage_key_mentions_where_credentials_come_from(tmp_path: Path
             'home folder is known for "~nosuchuser-fc"), got "~nosuchuser-fc/x.db". Fix the '
             'value or remove the key to use the default ("collector.db").',
         ),
+        (
+            '[database]\npath = "a\\u0000b"\n',
+            2,
+            '"path" in [database] must not contain a NUL character (\\u0000), got "a\\u0000b". '
+            'Fix the value or remove the key to use the default ("collector.db").',
+        ),
+        ('feeds_file = "a\\u0000.yaml"\n', 1, '"feeds_file" must not contain a NUL character'),
+        ('[storage]\npath = "o\\u0000"\n', 2, '"path" in [storage] must not contain a NUL'),
         ("fetch = 5\n", 1, "[fetch] must be a table, got 5"),
         ("fetch = { concurrency = 0 }\n", 1, '"concurrency" in [fetch] must be at least 1'),
         ("fetch.deadline = 'x'\n", 1, '"deadline" in [fetch] must be a duration'),

@@ -253,6 +253,8 @@ def parse_path(value: object) -> Path:
         return value.expanduser()
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"must be a file or folder path in quotes, got {describe_value(value)}")
+    if "\x00" in value:  # no file name holds one: opening it failed later, as a traceback
+        raise ValueError(f"must not contain a NUL character (\\u0000), got {describe_value(value)}")
     path = Path(value.strip())
     try:
         return path.expanduser()
