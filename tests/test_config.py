@@ -397,6 +397,17 @@ def test_unknown_storage_key_mentions_where_credentials_come_from(tmp_path: Path
         ),
         ('feeds_file = "a\\u0000.yaml"\n', 1, '"feeds_file" must not contain a NUL character'),
         ('[storage]\npath = "o\\u0000"\n', 2, '"path" in [storage] must not contain a NUL'),
+        (
+            '[database]\nurl = "http://[::1"\n',
+            2,
+            '"url" in [database] must write an IPv6 host as a whole address in [brackets], e.g. '
+            'http://[::1]:8080/, got "http://[::1". Fix the value.',
+        ),
+        (
+            f'[metrics]\nlisten = "a:{"9" * 5000}"\n',
+            2,
+            '"listen" in [metrics] must be "HOST:PORT" in quotes, e.g. "127.0.0.1:9108", got "a:99',
+        ),
         ("fetch = 5\n", 1, "[fetch] must be a table, got 5"),
         ("fetch = { concurrency = 0 }\n", 1, '"concurrency" in [fetch] must be at least 1'),
         ("fetch.deadline = 'x'\n", 1, '"deadline" in [fetch] must be a duration'),
@@ -602,6 +613,7 @@ def test_duplicate_urls_in_json_name_both_lines(tmp_path: Path) -> None:
             'half), got "https://a.example/\\ud800"',
         ),
         ("http://example.com:99999/", "must have a port between 0 and 65535"),
+        ("http://[zz]/feed", "must write an IPv6 host as a whole address in [brackets]"),
         ("''", "must not be empty"),
     ],
 )

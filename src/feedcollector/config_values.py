@@ -16,7 +16,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from .errors import ConfigError
-from .safe_text import has_half_pair
+from .safe_text import clipped_int, has_half_pair
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,7 +229,13 @@ def check_http_url(value: str) -> str:
         raise ValueError(f"must not contain spaces, got {shown}")
     if _CONTROL_CHARACTERS.search(text):
         raise ValueError(f"must not contain control characters, got {shown}")
-    parts = urlsplit(text)
+    try:
+        parts = urlsplit(text)
+    except ValueError:  # its own words ("Invalid IPv6 URL") said neither what nor how
+        raise ValueError(
+            "must write an IPv6 host as a whole address in [brackets], e.g. "
+            f"http://[::1]:8080/, got {shown}"
+        ) from None
     if parts.scheme.lower() not in ("http", "https"):
         if "://" in text:
             raise ValueError(f"must be an http:// or https:// address, got {shown}")
@@ -285,7 +291,7 @@ def parse_listen_address(value: object) -> str:
     text = value.strip() if isinstance(value, str) else ""
     host, _, port = text.rpartition(":")
     bracketed = host.startswith("[") == host.endswith("]")
-    if not host or not port.isdecimal() or int(port) > 65535 or not bracketed:
+    if not host or not port.isdecimal() or clipped_int(port, 65536) > 65535 or not bracketed:
         raise ValueError(
             f'must be "HOST:PORT" in quotes, e.g. "127.0.0.1:9108", got {describe_value(value)}'
         )
