@@ -614,6 +614,12 @@ def test_duplicate_urls_in_json_name_both_lines(tmp_path: Path) -> None:
         ),
         ("http://example.com:99999/", "must have a port between 0 and 65535"),
         ("http://[zz]/feed", "must write an IPv6 host as a whole address in [brackets]"),
+        (
+            "http://a..b/feed",
+            "must name a valid host: each part between its dots 1 to 63 characters long "
+            '(no ".." or leading dot), got "http://a..b/feed"',
+        ),
+        (f"https://{'a' * 64}.example/", "must name a valid host: each part between its dots"),
         ("''", "must not be empty"),
     ],
 )
@@ -623,6 +629,17 @@ def test_invalid_urls(tmp_path: Path, url: str, expected: str) -> None:
     assert message.startswith(f'config: {path} line 3: "url" ')
     assert expected in message
     assert "Write the feed's full address, e.g. https://example.com/feed.xml." in message
+
+
+def test_ip_and_international_hosts_are_valid(tmp_path: Path) -> None:
+    urls = [
+        "http://[::1]:8080/f",
+        "http://127.0.0.1/f",
+        "https://bücher.example/f",
+        "http://a_b.example./f",
+    ]
+    path = write(tmp_path, "feeds.yaml", "feeds:\n" + "".join(f"  - {url}\n" for url in urls))
+    assert [spec.url for spec in load_feeds(path)] == urls
 
 
 def test_invalid_bare_url_in_json(tmp_path: Path) -> None:

@@ -246,6 +246,14 @@ def check_http_url(value: str) -> str:
         )
     if not parts.hostname:
         raise ValueError(f"must name a host after {parts.scheme}://, got {shown}")
+    if ":" not in parts.hostname:  # an IPv6 literal is no name
+        try:  # what the fetch does with the name: "a..b" failed every fetch as a bug
+            parts.hostname.encode("idna")
+        except UnicodeError:
+            raise ValueError(
+                "must name a valid host: each part between its dots 1 to 63 characters long "
+                f'(no ".." or leading dot), got {shown}'
+            ) from None
     try:
         parts.port  # noqa: B018 (urlsplit checks the port only when asked)
     except ValueError as exc:
