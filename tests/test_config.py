@@ -373,6 +373,16 @@ def test_unknown_storage_key_mentions_where_credentials_come_from(tmp_path: Path
             "3650d, got 1e-300.",
         ),
         ('[fetch]\nmax_body_bytes = "lots"\n', 2, 'must be a size like "20MiB" or "20MB"'),
+        (
+            f'[fetch]\nmax_body_bytes = "{"9" * 400}MB"\n',
+            2,
+            '"max_body_bytes" in [fetch] is too large: must be a size like "20MiB" or "20MB"',
+        ),
+        (
+            f"[fetch]\ntimeout = 1{'0' * 400}\n",
+            2,
+            '"timeout" in [fetch] must be a duration like "30m", "2h" or "1h30m" from 1ms to 3650d',
+        ),
         ("feeds_file = 5\n", 1, '"feeds_file" must be a file or folder path in quotes, got 5'),
         (
             '[fetch]\nuser_agent = "a\\nX-Evil: 1"\n',
@@ -662,6 +672,18 @@ def test_an_interval_under_a_millisecond_is_refused(tmp_path: Path, name: str, t
     assert feeds_error(path).startswith(
         f'config: {path} line 3: "interval" must be a duration like "30m", "2h" or "1h30m" '
         "from 1ms to 3650d, got 1e-09. Fix the value or remove the key"
+    )
+
+
+def test_an_interval_too_large_for_a_float_is_refused(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "feeds.yaml",
+        f"feeds:\n  - url: https://example.com/a\n    interval: -1{'0' * 400}\n",
+    )
+    assert feeds_error(path).startswith(
+        f'config: {path} line 3: "interval" must be a duration like "30m", "2h" or "1h30m" '
+        "from 1ms to 3650d, got -1000"
     )
 
 

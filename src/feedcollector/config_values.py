@@ -99,8 +99,10 @@ def parse_duration(value: object) -> timedelta:
     text = re.sub(r"\s+", "", value.lower()) if isinstance(value, str) else ""
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        seconds = float(value)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        seconds = float(max(-1, min(value, _MAX_SECONDS + 1)))  # float(10**400) overflows
+    elif isinstance(value, float):
+        seconds = value
     elif _NUMBER.fullmatch(text):
         seconds = float(text)
     elif _DURATION_TEXT.fullmatch(text):
@@ -186,7 +188,10 @@ def parse_byte_size(value: object) -> int:
         factor = _BYTE_UNITS.get(found[2])
         if factor is None:
             raise ValueError(f"must be {BYTE_SIZE_HINT}, got {describe_value(value)}")
-        size = int(float(found[1]) * factor)
+        number = float(found[1]) * factor
+        if math.isinf(number):  # 400 digits: int() of an infinite float overflows
+            raise ValueError(f"is too large: must be {BYTE_SIZE_HINT}, got {describe_value(value)}")
+        size = int(number)
     else:
         raise ValueError(f"must be {BYTE_SIZE_HINT}, got {describe_value(value)}")
     if size < 1:
