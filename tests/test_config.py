@@ -288,6 +288,14 @@ def test_deeply_nested_toml_is_a_config_error(tmp_path: Path, value: str) -> Non
     )
 
 
+def test_a_number_beyond_int_digits_is_a_config_error(tmp_path: Path) -> None:
+    path = write(tmp_path, "c.toml", f"[fetch]\ntimeout = 1\nconcurrency = 1_{'0' * 5000}\n")
+    assert config_error(path) == (
+        f"config: {path} line 3: a whole number has more than 4300 digits. Write a number in "
+        "the range of its setting (a few digits are enough for any)."
+    )
+
+
 def test_config_that_is_not_utf8(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
     path.write_bytes(b'[fetch]\nuser_agent = "caf\xe9"\n')

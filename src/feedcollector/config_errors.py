@@ -39,6 +39,9 @@ _TOML_POSITION = re.compile(
 )
 
 
+_LONG_NUMBER = re.compile(r"\d[\d_]{4300,}")
+
+
 def parse_toml(text: str, display: str) -> dict[str, Any]:
     """Parse the settings text, raising a located ConfigError on a syntax error."""
     try:
@@ -63,6 +66,12 @@ def parse_toml(text: str, display: str) -> dict[str, Any]:
         )
         problem = Problem(f"TOML syntax error: {message}", fix, line=line, column=column)
         raise config_error(display, [problem]) from exc
+    except ValueError as exc:  # int() refuses over 4,300 digits, and tomllib lets that out
+        long_number = _LONG_NUMBER.search(text)
+        where = text.count("\n", 0, long_number.start()) + 1 if long_number else None
+        what = "a whole number has more than 4300 digits"
+        fix = "Write a number in the range of its setting (a few digits are enough for any)."
+        raise config_error(display, [Problem(what, fix, line=where)]) from exc
 
 
 def problem_from_pydantic(shape: SettingsShape, error: Mapping[str, Any], text: str) -> Problem:
