@@ -292,7 +292,7 @@ def test_a_number_beyond_int_digits_is_a_config_error(tmp_path: Path) -> None:
     path = write(tmp_path, "c.toml", f"[fetch]\ntimeout = 1\nconcurrency = 1_{'0' * 5000}\n")
     assert config_error(path) == (
         f"config: {path} line 3: a whole number has more than 4300 digits. Write a number in "
-        "the range of its setting (a few digits are enough for any)."
+        "the range of its key (a few digits are enough for any)."
     )
 
 
@@ -692,6 +692,24 @@ def test_an_interval_too_large_for_a_float_is_refused(tmp_path: Path) -> None:
     assert feeds_error(path).startswith(
         f'config: {path} line 3: "interval" must be a duration like "30m", "2h" or "1h30m" '
         "from 1ms to 3650d, got -1000"
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("feeds.yaml", f"feeds:\n  - url: https://example.com/a\n    interval: 1{'0' * 5000}\n"),
+        (
+            "feeds.json",
+            f'{{"feeds": [{{"url": "https://example.com/a",\n"interval": 1{"0" * 5000}}}]}}',
+        ),
+    ],
+)
+def test_a_number_beyond_int_digits_in_the_feeds_file(tmp_path: Path, name: str, text: str) -> None:
+    path = write(tmp_path, name, text)
+    assert feeds_error(path).startswith(
+        f"config: {path} line {2 if name.endswith('json') else 3}: a whole number has more than "
+        "4300 digits. Write a number in the range of its key"
     )
 
 

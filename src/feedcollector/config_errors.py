@@ -19,7 +19,14 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .config_values import Problem, SettingProblem, config_error, describe_value, format_duration
+from .config_values import (
+    Problem,
+    SettingProblem,
+    config_error,
+    describe_value,
+    format_duration,
+    long_number_problem,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,9 +44,6 @@ class SettingsShape:
 _TOML_POSITION = re.compile(
     r"^(?P<message>.*?)\s*\(at line (?P<line>\d+), column (?P<column>\d+)\)$"
 )
-
-
-_LONG_NUMBER = re.compile(r"\d[\d_]{4300,}")
 
 
 def parse_toml(text: str, display: str) -> dict[str, Any]:
@@ -67,11 +71,7 @@ def parse_toml(text: str, display: str) -> dict[str, Any]:
         problem = Problem(f"TOML syntax error: {message}", fix, line=line, column=column)
         raise config_error(display, [problem]) from exc
     except ValueError as exc:  # int() refuses over 4,300 digits, and tomllib lets that out
-        long_number = _LONG_NUMBER.search(text)
-        where = text.count("\n", 0, long_number.start()) + 1 if long_number else None
-        what = "a whole number has more than 4300 digits"
-        fix = "Write a number in the range of its setting (a few digits are enough for any)."
-        raise config_error(display, [Problem(what, fix, line=where)]) from exc
+        raise config_error(display, [long_number_problem(text)]) from exc
 
 
 def problem_from_pydantic(shape: SettingsShape, error: Mapping[str, Any], text: str) -> Problem:

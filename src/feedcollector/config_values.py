@@ -59,6 +59,23 @@ def config_error(file: str, problems: Sequence[Problem]) -> ConfigError:
     return ConfigError(message)
 
 
+_LONG_NUMBER = re.compile(r"\d[\d_]{4300,}")
+
+
+def has_long_number(text: str) -> bool:
+    """Whether ``text`` writes a number of over 4,300 digits, which int() refuses."""
+    return _LONG_NUMBER.search(text) is not None
+
+
+def long_number_problem(text: str) -> Problem:
+    """int() refuses over 4,300 digits and the TOML, YAML and JSON readers let its words out
+    (``sys.set_int_max_str_digits()``): this says where, and what to do instead."""
+    found = _LONG_NUMBER.search(text)
+    line = text.count("\n", 0, found.start()) + 1 if found else None
+    fix = "Write a number in the range of its key (a few digits are enough for any)."
+    return Problem("a whole number has more than 4300 digits", fix, line=line)
+
+
 def describe_value(value: object) -> str:
     """How a wrong value is quoted back to the user."""
     if isinstance(value, bool):

@@ -22,6 +22,7 @@ from .config_values import (
     config_error,
     describe_value,
     format_duration,
+    long_number_problem,
     parse_duration,
 )
 from .errors import ConfigError
@@ -118,6 +119,8 @@ def _parse_json(text: str, display: str) -> Node:
         )
         problem = Problem(f"JSON syntax error: {exc.msg}", fix, line=exc.lineno, column=exc.colno)
         raise config_error(display, [problem]) from exc
+    except ValueError as exc:  # int() refuses over 4,300 digits, and json lets that out
+        raise config_error(display, [long_number_problem(text)]) from exc
     walker = _JsonWalker(text)
     try:
         root, _ = walker.node(0)

@@ -11,7 +11,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
-from .config_values import Problem, config_error
+from .config_values import Problem, config_error, has_long_number, long_number_problem
 from .feeds_file import FLAT_LIST_FIX, MAX_DOCUMENT_VALUES, Node, too_deep
 
 
@@ -31,7 +31,10 @@ def parse_yaml(text: str, display: str) -> Node:
         )
         raise config_error(display, [Problem(what, fix, line=line, column=column)]) from exc
     except (YAMLError, ValueError) as exc:  # ValueError: a value its tag cannot build (!!int x)
-        raise config_error(display, [Problem(f"YAML error: {exc}", "Fix the file.")]) from exc
+        problem = Problem(f"YAML error: {exc}", "Fix the file.")
+        if isinstance(exc, ValueError) and has_long_number(text):  # int()'s 4,300-digit limit
+            problem = long_number_problem(text)
+        raise config_error(display, [problem]) from exc
     try:
         return _yaml_node(document, 1, 1, _ExpansionBudget(display))
     except RecursionError as exc:
