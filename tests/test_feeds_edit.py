@@ -123,11 +123,21 @@ def test_remove_takes_exactly_the_entry_lines() -> None:
         "feeds: [https://x.example/a, https://x.example/b]\n",
         "{feeds: [https://x.example/a]}\n",
         "feeds: https://x.example/a\n",
+        "feeds: !x\n  - https://x.example/a\n  - https://x.example/b\n",
+        "feeds:\r  - https://x.example/a\n  - https://x.example/b\n",
     ],
 )
 def test_layouts_that_are_not_edited(text: str) -> None:
     with pytest.raises(UnsafeEdit):
         yaml_append(text, NewEntry("https://x.example/c"))
+    with pytest.raises(UnsafeEdit):
+        yaml_remove(text, "https://x.example/a")
+
+
+def test_a_merged_entry_is_followed_in_the_default_style() -> None:
+    text = "feeds:\n  - <<: {url: https://a.example/}\n"
+    new, line = yaml_append(text, NewEntry("https://b.example/"))
+    assert (new, line) == (text + "  - url: https://b.example/\n", 3)
 
 
 def write(path: Path, text: str) -> Path:
@@ -157,6 +167,16 @@ def test_add_feed_keeps_crlf_and_bom(tmp_path: Path) -> None:
     feeds.write_bytes(original.encode("utf-8"))
     add_feed(feeds, NewEntry("https://b.example/feed"))
     assert feeds.read_bytes() == (original + "  - url: https://b.example/feed\r\n").encode()
+
+
+def test_a_file_with_cr_alone_is_edited_keeping_its_line_endings(tmp_path: Path) -> None:
+    feeds = write(
+        tmp_path / "feeds.yaml", "feeds:\r  - https://a.example/\r  - https://b.example/\r"
+    )
+    remove_feed(feeds, "https://b.example/")
+    assert feeds.read_bytes() == b"feeds:\r  - https://a.example/\r"
+    add_feed(feeds, NewEntry("https://c.example/"))
+    assert feeds.read_bytes() == b"feeds:\r  - https://a.example/\r  - https://c.example/\r"
 
 
 def test_add_feed_creates_a_missing_file(tmp_path: Path) -> None:

@@ -164,6 +164,8 @@ def read_feeds_text(path: Path) -> tuple[bytes | None, str]:
         load_feeds(path)  # the loader's message names the file and the fix
         raise
     text = data.decode("utf-8-sig", errors="replace").replace("\r\n", "\n")
+    if "\n" not in text:  # old Mac files break lines with CR alone: edited as "\n" too
+        text = text.replace("\r", "\n")
     return data, text
 
 
@@ -198,6 +200,8 @@ def replace_checked(
             text = "\ufeff" + text
         if b"\r\n" in original:
             text = text.replace("\n", "\r\n")
+        elif b"\r" in original and b"\n" not in original:
+            text = text.replace("\n", "\r")
     folder = target.parent
     folder.mkdir(parents=True, exist_ok=True)
     fd, temp_name = tempfile.mkstemp(prefix=f".{action}-", suffix=target.suffix, dir=folder)

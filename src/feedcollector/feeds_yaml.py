@@ -3,8 +3,9 @@
 A new entry follows the file's own style (dash indentation, bare URL or ``url:`` mapping, key
 column, quoting of the URL) after the last entry, before trailing comments; a removed entry
 loses exactly its own lines (comments and blank lines around it stay). Layouts this cannot
-edit with confidence (flow style, no ``feeds:`` key, entries not on their own lines) raise
-:class:`UnsafeEdit`; :mod:`.feeds_edit` checks every result with the loader anyway.
+edit with confidence (flow style, no ``feeds:`` key, entries not on their own lines, a tagged
+list, CR and LF line endings mixed) raise :class:`UnsafeEdit`; :mod:`.feeds_edit` checks every
+result with the loader anyway.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ class UnsafeEdit(ConfigError):
 
 
 def _load_round_trip(text: str) -> CommentedMap | None:
+    if "\r" in text:  # CRLF and CR-only files come here as "\n"; a mix would shift lines
+        raise UnsafeEdit("the file mixes line endings (carriage returns and line feeds)")
     yaml = YAML(typ="rt")
     yaml.preserve_quotes = True
     try:
@@ -115,7 +118,12 @@ def entry_lines(entry: NewEntry, style: Style) -> list[str]:
 
 def _item_start(lines: list[str], feeds: CommentedSeq, index: int) -> int:
     """The line (0-based) holding the dash of item ``index``."""
-    line = int(feeds.lc.item(index)[0])
+    position = feeds.lc.item(index)
+    if position is None:  # ruamel keeps no item positions for a tagged list ("feeds: !x")
+        raise UnsafeEdit('the list carries a tag such as "!x", so its entries\' lines are unknown')
+    line = int(position[0])
+    if line >= len(lines):
+        raise UnsafeEdit(f"entry {index + 1} of the list is not on the line YAML reports")
     if _DASH_RE.match(lines[line]):
         return line
     for above in range(line - 1, -1, -1):  # "-" alone on its line, the item below it
@@ -145,9 +153,12 @@ def _style(lines: list[str], feeds: CommentedSeq) -> Style:
     for index in range(last, -1, -1):
         item = feeds[index]
         if isinstance(item, CommentedMap) and len(item):
-            key_line, column = item.lc.key(next(iter(item)))
-            if key_line == _item_start(lines, feeds, index):
-                key_column = int(column)
+            try:
+                position = item.lc.key(next(iter(item)))
+            except KeyError:
+                position = None
+            if position is not None and position[0] == _item_start(lines, feeds, index):
+                key_column = int(position[1])  # merged keys (<<: ...) have no position
             break
     value = feeds[last].get("url") if isinstance(feeds[last], CommentedMap) else feeds[last]
     quote = ""
