@@ -134,6 +134,13 @@ def test_layouts_that_are_not_edited(text: str) -> None:
         yaml_remove(text, "https://x.example/a")
 
 
+def test_entries_go_before_a_document_end_marker() -> None:
+    text = "feeds:\n  - https://a.example/\n  # last\n...\n# after the document\n"
+    added, line = yaml_append(text, NewEntry("https://b.example/"))
+    assert (added, line) == (text.replace("  # last", "  - https://b.example/\n  # last"), 3)
+    assert yaml_remove(added, "https://b.example/")[0] == text
+
+
 def test_a_merged_entry_is_followed_in_the_default_style() -> None:
     text = "feeds:\n  - <<: {url: https://a.example/}\n"
     new, line = yaml_append(text, NewEntry("https://b.example/"))
@@ -228,6 +235,18 @@ def test_a_file_changed_meanwhile_is_not_overwritten(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="changed while it was being edited"):
         replace_checked(feeds, "feeds:\n  - url: https://b.example/feed\n", stale, action="add")
     assert "other.example" in feeds.read_text()
+
+
+def test_an_edit_that_would_not_load_names_the_real_file(tmp_path: Path) -> None:
+    original = b"feeds:\n  - https://a.example/\n"
+    feeds = tmp_path / "feeds.yaml"
+    feeds.write_bytes(original)
+    with pytest.raises(ConfigError) as refused:
+        replace_checked(feeds, "feeds:\n  - 12\n", original, action="add", display=feeds)
+    assert f"{feeds} (as edited) line 2" in str(refused.value)
+    assert ".add-" not in str(refused.value), "not the temporary file, gone by now"
+    assert feeds.read_bytes() == original
+    assert [p.name for p in tmp_path.iterdir()] == ["feeds.yaml"]
 
 
 def test_json_keeps_key_order_and_indentation(tmp_path: Path) -> None:

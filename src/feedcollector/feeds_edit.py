@@ -210,7 +210,7 @@ def replace_checked(
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
             handle.write(text)
         try:
-            specs = load_feeds(temp)
+            specs = load_feeds(temp, display=f"{shown} (as edited)")
         except ConfigError as exc:
             raise ConfigError(
                 f"{action}: the edited feeds file would not load, {shown} is left unchanged: {exc}"

@@ -49,9 +49,12 @@ class Node:
     column: int
 
 
-def load_feeds(path: Path, *, default_interval: timedelta | None = None) -> list[FeedSpec]:
-    """Read and check the whole feeds file; ``default_interval`` only improves error messages."""
-    display = str(path)
+def load_feeds(
+    path: Path, *, default_interval: timedelta | None = None, display: str | None = None
+) -> list[FeedSpec]:
+    """Read and check the whole feeds file; ``default_interval`` only improves error messages,
+    ``display`` names the file in them (an edit checks a temporary copy of the real file)."""
+    display = display or str(path)
     suffix = path.suffix.lower()
     if suffix not in (".yaml", ".yml", ".json"):
         raise ConfigError(

@@ -27,6 +27,7 @@ _EMPTY_FEEDS_RE = re.compile(
     r"^feeds:[ \t]*(?:\[[ \t]*\]|~|null|Null|NULL)?[ \t]*(?P<comment>#.*)?$"
 )
 _COMMENT_OR_BLANK_RE = re.compile(r"^[ \t]*(?:#.*)?$")
+_DOCUMENT_END_RE = re.compile(r"^\.\.\.(?:[ \t]|$)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +135,12 @@ def _item_start(lines: list[str], feeds: CommentedSeq, index: int) -> int:
     raise UnsafeEdit(f"entry {index + 1} of the list does not start its own line")
 
 
+def _document_end(lines: list[str]) -> int:
+    """The line (0-based) of the ``...`` document end marker, else ``len(lines)``: entries
+    go before it."""
+    return next((at for at, line in enumerate(lines) if _DOCUMENT_END_RE.match(line)), len(lines))
+
+
 def _item_end(lines: list[str], start: int, stop: int) -> int:
     """The last line (0-based) of an item spanning [start, stop): trailing comments and
     blank lines belong to what follows."""
@@ -181,7 +188,7 @@ def yaml_append(text: str, entry: NewEntry) -> tuple[str, int]:
         at = _empty_feeds_line(lines, document)
     else:
         start = _item_start(lines, feeds, len(feeds) - 1)
-        at = _item_end(lines, start, len(lines))
+        at = _item_end(lines, start, _document_end(lines))
     new = entry_lines(entry, Style() if feeds is None else _style(lines, feeds))
     return "\n".join([*lines[: at + 1], *new, *lines[at + 1 :]]) + "\n", at + 2
 
@@ -189,6 +196,8 @@ def yaml_append(text: str, entry: NewEntry) -> tuple[str, int]:
 def _empty_feeds_line(lines: list[str], document: CommentedMap | None) -> int:
     """The ``feeds:`` line of a file without entries, made a bare ``feeds:``."""
     if document is None:
+        if _document_end(lines) < len(lines):
+            raise UnsafeEdit('the file ends its document ("...") before any "feeds:" key')
         lines.append("feeds:")
         return len(lines) - 1
     if "feeds" not in document:
@@ -212,7 +221,8 @@ def yaml_remove(text: str, url: str) -> tuple[str, int]:
         if not isinstance(value, str) or feed_url_key(value.strip()) != key:
             continue
         start = _item_start(lines, feeds, index)
-        stop = _item_start(lines, feeds, index + 1) if index + 1 < len(feeds) else len(lines)
+        last = index + 1 == len(feeds)
+        stop = _document_end(lines) if last else _item_start(lines, feeds, index + 1)
         end = _item_end(lines, start, stop)
         return "\n".join([*lines[:start], *lines[end + 1 :]]), start + 1
     raise UnsafeEdit(f"no entry for {url} was found in the YAML")
