@@ -212,6 +212,22 @@ def test_import_into_json_and_into_a_missing_file(tmp_path: Path) -> None:
     ]
 
 
+def test_a_folder_name_with_line_breaks_is_one_comment_line(tmp_path: Path) -> None:
+    folders = ["F&#13;x: 1", "G\u0085y", "H\u2028z\u2029", "C1\u0080\u009f"]
+    outlines = "".join(
+        f'<outline text="{name}"><outline text="T{n}" xmlUrl="https://a.example/{n}"/></outline>'
+        for n, name in enumerate(folders)
+    )
+    opml = write(tmp_path / "s.opml", f'<opml version="2.0"><body>{outlines}</body></opml>')
+    feeds_file = write(tmp_path / "feeds.yaml", "feeds:\n  - https://z.example/\n")
+    import_opml(opml, feeds_file)
+    comments = [line for line in feeds_file.read_text().split("\n") if "#" in line]
+    assert comments == [
+        f"  # {label} (imported from OPML)" for label in ("F x: 1", "G y", "H z", "C1")
+    ]
+    assert len(load_feeds(feeds_file)) == 5
+
+
 def test_a_broken_feeds_file_is_not_touched(tmp_path: Path) -> None:
     feeds_file = write(tmp_path / "feeds.yaml", "feeds:\n  - url: not a url\n")
     with pytest.raises(ConfigError, match="line 2"):

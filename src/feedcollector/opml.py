@@ -40,6 +40,9 @@ from .safe_text import xml_chars
 EXPORT_TITLE = "feedcollector subscriptions"
 _REEXPORT = "Export the OPML file again from your reader, or fix it there."
 _FIRST_DASH_RE = re.compile(r"^( *)- ", re.MULTILINE)
+_NOT_YAML_PRINTABLE_RE = re.compile(
+    "[^\t\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]"
+)
 _POSITION_RE = re.compile(r", line (?P<line>\d+), column (?P<column>\d+)$")
 
 
@@ -188,7 +191,7 @@ def merge_yaml(text: str, added: Sequence[OpmlFeed]) -> str:
             entry["title"] = feed.title
         feeds.append(entry)
         if feed.folder and feed.folder != folder:
-            label = " / ".join(feed.folder)
+            label = " / ".join(_comment_text(name) for name in feed.folder)
             feeds.yaml_set_comment_before_after_key(
                 len(feeds) - 1, before=f"{label} (imported from OPML)", indent=offset
             )
@@ -196,6 +199,12 @@ def merge_yaml(text: str, added: Sequence[OpmlFeed]) -> str:
     out = _StringSink()
     yaml.dump(document, out)
     return out.text
+
+
+def _comment_text(name: str) -> str:
+    """A folder name fit for a one-line YAML comment: line breaks of any kind (CR, NEL, LS)
+    would end the comment, and C0/C1 controls are characters YAML refuses."""
+    return _NOT_YAML_PRINTABLE_RE.sub("", " ".join(name.split()))
 
 
 def merge_json(text: str, added: Sequence[OpmlFeed]) -> str:
