@@ -119,6 +119,19 @@ def test_read_opml_from_real_readers() -> None:
 
 
 @pytest.mark.parametrize(
+    "template",
+    [
+        '<opml xmlns="http://opml.org/spec2" version="2.0"><body>{}</body></opml>',
+        '<o:opml xmlns:o="urn:x"><o:body>{}</o:body></o:opml>',
+    ],
+)
+def test_opml_in_a_namespace_is_read(template: str) -> None:
+    outline = '<outline text="A" xmlUrl="https://a.example/a"/>'
+    document = read_opml(template.format(outline).encode(), "subs.opml")
+    assert document.feeds == (OpmlFeed("https://a.example/a", "A"),)
+
+
+@pytest.mark.parametrize(
     ("data", "expected"),
     [
         (b"", "line 1, column 1: the OPML file is not well-formed XML (Document is empty)"),

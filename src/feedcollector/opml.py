@@ -96,6 +96,7 @@ def read_opml(data: bytes, display: str) -> OpmlDocument:
     if name != "opml":
         what = f"the root element is <{name}>, not <opml>: this is not an OPML file"
         raise config_error(display, [Problem(what, _REEXPORT, line=line)])
+    _local_names(root)
     if root.find("body") is None:
         what = "the OPML file has no <body> (the element holding the subscriptions)"
         raise config_error(display, [Problem(what, _REEXPORT, line=line)])
@@ -115,6 +116,15 @@ def read_opml(data: bytes, display: str) -> OpmlDocument:
         categories = entry.get("categories") or [[]]
         feeds.append(OpmlFeed(url, title, tuple(str(c) for c in categories[0])))
     return OpmlDocument(tuple(feeds), tuple(skipped))
+
+
+def _local_names(root: etree._Element) -> None:
+    """Elements renamed to their local names: some writers put OPML in a namespace
+    (``<opml xmlns="http://opml.org/spec2">``), which no reader of OPML expects."""
+    for element in root.iter():
+        if isinstance(element.tag, str):
+            element.tag = etree.QName(element).localname
+    etree.cleanup_namespaces(root)
 
 
 def _from_feed_scheme(url: str) -> str:
