@@ -96,6 +96,19 @@ def test_fetch_refuses_urls_outside_the_feeds_file(feed_server: FeedServer, tmp_
     assert feedcollector("--config", str(config), "fetch", cwd=tmp_path).returncode == 2
 
 
+def test_arguments_that_are_not_utf8_are_usage_errors(tmp_path: Path) -> None:
+    (tmp_path / "feeds.yaml").write_text("feeds:\n  - https://a.example/feed\n")
+    for args, name in (
+        (("items", "--feed", "\udcff"), "items: --feed"),  # argv b"\xff", surrogate-escaped
+        (("item", "\udcff"), "item: ID"),
+        (("add", "https://b.example/feed", "--title", "\udcff"), "add: --title"),
+    ):
+        result = feedcollector(*args, cwd=tmp_path)
+        assert result.returncode == 2, result.stderr
+        assert f"error: {name} is not UTF-8 text" in result.stderr
+        assert "database" not in result.stderr
+
+
 def test_a_bad_feeds_file_exits_2_naming_the_file_and_line(tmp_path: Path) -> None:
     (tmp_path / "feeds.yaml").write_text(
         "feeds:\n  - url: https://ok.example/feed\n  - url: not a url\n"

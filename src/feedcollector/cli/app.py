@@ -22,10 +22,12 @@ import typer
 
 from ..collector import Collector, open_collector
 from ..config import Settings, load_settings
+from ..config_values import describe_value
 from ..errors import ConfigError, StorageError
 from ..logs import configure_logging
 from ..reading import parse_since
 from ..report import CycleObserver
+from ..safe_text import has_half_pair
 
 T = TypeVar("T")
 
@@ -154,6 +156,17 @@ def since_option(text: str | None, now: datetime) -> datetime | None:
         return parse_since(text, now)
     except ValueError as exc:
         usage_error(str(exc))
+
+
+def text_argument(value: str, name: str) -> str:
+    """``value``, or a usage error naming the argument: argv bytes that are no UTF-8 arrive as
+    half pairs (surrogate escapes), which no database holds, so a query would fail on them."""
+    if has_half_pair(value):
+        usage_error(
+            f"{name} is not UTF-8 text (got {describe_value(value)}). Give it in UTF-8, "
+            "or copy it from the output of feedcollector."
+        )
+    return value
 
 
 def usage_error(message: str) -> NoReturn:

@@ -18,14 +18,14 @@ import typer
 from ..backends import open_database
 from ..collector import fetch_limits
 from ..config import Settings, load_feeds
-from ..config_values import check_http_url, check_storable_text, parse_duration
+from ..config_values import check_http_url, parse_duration
 from ..discover import Discovery, FoundFeed, discover_feeds
 from ..errors import ConfigError, StorageError
 from ..fetch import make_http_client
 from ..models import FeedSpec
 from ..safe_text import one_line
 from ..timestamps import utc_now
-from .app import app, guard, load_command_settings, run_async, usage_error
+from .app import app, guard, load_command_settings, run_async, text_argument, usage_error
 
 TITLE_SHOWN = 100
 """Characters of a feed's own title shown beside its URL (titles are the feeds' words, any
@@ -84,10 +84,7 @@ def add(
         check_http_url(url)
     except ValueError as exc:
         usage_error(f"add: the address {exc}")
-    try:
-        check_storable_text(title or "")  # argv keeps bytes no UTF-8 reads as half pairs
-    except ValueError as exc:
-        usage_error(f"add: --title {exc}")
+    text_argument(title or "", "add: --title")
     specs = _current_feeds(settings)
     present = find_feed(specs, url)
     if present is not None and not list_only:

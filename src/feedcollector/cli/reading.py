@@ -15,6 +15,7 @@ from .app import (
     load_command_settings,
     quiet_on_broken_pipe,
     since_option,
+    text_argument,
     usage_error,
     with_collector,
 )
@@ -38,6 +39,7 @@ def items(
 ) -> None:
     """List stored items (created_at order), as a table or a JSON Lines stream."""
     settings = load_command_settings(ctx)
+    feed = None if feed is None else text_argument(feed, "items: --feed")
 
     async def work(collector: Collector) -> None:
         since_at = since_option(since, collector.clock())
@@ -78,6 +80,7 @@ def item(
 ) -> None:
     """Show one item: its fields, its images and its HTML."""
     settings = load_command_settings(ctx)
+    text_argument(item_id, "item: ID")
 
     async def work(collector: Collector) -> None:
         found = await read_item(collector.db, collector.objects, item_id, sanitize=sanitize)
