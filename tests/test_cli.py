@@ -109,6 +109,18 @@ def test_arguments_that_are_not_utf8_are_usage_errors(tmp_path: Path) -> None:
         assert "database" not in result.stderr
 
 
+def test_a_file_in_place_of_the_objects_folder_is_a_storage_error(tmp_path: Path) -> None:
+    (tmp_path / "feeds.yaml").write_text("feeds:\n  - https://a.example/feed\n")
+    (tmp_path / "objects").write_text("not a folder")
+    for command in ("restore", "cleanup"):
+        result = feedcollector(command, cwd=tmp_path)
+        assert result.returncode == 1, result.stderr
+        assert f"{tmp_path / 'objects'} is not a folder" in result.stderr
+        assert "0 backups" not in result.stdout
+    (tmp_path / "objects").unlink()
+    assert feedcollector("cleanup", cwd=tmp_path).returncode == 0, "a missing folder is empty"
+
+
 def test_a_bad_feeds_file_exits_2_naming_the_file_and_line(tmp_path: Path) -> None:
     (tmp_path / "feeds.yaml").write_text(
         "feeds:\n  - url: https://ok.example/feed\n  - url: not a url\n"

@@ -93,6 +93,7 @@ class LocalObjectStore:
         folder, _, _ = prefix.rpartition("/")
         start = self.root / folder if folder else self.root
         if not start.is_dir():
+            self._check_folders(start)
             return
         keys: list[str] = []
         try:
@@ -108,6 +109,20 @@ class LocalObjectStore:
             raise ObjectStoreError(f"storage: cannot list {start}: {exc}") from exc
         for key in sorted(keys):
             yield key
+
+    def _check_folders(self, start: Path) -> None:
+        """A missing folder holds no objects; a file where a folder should be is a store
+        that cannot be used, and listing it as empty would report "0 backups" as if fine."""
+        for path in (start, *start.parents):
+            if path.is_dir():
+                return
+            if path.exists() or path.is_symlink():
+                raise ObjectStoreError(
+                    f"storage: cannot list {start}: {path} is not a folder. Move it away, or "
+                    "set path under [storage] to a folder."
+                )
+            if path == self.root:
+                return
 
     async def delete_many(self, keys: Sequence[str]) -> None:
         for key in keys:
