@@ -14,6 +14,7 @@ import random
 import re
 import shutil
 import socket
+import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -391,6 +392,23 @@ def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def test_a_sqlite_file_locked_by_another_process_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "locked.db"
+    SQLiteDatabase(path)  # created, in WAL mode
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(DatabaseError) as caught:
+            SQLiteDatabase(path, busy_timeout_s=0.05)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    message = str(caught.value)
+    assert f"SQLite file {path} is locked (database is locked; waited 0.05 s)" in message
+    assert "Another process holds a write lock" in message
+    assert "writable" not in message
 
 
 def test_d1_proxy_down_is_a_database_error() -> None:

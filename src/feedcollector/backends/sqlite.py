@@ -20,6 +20,12 @@ holds (half of a surrogate pair: UnicodeEncodeError, a ValueError) or an integer
 (OverflowError)."""
 
 
+BUSY_FIX = (
+    "Another process holds a write lock on it: wait for it to finish (another feedcollector "
+    "command, or a sqlite3 shell with a transaction open) and run the command again."
+)
+
+
 class SQLiteDatabase:
     """A SQLite file (or ``:memory:``) speaking query/batch/exec."""
 
@@ -42,11 +48,18 @@ class SQLiteDatabase:
                 self._conn.execute("PRAGMA synchronous = NORMAL")
                 self._check_writable()
         except (sqlite3.Error, OSError) as exc:
-            raise DatabaseError(
-                f"database: cannot open SQLite file {self.path} for writing: {exc}. The file and "
-                "its folder must be writable by this user, on a file system that is neither "
-                "read-only nor full."
-            ) from exc
+            if _busy(exc):  # not a permission problem: a lock held past the busy timeout
+                message = (
+                    f"database: SQLite file {self.path} is locked ({exc}; waited "
+                    f"{busy_timeout_s:g} s). {BUSY_FIX}"
+                )
+            else:
+                message = (
+                    f"database: cannot open SQLite file {self.path} for writing: {exc}. The file "
+                    "and its folder must be writable by this user, on a file system that is "
+                    "neither read-only nor full."
+                )
+            raise DatabaseError(message) from exc
 
     def _check_writable(self) -> None:
         """Fail at open, not in the middle of a cycle, when the file cannot be written.
@@ -98,6 +111,16 @@ class SQLiteDatabase:
         self._conn.close()
 
 
+def _busy(exc: Exception) -> bool:
+    """SQLITE_BUSY: another connection holds the write lock past the busy timeout."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(code, int) and code & 0xFF == sqlite3.SQLITE_BUSY
+
+
 def _describe(exc: Exception, sql: str, params: Sequence[SqlValue], path: str) -> str:
     shown = [p if not isinstance(p, str) or len(p) <= 80 else p[:77] + "..." for p in params]
-    return f"database: SQLite {path}: {exc} (sql: {' '.join(sql.split())[:300]}; params: {shown})"
+    fix = f" {BUSY_FIX}" if _busy(exc) else ""
+    return (
+        f"database: SQLite {path}: {exc} (sql: {' '.join(sql.split())[:300]}; params: {shown})"
+        + fix
+    )
