@@ -935,3 +935,12 @@ def test_a_value_its_yaml_tag_cannot_build_is_a_config_error(tmp_path: Path) -> 
         load_feeds(path)
     assert "YAML error" in str(caught.value)
     assert "feeds.yaml" in str(caught.value)
+
+
+def test_a_character_yaml_refuses_is_reported_with_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "feeds.yaml"
+    path.write_bytes(b"feeds:\r\n  - url: https://a.example/\r\n    title: x\x00\r\n")
+    message = feeds_error(path)
+    assert message.startswith(f"config: {path} line 3, column 13: the file holds a character ")
+    assert "#x0000" in message
+    assert "position" not in message

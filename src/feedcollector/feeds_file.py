@@ -105,6 +105,15 @@ def _read_feeds_text(path: Path, display: str, kind: str) -> str:
     return text
 
 
+def line_and_column(text: str, index: int) -> tuple[int, int]:
+    """1-based line and column of ``text[index]``; CR LF, CR and LF each end a line."""
+    breaks = list(_LINE_BREAK.finditer(text, 0, index))
+    return len(breaks) + 1, index - (breaks[-1].end() if breaks else 0) + 1
+
+
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
 def too_deep(display: str) -> ConfigError:
     what = "the file nests lists or mappings too deeply to be a feeds file"
     return config_error(display, [Problem(what, FLAT_LIST_FIX)])

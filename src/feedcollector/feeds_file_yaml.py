@@ -10,9 +10,10 @@ from __future__ import annotations
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.reader import ReaderError
 
 from .config_values import Problem, config_error, has_long_number, long_number_problem
-from .feeds_file import FLAT_LIST_FIX, MAX_DOCUMENT_VALUES, Node, too_deep
+from .feeds_file import FLAT_LIST_FIX, MAX_DOCUMENT_VALUES, Node, line_and_column, too_deep
 
 
 def parse_yaml(text: str, display: str) -> Node:
@@ -29,6 +30,12 @@ def parse_yaml(text: str, display: str) -> Node:
             'Fix the syntax there: list entries start with "- " under "feeds:", with a space '
             "after every colon and consistent indentation."
         )
+        raise config_error(display, [Problem(what, fix, line=line, column=column)]) from exc
+    except ReaderError as exc:  # a character YAML refuses (NUL...): ruamel gives its index
+        line, column = line_and_column(text, exc.position)
+        code = exc.character if isinstance(exc.character, int) else ord(exc.character)
+        what = f"the file holds a character YAML does not allow (#x{code:04x}, {exc.reason})"
+        fix = "Remove it: a YAML file holds no control characters."
         raise config_error(display, [Problem(what, fix, line=line, column=column)]) from exc
     except (YAMLError, ValueError) as exc:  # ValueError: a value its tag cannot build (!!int x)
         problem = Problem(f"YAML error: {exc}", "Fix the file.")
