@@ -944,3 +944,10 @@ def test_a_character_yaml_refuses_is_reported_with_its_line(tmp_path: Path) -> N
     assert message.startswith(f"config: {path} line 3, column 13: the file holds a character ")
     assert "#x0000" in message
     assert "position" not in message
+
+
+def test_a_feed_repeated_by_an_alias_is_not_said_to_repeat_its_own_line(tmp_path: Path) -> None:
+    path = write(tmp_path, "feeds.yaml", "feeds:\n  - &x https://a.example/\n  - *x\n")
+    message = feeds_error(path)
+    assert 'the feed "https://a.example/" on line 2 is listed again by an alias' in message
+    assert "already listed on line 2" not in message

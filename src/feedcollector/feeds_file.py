@@ -245,6 +245,8 @@ def _feed_specs(
                 f'the feed "{spec.url}" on line {entry.line} is already listed on line '
                 f"{first_line[key]}"
             )
+            if entry.line == first_line[key]:  # YAML places an alias (*x) at its anchor (&x)
+                what = f'the feed "{spec.url}" on line {entry.line} is listed again by an alias'
             problems.append(Problem(what, "Remove one of the two entries.", line=entry.line))
             continue
         first_line[key] = entry.line
