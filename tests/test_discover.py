@@ -247,7 +247,7 @@ def test_add_refusals(feed_server: FeedServer, tmp_path: Path) -> None:
         "--config", config, "add", feed, "--title", latin1_title, cwd=tmp_path
     )
     assert bad_title.returncode == 2
-    assert "add: --title must not hold half of a UTF-16 pair" in bad_title.stderr
+    assert "add: --title is not UTF-8 text" in bad_title.stderr
     too_far = feedcollector("--config", config, "add", "--pick", "3", feed, cwd=tmp_path)
     assert too_far.returncode == 2
     assert "only 1 feeds found" in too_far.stderr
