@@ -280,3 +280,31 @@ def test_items_and_item_commands(collected: Collected) -> None:
     )
     assert unknown_feed.returncode == 2
     assert "no feed https://x.example/f" in unknown_feed.stderr
+
+
+def test_one_missing_or_broken_content_object_does_not_stop_the_others(
+    collected: Collected,
+) -> None:
+    """A content object gone (a crash between cleanup's deletes and its batch) or not UTF-8
+    stopped the whole --jsonl stream (and `item` ended in a traceback)."""
+    with sqlite3.connect(collected.database) as conn:
+        conn.execute(
+            "UPDATE items SET content_html = NULL, content_key = 'content/x/gone.html' "
+            "WHERE guid = 'n1'"
+        )
+        conn.execute(
+            "UPDATE items SET content_html = NULL, content_key = 'content/x/bad.html' "
+            "WHERE guid = 'n2'"
+        )
+    (collected.folder / "objects" / "content" / "x").mkdir(parents=True)
+    (collected.folder / "objects" / "content" / "x" / "bad.html").write_bytes(b"<p>caf\xff</p>")
+    config = str(collected.config)
+    stream = feedcollector("--config", config, "items", "--jsonl", cwd=collected.folder)
+    assert stream.returncode == 0, stream.stderr
+    records = {r["guid"]: r for r in map(json.loads, stream.stdout.splitlines())}
+    assert sorted(records) == ["b1", "n1", "n2", "n3"]
+    assert records["n1"]["content_html"] is None
+    assert records["n2"]["content_html"] == "<p>caf\ufffd</p>"
+    assert "content/x/gone.html is missing" in stream.stderr
+    shown = feedcollector("--config", config, "item", records["n2"]["id"], cwd=collected.folder)
+    assert shown.returncode == 0, shown.stderr

@@ -14,6 +14,7 @@ Optional sanitizing (nh3) is for display: scripts, event handlers and ``javascri
 from __future__ import annotations
 
 import html
+import logging
 import re
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, fields
@@ -23,8 +24,11 @@ import nh3
 
 from .config_values import parse_duration
 from .database import Database, Row, SqlValue
+from .errors import ObjectNotFoundError
 from .objectstore import ObjectStore
 from .timestamps import format_timestamp
+
+log = logging.getLogger("feedcollector")
 
 PAGE_SIZE = 200
 MAX_QUOTED_VALUE = 1 << 20
@@ -258,10 +262,23 @@ async def item_images(db: Database, item_id: str) -> tuple[StoredImage, ...]:
 
 
 async def load_content(objects: ObjectStore, item: StoredItem) -> str | None:
-    """The item's HTML: inline, or from the object store when it was too big for the row."""
+    """The item's HTML: inline, or from the object store when it was too big for the row.
+
+    One item's missing object (a crash between cleanup's deletes and its batch, a database
+    copied back from before a cleanup) is that item's content missing, logged with its key:
+    the other items still read. An unreachable store is still an error."""
     if item.content_html is not None or item.content_key is None:
         return item.content_html
-    return (await objects.get(item.content_key)).decode("utf-8")
+    try:
+        data = await objects.get(item.content_key)
+    except ObjectNotFoundError:
+        log.warning(
+            "storage: item %s: its content object %s is missing; shown without content",
+            item.id,
+            item.content_key,
+        )
+        return None
+    return data.decode("utf-8", "replace")
 
 
 async def read_item(
