@@ -221,6 +221,19 @@ def test_tombstoned_items_stay_deleted(drill: Drill) -> None:
     assert "urn:a" not in [row[1] for row in drill.items()]
 
 
+def test_one_backup_that_cannot_be_read_is_skipped_not_fatal(drill: Drill) -> None:
+    """A backup gone between the listing and the read (a dangling link here, as when the
+    expiry sweep removes it meanwhile) ended the whole restore, every feed's."""
+    items = drill.items()
+    other = drill.rows("SELECT id FROM feeds ORDER BY url")[1][0]
+    folder = drill.folder / "objects" / "backups" / other
+    (folder / "2026-03-01T00:00:00Z.xml").symlink_to(folder / "no-such-file.xml")
+    drill.database.unlink()
+    report, _ = drill.restore()
+    assert report.backups_unreadable >= 1
+    assert drill.items() == items
+
+
 def test_restore_targets() -> None:
     specs = [FeedSpec("https://a.example/feed"), FeedSpec("https://b.example/feed")]
     known = {"https://b.example/feed": "b-id", "https://old.example/feed": "old-id"}

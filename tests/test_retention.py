@@ -326,6 +326,40 @@ def test_old_tombstones_go_unless_the_newest_backup_still_lists_the_item(pair: P
     assert (report.tombstones_dropped, report.tombstones_kept) == (2, 2)
 
 
+def test_a_backup_from_the_future_or_one_unreadable_decides_no_tombstone(pair: Pair) -> None:
+    """The newest backup says which tombstones stay. One stamped after now (the clock was
+    ahead) that no longer listed an item dropped its tombstone, and the item came back; an
+    unreadable newest backup ended the cleanup. Both now leave the tombstones as they are."""
+
+    async def seed() -> None:
+        await store.sync_feeds(pair.db, [FeedSpec(FEED_URL)], NOW - timedelta(days=700))
+        await pair.db.query(
+            "INSERT INTO item_tombstones (feed_id, guid, deleted_at) VALUES (?, ?, ?)",
+            (FEED_ID, "listed-today", format_timestamp(ITEM_CUTOFF - SECOND)),
+        )
+        today = b"<rss><channel><item><guid>listed-today</guid></item></channel></rss>"
+        await pair.objects.put(backup_key(FEED_ID, NOW - timedelta(hours=1)), today)
+        ahead = b"<rss><channel><item><guid>other</guid></item></channel></rss>"
+        await pair.objects.put(backup_key(FEED_ID, NOW + timedelta(days=365)), ahead)
+
+    pair.run(seed())
+
+    def cleanup() -> list[str]:
+        pair.run(
+            run_cleanup(
+                pair.db, pair.objects, now=NOW, item_days=ITEM_DAYS, backup_days=BACKUP_DAYS
+            )
+        )
+        return [r["guid"] for r in pair.rows("SELECT guid FROM item_tombstones")]
+
+    assert cleanup() == ["listed-today"]
+    if isinstance(pair.objects, LocalObjectStore):
+        newest = pair.objects.root / backup_key(FEED_ID, NOW - timedelta(hours=1))
+        newest.unlink()
+        newest.symlink_to(newest.with_name("gone.xml"))
+        assert cleanup() == ["listed-today"]
+
+
 def test_backup_deletes_go_in_chunks(s3_server: S3Bucket) -> None:
     """moto accepts more than 1000 keys per DeleteObjects (S3 and R2 do not), so the chunking
     is checked by counting calls with a small chunk size."""

@@ -27,7 +27,7 @@ from datetime import datetime
 from .backups import PREFIX as BACKUP_PREFIX
 from .backups import backup_time, feed_backups, read_backup
 from .database import Database, Statement
-from .errors import ConfigError, ParseError
+from .errors import ConfigError, ObjectStoreError, ParseError
 from .feeds_file import _duplicate_key as feed_url_key
 from .images import object_key
 from .models import FeedSpec, ItemRecord
@@ -181,7 +181,14 @@ async def _restore_feed(
         taken, key = backup.taken, backup.key
         if since is not None and taken < since:
             continue
-        body, content_type = await read_backup(objects, backup)
+        try:
+            body, content_type = await read_backup(objects, backup)
+        except ObjectStoreError as exc:  # this file (expired meanwhile, a broken link...)
+            report.backups += 1
+            report.backups_unreadable += 1
+            log.warning("restore: %s of %s cannot be read, skipped: %s", key, target.url, exc)
+            tick()
+            continue
         report.backups += 1
         hashed = hashlib.sha256(body)
         hashed.update(f"\0{content_type}".encode())

@@ -300,7 +300,7 @@ async def run_cleanup(
     await sweep_backups(objects, report)
     await expire_items(db, objects, report)
     sweep = await expire_tombstones(
-        db, objects, before=report.cutoffs.items_before, dry_run=dry_run
+        db, objects, before=report.cutoffs.items_before, now=now, dry_run=dry_run
     )
     report.tombstones_dropped, report.tombstones_kept = sweep.dropped, sweep.kept
     log.info("%s", report.summary())

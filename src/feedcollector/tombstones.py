@@ -19,11 +19,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from .backups import StoredBackup, feed_backups, read_backup
 from .database import Database, Statement
 from .decode import decode_feed
-from .errors import ObjectNotFoundError, ParseError
+from .errors import ObjectStoreError, ParseError
 from .objectstore import ObjectStore
 from .parse import parse_feed
 from .store import chunked, placeholders
@@ -64,6 +65,7 @@ async def expire_tombstones(
     objects: ObjectStore,
     *,
     before: str,
+    now: datetime,
     dry_run: bool,
     page_size: int = TOMBSTONE_PAGE_SIZE,
 ) -> TombstoneSweep:
@@ -79,7 +81,7 @@ async def expire_tombstones(
         if not rows:
             return TombstoneSweep(dropped, kept)
         for row in rows:
-            listing = await feed_listing(db, objects, row["feed_id"])
+            listing = await feed_listing(db, objects, row["feed_id"], now)
             sweep = await _sweep_feed(
                 db, row["feed_id"], listing, before=before, dry_run=dry_run, page_size=page_size
             )
@@ -88,21 +90,27 @@ async def expire_tombstones(
         feed_cursor = rows[-1]["feed_id"]
 
 
-async def feed_listing(db: Database, objects: ObjectStore, feed_id: str) -> FeedListing:
-    """Whether the feed is subscribed, and the GUIDs its newest backup lists (if readable)."""
+async def feed_listing(
+    db: Database, objects: ObjectStore, feed_id: str, now: datetime
+) -> FeedListing:
+    """Whether the feed is subscribed, and the GUIDs its newest backup lists (if readable).
+
+    Backups stamped after ``now`` (written while the clock was ahead) are not the newest: one
+    that no longer listed an item dropped its tombstone while today's copy still lists it."""
     rows = await db.query("SELECT url, active FROM feeds WHERE id = ?", (feed_id,))
     if not rows or not rows[0]["active"]:
         return FeedListing(subscribed=False, listed=None)
     url = rows[0]["url"]
     newest: StoredBackup | None = None
     async for backup in feed_backups(objects, feed_id):
-        newest = backup
+        if backup.taken <= now:
+            newest = backup
     if newest is None:
         return FeedListing(subscribed=True, listed=None)
     try:
         body, content_type = await read_backup(objects, newest)
         parsed = parse_feed(decode_feed(body, content_type).data, url)
-    except (ObjectNotFoundError, ParseError) as exc:
+    except (ObjectStoreError, ParseError) as exc:  # one unreadable file: nothing dropped
         log.info(
             "cleanup: cannot read %s (%s); the tombstones of %s are kept", newest.key, exc, url
         )
