@@ -122,6 +122,11 @@ def test_parse_since() -> None:
     assert parse_since("7d", now) == now - timedelta(days=7)
     with pytest.raises(ValueError, match="--since must be"):
         parse_since("yesterday-ish", now)
+    later = parse_since("2026-03-01T08:00:00+02:00", now)
+    assert (later, later.tzinfo) == (datetime(2026, 3, 1, 6, tzinfo=UTC), UTC)
+    assert parse_since("9999-12-31T23:59:59-05:00", now) == datetime.max.replace(tzinfo=UTC)
+    assert parse_since("0001-01-01T00:00:00+05:00", now) == datetime(1000, 1, 1, tzinfo=UTC)
+    assert parse_since("0999-01-01", now) == datetime(1000, 1, 1, tzinfo=UTC), "sorts as text"
 
 
 @dataclass

@@ -138,7 +138,18 @@ def parse_since(text: str, now: datetime) -> datetime:
                 f"--since must be a date (2026-03-01), a UTC time (2026-03-01T08:00:00Z) or a "
                 f'duration back from now (7d, 12h), got "{value}"'
             ) from None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    try:
+        moment = moment.astimezone(UTC)
+    except OverflowError:  # 9999-12-31 at -05:00 is past the calendar in UTC: nothing is later
+        return datetime.max.replace(tzinfo=UTC) if moment.year > 1 else EARLIEST_SINCE
+    return max(moment, EARLIEST_SINCE)
+
+
+EARLIEST_SINCE = datetime(1000, 1, 1, tzinfo=UTC)
+"""An earlier ``--since`` means everything: stored times are compared as text, and years
+before 1000 are written with fewer than four digits."""
 
 
 def replace_image_sources(content_html: str, replacements: Mapping[str, str]) -> str:
