@@ -230,6 +230,7 @@ def test_backup_db_copies_a_live_database(feed_server: FeedServer, tmp_path: Pat
     assert count(tmp_path / "copy.db", "SELECT COUNT(*) FROM items") == 2
     assert count(tmp_path / "copy.db", "SELECT COUNT(*) FROM schema_migrations") >= 4
     assert sorted(p.name for p in tmp_path.glob("*copy.db*")) == ["copy.db"]
+    assert not list(tmp_path.glob(".backup-db-*")), "no partial copy is left behind"
 
     again = feedcollector("--config", config, "backup-db", "copy.db", cwd=tmp_path)
     assert again.returncode == 2
@@ -237,6 +238,17 @@ def test_backup_db_copies_a_live_database(feed_server: FeedServer, tmp_path: Pat
     nowhere = feedcollector("--config", config, "backup-db", "no/such/dir/x.db", cwd=tmp_path)
     assert nowhere.returncode == 2
     assert "does not exist" in nowhere.stderr
+
+    beside = feedcollector("--config", config, "backup-db", "collector.db-wal", cwd=tmp_path)
+    assert beside.returncode == 2, "SQLite deletes it when it next opens the database"
+    assert "a name SQLite uses beside the database" in beside.stderr
+    not_utf8 = feedcollector("--config", config, "backup-db", "caf\udce9.db", cwd=tmp_path)
+    assert not_utf8.returncode == 2
+    assert "backup-db: PATH is not UTF-8 text" in not_utf8.stderr
+    long_name = feedcollector("--config", config, "backup-db", "a" * 250 + ".db", cwd=tmp_path)
+    assert long_name.returncode == 0, long_name.stderr
+    assert "Traceback" not in long_name.stderr
+    assert not list(tmp_path.glob(".backup-db-*"))
 
 
 def test_backup_db_points_d1_users_to_wrangler(tmp_path: Path) -> None:

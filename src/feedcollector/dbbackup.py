@@ -31,7 +31,13 @@ def backup_sqlite(source: Path, target: Path) -> int:
         )
     if not target.parent.is_dir():
         raise ConfigError(f"backup-db: the folder {target.parent} does not exist. Create it first.")
-    partial = target.with_name(f".{target.name}.partial-{os.getpid()}")
+    companions = {source.resolve().with_name(source.name + end) for end in SQLITE_COMPANIONS}
+    if target.resolve() in companions:
+        raise ConfigError(
+            f"backup-db: {target} is a name SQLite uses beside the database for its own files "
+            "(and deletes when it opens the database). Give another file name."
+        )
+    partial = target.with_name(f".backup-db-{os.getpid()}.partial")  # fits any file name
     try:
         with contextlib.closing(sqlite3.connect(source, timeout=60)) as conn:
             conn.execute("VACUUM INTO ?", (str(partial),))
@@ -48,5 +54,10 @@ def backup_sqlite(source: Path, target: Path) -> int:
             "permissions and free space."
         ) from exc
     finally:
-        partial.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
     return target.stat().st_size
+
+
+SQLITE_COMPANIONS = ("-wal", "-shm", "-journal")
+"""Files SQLite keeps beside a database: a backup written under such a name is lost."""

@@ -13,7 +13,7 @@ from ..dbbackup import backup_sqlite
 from ..errors import ConfigError
 from ..restore import restore_from_backups
 from ..retention import record_cleanup, run_cleanup
-from .app import app, guard, load_command_settings, since_option, with_collector
+from .app import app, guard, load_command_settings, since_option, text_argument, with_collector
 from .progress import cleanup_callback, open_display, restore_callback
 
 
@@ -104,6 +104,7 @@ def backup_db(
     shape (D1) use `wrangler d1 export` instead.
     """
     settings = load_command_settings(ctx)
+    text_argument(str(target), "backup-db: PATH")
     if settings.database.backend != "sqlite":
         guard(_refuse_d1)
     size = guard(lambda: backup_sqlite(settings.database.path, target))
