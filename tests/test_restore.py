@@ -250,6 +250,21 @@ def test_restore_targets() -> None:
         restore_targets(specs, known, "https://c.example/feed")
 
 
+def test_a_feed_respelled_in_the_feeds_file_keeps_its_old_backups_replayed() -> None:
+    """``HTTP://`` for ``http://`` makes a new feed (another id) and leaves the old one in the
+    database: keyed by the spelling-blind duplicate key, the old one was dropped from the
+    targets and its backups reported as belonging to no feed."""
+    specs = [FeedSpec("HTTP://a.example/feed")]
+    known = {"http://a.example/feed": "old-id"}
+    targets = restore_targets(specs, known)
+    assert sorted((t.url, t.feed_id) for t in targets) == [
+        ("HTTP://a.example/feed", feed_id_for("HTTP://a.example/feed")),
+        ("http://a.example/feed", "old-id"),
+    ]
+    assert [t.feed_id for t in restore_targets(specs, known, "http://a.example/feed")] == ["old-id"]
+    assert len(restore_targets(specs, known, "http://A.example/feed")) == 2
+
+
 def test_unknown_backup_folders_are_reported(drill: Drill) -> None:
     stray = drill.folder / "objects" / "backups" / "0123456789abcdef" / "2026-03-01T00:00:00Z.xml"
     stray.parent.mkdir(parents=True)

@@ -96,24 +96,30 @@ def restore_targets(
 ) -> list[RestoreTarget]:
     """The feeds to replay: feeds file and database (``known``: url -> id), or just one (pure).
 
-    Raises ConfigError when ``feed_url`` is in neither.
+    Feeds are told apart by their id, as their backups are: a URL respelled in the feeds file
+    (``HTTP://`` for ``http://``) is a new feed to the collector, and the old one's backups
+    must be replayed too. ``feed_url`` picks the feed of exactly that URL, else those spelled
+    alike; raises ConfigError when it is in neither.
     """
     targets: dict[str, RestoreTarget] = {}
     for spec in specs:
-        key = feed_url_key(spec.url)
         feed_id = known.get(spec.url, feed_id_for(spec.url))
-        targets[key] = RestoreTarget(feed_id, spec.url, spec, spec.url in known)
+        targets[feed_id] = RestoreTarget(feed_id, spec.url, spec, spec.url in known)
     for url, feed_id in known.items():
-        targets.setdefault(feed_url_key(url), RestoreTarget(feed_id, url, None, True))
+        targets.setdefault(feed_id, RestoreTarget(feed_id, url, None, True))
+    ordered = sorted(targets.values(), key=lambda t: (t.url, t.feed_id))
     if feed_url is None:
-        return sorted(targets.values(), key=lambda t: t.url)
-    target = targets.get(feed_url_key(feed_url.strip()))
-    if target is None:
+        return ordered
+    wanted = feed_url.strip()
+    chosen = [t for t in ordered if t.url == wanted] or [
+        t for t in ordered if feed_url_key(t.url) == feed_url_key(wanted)
+    ]
+    if not chosen:
         raise ConfigError(
             f"restore: {feed_url} is neither in the feeds file nor in the database, so its "
             "backups cannot be found. Give the feed's URL exactly as it is subscribed."
         )
-    return [target]
+    return chosen
 
 
 async def restore_from_backups(
