@@ -234,6 +234,17 @@ def test_one_backup_that_cannot_be_read_is_skipped_not_fatal(drill: Drill) -> No
     assert drill.items() == items
 
 
+def test_backups_older_than_item_days_are_not_replayed(drill: Drill) -> None:
+    """Their items have expired: with backups kept longer than items, a replay brought them
+    back once their tombstones were gone, for the next cleanup to delete again."""
+    drill.database.unlink()
+    drill.clock.now = START + timedelta(days=1, hours=1, minutes=30)
+    report, _ = drill.restore(item_days=1)
+    assert report.backups == 4, "the two feeds' backups of the last 24 hours only"
+    assert len(drill.items()) == 5
+    assert drill.rows("SELECT DISTINCT created_at FROM items") == [("2026-03-02T11:00:00Z",)]
+
+
 def test_restore_targets() -> None:
     specs = [FeedSpec("https://a.example/feed"), FeedSpec("https://b.example/feed")]
     known = {"https://b.example/feed": "b-id", "https://old.example/feed": "old-id"}
@@ -276,6 +287,8 @@ def test_unknown_backup_folders_are_reported(drill: Drill) -> None:
 
 def test_restore_command(drill: Drill) -> None:
     drill.database.unlink()
+    with drill.config.open("a") as settings:  # the drill's backups are months old by now
+        settings.write("\n[retention]\nitem_days = 36500\n")
     config = str(drill.config)
     result = feedcollector("--config", config, "restore", cwd=drill.folder)
     assert result.returncode == 0, result.stderr

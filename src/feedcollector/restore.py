@@ -22,7 +22,7 @@ import hashlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from .backups import PREFIX as BACKUP_PREFIX
 from .backups import backup_time, feed_backups, read_backup
@@ -130,9 +130,18 @@ async def restore_from_backups(
     now: datetime,
     feed_url: str | None = None,
     since: datetime | None = None,
+    item_days: int | None = None,
     progress: ProgressCallback | None = None,
 ) -> RestoreReport:
-    """Replay the backups (taken at or after ``since``) of every feed, or of ``feed_url``."""
+    """Replay the backups (taken at or after ``since``) of every feed, or of ``feed_url``.
+
+    With ``item_days`` (retention), backups older than that are not replayed: their items
+    have expired, and once their tombstones are gone (backups are kept longer than items
+    when ``backup_days`` is larger) a replay brought them back, images downloaded anew, for
+    the next cleanup to delete again."""
+    if item_days is not None:
+        kept_from = now - timedelta(days=item_days)
+        since = kept_from if since is None else max(since, kept_from)
     rows = await db.query("SELECT id, url FROM feeds")
     targets = restore_targets(specs, {row["url"]: row["id"] for row in rows}, feed_url)
     report = RestoreReport(feeds=len(targets))

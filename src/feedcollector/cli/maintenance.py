@@ -81,6 +81,7 @@ def restore(
                 now=collector.clock(),
                 feed_url=feed,
                 since=since_at,
+                item_days=settings.retention.item_days,
                 progress=restore_callback(display),
             )
         finally:
