@@ -136,7 +136,7 @@ def parse_since(text: str, now: datetime) -> datetime:
         except ValueError:
             raise ValueError(
                 f"--since must be a date (2026-03-01), a UTC time (2026-03-01T08:00:00Z) or a "
-                f'duration back from now (7d, 12h), got "{value}"'
+                f'duration back from now (7d, 12h; at most 3650d), got "{value}"'
             ) from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
