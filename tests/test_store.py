@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from feedcollector import spill, store, store_images, store_items
+from feedcollector.backends.local import LocalObjectStore
 from feedcollector.backends.sqlite import SQLiteDatabase
 from feedcollector.database import CountingDatabase, Database, Row, SqlValue, Statement
 from feedcollector.errors import DatabaseError
@@ -447,6 +448,53 @@ def test_spilled_items_are_stored_with_null_content_and_their_key(db: Database) 
     ]
     tasks = run(db.query("SELECT item_id, original_url FROM image_tasks"))
     assert tasks == [{"item_id": "id-big", "original_url": "https://img.example/1.png"}]
+
+
+def test_a_refetch_over_the_budget_spills_only_the_items_it_will_insert(
+    db: Database, tmp_path: Path
+) -> None:
+    """Stored items are kept by INSERT OR IGNORE: spilling them would write orphan objects."""
+    run(store.sync_feeds(db, [FeedSpec("https://a.example/")], NOW))
+    (feed,) = claim(db)
+    objects = LocalObjectStore(tmp_path / "objects")
+    limits = {"inline_limit": 1000, "batch_budget": 8000}
+
+    async def fetch(records: list[ItemRecord]) -> int:
+        plan = await spill.plan_batch_spill(db, feed.id, records, **limits)
+        sent = sum(len(r.content_html.encode()) for r in plan.records if r.content_html)
+        assert sent <= limits["batch_budget"]
+        await spill.write_spilled(objects, db, feed.id, feed.url, plan.spilled)
+        return await store_items.save_items(db, feed, plan.records, success())
+
+    old = [sized(f"old{n}", 700) for n in range(10)]
+    assert run(fetch(old)) == 10
+    assert run(object_keys(objects)) == []
+    new = [sized(f"new{n}", 600) for n in range(4)]
+    assert run(fetch([*new, *old, new[0]])) == 4  # 9.4 of 8 units, and a repeated GUID
+    rows = run(db.query("SELECT guid, content_html, content_key FROM items ORDER BY guid"))
+    named = {row["content_key"] for row in rows if row["content_key"]}
+    assert run(object_keys(objects)) == sorted(named), "every object belongs to a row"
+    stored = {r.guid: r.content_html for r in [*old, *new]}
+    for row in rows:
+        html = row["content_html"]
+        if html is None:
+            html = run(objects.get(row["content_key"])).decode("utf-8")
+        assert html == stored[row["guid"]], row["guid"]
+    assert {row["guid"] for row in rows if row["content_key"]} <= {r.guid for r in new}
+
+
+async def object_keys(objects: LocalObjectStore) -> list[str]:
+    return [key async for key in objects.list("content/")]
+
+
+def test_rows_the_batch_will_ignore_are_sent_without_their_html() -> None:
+    records = [sized("kept", 700), sized("new", 900), sized("stored", 800), sized("new", 500)]
+    plan = spill.plan_spill(
+        "f", records, inline_limit=1000, batch_budget=1000, ignored={"kept", "stored"}
+    )
+    assert [s.guid for s in plan.spilled] == []
+    assert [r.content_html for r in plan.records] == [None, records[1].content_html, None, None]
+    assert all(r.content_key is None for r in plan.records)
 
 
 class PauseBeforeAlter:

@@ -41,7 +41,7 @@ from .schedule import (
     deferred_until,
     posting_stats,
 )
-from .spill import plan_spill, write_spilled
+from .spill import plan_batch_spill, write_spilled
 from .timestamps import format_timestamp, parse_timestamp
 
 log = logging.getLogger("feedcollector")
@@ -180,7 +180,7 @@ async def refresh_feed(collector: Collector, feed: Feed, host: str | None = None
         stats = posting_stats((i.pub_date for i in parsed.items if i.pub_date), fetched_at)
         ttl = min(parsed.ttl_minutes * 60, MAX_STORED_SECONDS) if parsed.ttl_minutes else None
         outcome.next_fetch_at = outcomes.next_fetch(collector, outcome, response.hints, ttl, stats)
-        plan = plan_spill(feed.id, records)
+        plan = await plan_batch_spill(collector.db, feed.id, records)
         await write_spilled(collector.objects, collector.db, feed.id, feed.url, plan.spilled)
         new_items = await store_items.save_items(
             collector.db,

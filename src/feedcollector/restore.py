@@ -34,7 +34,7 @@ from .models import FeedSpec, ItemRecord
 from .objectstore import ObjectStore
 from .pipeline import read_feed_body
 from .schedule import feed_id_for, interval_seconds_of
-from .spill import plan_spill, write_spilled
+from .spill import plan_batch_spill, write_spilled
 from .store_items import inserted_ids, item_statements
 from .timestamps import format_timestamp
 
@@ -224,7 +224,7 @@ async def _restore_feed(
             continue
         fresh = [record for record in records if record.guid not in replayed]
         replayed.update(record.guid for record in records)
-        plan = plan_spill(target.feed_id, fresh)
+        plan = await plan_batch_spill(db, target.feed_id, fresh)
         await write_spilled(objects, db, target.feed_id, target.url, plan.spilled)
         statements = item_statements(
             target.feed_id, plan.records, format_timestamp(taken), return_ids=True

@@ -11,6 +11,10 @@ batch:
 - if the content still inline adds up to more than :data:`BATCH_CONTENT_BUDGET`, the largest
   items are spilled too until it fits, so the batch stays one request well under 16 MiB.
 
+Only an item the batch will insert is ever spilled: ``INSERT OR IGNORE`` keeps a row already
+stored for its GUID (inline HTML, no ``content_key``), so an object written for it would belong
+to no row and outlive every cleanup (see :func:`plan_batch_spill`).
+
 The object is written before the batch, so a stored row never points at a missing object. An
 existing object is never overwritten: content is immutable once stored, and a re-fetch of a
 feed without validators does not upload the same megabytes again. A spilled item's images are
@@ -21,13 +25,14 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from .database import Database
 from .models import ItemRecord
 from .objectstore import ObjectStore
 from .safe_text import QUOTED_CHARS, one_line
+from .store import MAX_PARAMS, chunked, placeholders
 from .store_items import tombstoned_guids
 
 log = logging.getLogger("feedcollector")
@@ -37,6 +42,8 @@ INLINE_CONTENT_LIMIT = 900 * 1024
 BATCH_CONTENT_BUDGET = 8 * 2**20
 """Most inline ``content_html`` (bytes of UTF-8) one feed's batch may carry: half the Worker's
 16 MiB request limit, leaving room for JSON escaping and the other columns."""
+MAX_GUIDS_PER_QUERY = (MAX_PARAMS - 2) // 2
+"""GUIDs per :func:`present_guids` query: each is bound twice, with the feed id twice."""
 CONTENT_PREFIX = "content/"
 CONTENT_TYPE = "text/html; charset=utf-8"
 
@@ -72,15 +79,31 @@ def plan_spill(
     *,
     inline_limit: int = INLINE_CONTENT_LIMIT,
     batch_budget: int = BATCH_CONTENT_BUDGET,
+    ignored: Collection[str] = frozenset(),
 ) -> SpillPlan:
-    """Decide which items' HTML leaves the batch: every oversized one, then largest first."""
+    """Decide which items' HTML leaves the batch: every oversized one, then largest first.
+
+    ``ignored`` names GUIDs the batch will not insert (already stored for the feed, or
+    tombstoned; :func:`plan_batch_spill` finds them). Such an item, and a GUID repeated later
+    in the feed (the batch keeps its first item), is never spilled: its object would belong to
+    no row. Its row is still sent, for ``INSERT OR IGNORE`` to skip, but without its HTML, which
+    that statement never stores: so it does not count against the budget either, which is
+    about the bytes the request carries. (When nothing could cross a limit, the records are
+    returned as they are, repeats included.)
+    """
     lengths = [len(record.content_html) for record in records if record.content_html]
     if max(lengths, default=0) * 4 <= inline_limit and sum(lengths) * 4 <= batch_budget:
         return SpillPlan(tuple(records), ())  # UTF-8 takes at most 4 bytes a character
+    skipped: set[int] = set()
+    seen: set[str] = set()
+    for index, record in enumerate(records):
+        if record.guid in ignored or record.guid in seen:
+            skipped.add(index)
+        seen.add(record.guid)
     encoded = {
         index: record.content_html.encode("utf-8")
         for index, record in enumerate(records)
-        if record.content_html
+        if record.content_html and index not in skipped
     }
     reasons = {
         index: f"{len(data)} bytes, over the {inline_limit}-byte per-item limit"
@@ -103,6 +126,9 @@ def plan_spill(
     kept: list[ItemRecord] = []
     spilled: list[SpilledContent] = []
     for index, record in enumerate(records):
+        if index in skipped and record.content_html:
+            kept.append(record._replace(content_html=None))  # never stored: not sent either
+            continue
         if index not in reasons:
             kept.append(record)
             continue
@@ -112,6 +138,50 @@ def plan_spill(
             SpilledContent(key, record.guid, record.title, encoded[index], reasons[index])
         )
     return SpillPlan(tuple(kept), tuple(spilled))
+
+
+async def plan_batch_spill(
+    db: Database,
+    feed_id: str,
+    records: Sequence[ItemRecord],
+    *,
+    inline_limit: int = INLINE_CONTENT_LIMIT,
+    batch_budget: int = BATCH_CONTENT_BUDGET,
+) -> SpillPlan:
+    """:func:`plan_spill` for a batch about to be stored, spilling only items it will insert.
+
+    The plan is made first without the database; only if it would spill anything (rare) does
+    one query per chunk of GUIDs ask which of the feed's items are already stored or
+    tombstoned, and the plan is made again without them as candidates. Those rows are sent
+    without HTML: ``INSERT OR IGNORE`` skips them, and sending nothing for them is safe because
+    a stored item is only ever deleted by retention, in the same transaction as its tombstone,
+    which keeps the row out just the same.
+    """
+    plan = plan_spill(feed_id, records, inline_limit=inline_limit, batch_budget=batch_budget)
+    if not plan.spilled:
+        return plan
+    present = await present_guids(
+        db, feed_id, list(dict.fromkeys(r.guid for r in records if r.content_html))
+    )
+    if not present:
+        return plan
+    return plan_spill(
+        feed_id, records, inline_limit=inline_limit, batch_budget=batch_budget, ignored=present
+    )
+
+
+async def present_guids(db: Database, feed_id: str, guids: Sequence[str]) -> set[str]:
+    """Those of ``guids`` the feed already has an item or a tombstone for."""
+    found: set[str] = set()
+    for chunk in chunked(guids, MAX_GUIDS_PER_QUERY):
+        marks = placeholders(len(chunk))
+        rows = await db.query(
+            f"SELECT guid FROM items WHERE feed_id = ? AND guid IN ({marks}) "  # noqa: S608
+            f"UNION SELECT guid FROM item_tombstones WHERE feed_id = ? AND guid IN ({marks})",
+            (feed_id, *chunk, feed_id, *chunk),
+        )
+        found.update(row["guid"] for row in rows)
+    return found
 
 
 async def write_spilled(
