@@ -621,6 +621,52 @@ def test_an_unexpected_error_fails_only_its_image_attempt(
     assert logged.exc_info is not None
 
 
+def test_an_image_whose_item_was_deleted_during_its_download_is_not_kept(
+    feed_server: FeedServer,
+    project: Callable[..., Project],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Retention may delete an item (and its image tasks) while its image downloads: the
+    object put afterwards would belong to no row and outlive every cleanup."""
+    import feedcollector.image_stage as image_stage
+
+    real_download = image_stage.download_image
+
+    async def download_then_expire(client: Any, url: str, **kwargs: Any) -> Any:
+        image = await real_download(client, url, **kwargs)
+        if "gone" in url:  # what a cleanup's batch does meanwhile
+            with sqlite3.connect(p.folder / "collector.db") as conn:
+                conn.execute(
+                    "INSERT INTO item_tombstones (feed_id, guid, deleted_at) "
+                    "SELECT feed_id, guid, created_at FROM items WHERE guid = 'gone'"
+                )
+                conn.execute(
+                    "DELETE FROM image_tasks WHERE item_id IN "
+                    "(SELECT id FROM items WHERE guid = 'gone')"
+                )
+                conn.execute("DELETE FROM items WHERE guid = 'gone'")
+        return image
+
+    feed_server.route("/img/gone.png", body=png(), headers={"Content-Type": "image/png"})
+    feed_server.route("/img/kept.png", body=png(), headers={"Content-Type": "image/png"})
+    entries = [
+        Entry("Gone", guid="gone", content=f'<img src="{feed_server.url("/img/gone.png")}">'),
+        Entry("Kept", guid="kept", content=f'<img src="{feed_server.url("/img/kept.png")}">'),
+    ]
+    url = feed_server.route("/feed", body=rss(entries))
+    p = project([url])
+    monkeypatch.setattr(image_stage, "download_image", download_then_expire)
+    with caplog.at_level(logging.INFO, logger="feedcollector"):
+        report = p.cycle()
+    (task,) = p.rows("SELECT status, r2_key FROM image_tasks")
+    assert task["status"] == "success"
+    assert p.keys("images") == [task["r2_key"]], "no image object without its task row"
+    assert report.images_stored == 1
+    (logged,) = [r.getMessage() for r in caplog.records if "retention deleted" in r.getMessage()]
+    assert f"images/{feed_id_for(url)}/{md5_8('gone')}/0.png" in logged
+
+
 def test_unreadable_dates_are_logged_with_feed_and_title_and_bounded(
     feed_server: FeedServer, project: Callable[..., Project], caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -42,14 +42,18 @@ async def download_pending_images(collector: Collector, report: CycleReport) -> 
             cursor = store_images.TaskCursor(tasks[-1].created_at, tasks[-1].id)
             outcomes = await asyncio.gather(*(_attempt(collector, task, limit) for task in tasks))
             results = [o for o in outcomes if isinstance(o, store_images.ImageResult)]
-            await store_images.record_image_results(collector.db, results, collector.clock())
-            _count(report, tasks, results)
+            orphans = await store_images.record_image_results(
+                collector.db, results, collector.clock()
+            )
+            _count(report, tasks, [r for r in results if r.r2_key not in orphans])
             unfinished = [
                 task.id
                 for task, outcome in zip(tasks, outcomes, strict=True)
                 if not isinstance(outcome, store_images.ImageResult)
             ]
             await store_images.release_image_tasks(collector.db, unfinished)
+            if orphans:
+                await _delete_orphans(collector, orphans)
             for outcome in outcomes:
                 if isinstance(outcome, StorageError):
                     raise outcome
@@ -87,6 +91,18 @@ async def _attempt(
         except StorageError as exc:
             return exc
         return store_images.ImageResult(task.id, key, None)
+
+
+async def _delete_orphans(collector: Collector, keys: list[str]) -> None:
+    """Delete the images stored after their task was deleted (no row names them any more)."""
+    await collector.objects.delete_many(keys)
+    log.info(
+        "images: %d downloaded while retention deleted their item; their objects were "
+        "deleted again (%s%s)",
+        len(keys),
+        ", ".join(keys[:3]),
+        ", ..." if len(keys) > 3 else "",
+    )
 
 
 def _count(

@@ -80,10 +80,17 @@ class ImageResult:
 MAX_IMAGE_ATTEMPTS = 3
 
 
-async def record_image_results(db: Database, results: Sequence[ImageResult], now: datetime) -> None:
-    """Every attempt counts; a success sets ``r2_key``, the third failure marks ``failed``."""
+async def record_image_results(
+    db: Database, results: Sequence[ImageResult], now: datetime
+) -> list[str]:
+    """Every attempt counts; a success sets ``r2_key``, the third failure marks ``failed``.
+
+    Returns the keys of the successes whose task row is gone (retention deleted the item while
+    its image was downloading): no row names those objects, so the caller deletes them. Each
+    success's ``UPDATE`` says so by ``RETURNING id``, in the same one batch.
+    """
     if not results:
-        return
+        return []
     stamp = format_timestamp(now)
     statements: list[Statement] = []
     for result in results:
@@ -92,7 +99,7 @@ async def record_image_results(db: Database, results: Sequence[ImageResult], now
                 Statement(
                     "UPDATE image_tasks SET status = 'success', r2_key = ?, "
                     "attempts = attempts + 1, last_error = NULL, updated_at = ?, "
-                    "lease_until = NULL WHERE id = ?",
+                    "lease_until = NULL WHERE id = ? RETURNING id",
                     (result.r2_key, stamp, result.task_id),
                 )
             )
@@ -111,7 +118,12 @@ async def record_image_results(db: Database, results: Sequence[ImageResult], now
                     params,
                 )
             )
-    await db.batch(statements)
+    updated = await db.batch(statements)
+    return [
+        result.r2_key
+        for result, rows in zip(results, updated, strict=True)
+        if result.r2_key is not None and not rows
+    ]
 
 
 async def release_image_tasks(db: Database, task_ids: Sequence[str]) -> None:
