@@ -346,3 +346,40 @@ def test_restore_on_both_backend_pairs(pair: Pair) -> None:
         {"title": "Mine", "config_title": "Mine", "active": 1}
     ]
     assert pair.run(restore()).items_recovered == 0
+
+
+def test_restore_gives_guids_whose_md5_share_8_digits_their_own_objects_again(
+    feed_server: FeedServer, tmp_path: Path
+) -> None:
+    """Both spilled and with an image: after the restore each row names its own objects, the
+    second item's full-md5 ones, and none is linked to the other item's image."""
+    guids = ("https://blog.example/post/15027", "https://blog.example/post/59911")
+    entries = []
+    for name, size in (("a", 2), ("b", 3)):
+        feed_server.route(
+            f"/img/{name}.png", body=png(size, size), headers={"Content-Type": "image/png"}
+        )
+    for name, guid in zip("ab", guids, strict=True):
+        html = f'<p>content of {name}</p><img src="/img/{name}.png">{BIG}'
+        entries.append(Entry(name.upper(), guid=guid, content=html))
+    base = feed_server.url("/")
+    url = feed_server.route("/feed.xml", body=rss(entries[:1], link=base))
+    drill = Drill(tmp_path, write_project(tmp_path, [url]), Clock())
+    drill.cycle()
+    feed_server.route("/feed.xml", body=rss(entries, link=base))
+    drill.clock.now += timedelta(hours=1)
+    drill.cycle()
+    items, images = drill.items(), drill.images()
+    assert len({row[6] for row in items}) == len({row[4] for row in images}) == 2
+    assert [row[3] for row in images] == ["success", "success"]
+
+    drill.database.unlink()
+    drill.clock.now += timedelta(days=2)
+    report, _ = drill.restore()
+    assert (report.items_recovered, report.images_relinked) == (2, 2)
+    assert drill.items() == items
+    assert drill.images() == images
+    for (_, guid, *_rest, key), name in zip(items, "ab", strict=True):
+        assert guid == guids["ab".index(name)]
+        html = (tmp_path / "objects" / key).read_text()
+        assert html.startswith(f"<p>content of {name}</p>")

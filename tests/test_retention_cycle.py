@@ -11,9 +11,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
+
 from feedcollector.collector import open_collector
 from feedcollector.config import load_settings
 from feedcollector.pipeline import run_cycle
+from feedcollector.reading import read_item
 from feedcollector.retention import CleanupReport
 from feedcollector.schedule import feed_id_for
 from feedcollector.service import cleanup_if_due
@@ -122,6 +125,91 @@ def test_an_expired_spilled_item_its_feed_still_lists_leaves_no_object(
     collect_and_clean(config, clock)
     assert sqlite_rows(tmp_path / "collector.db", "SELECT COUNT(*) FROM items") == [(0,)]
     assert not (tmp_path / "objects" / key).exists()
+
+
+COLLIDING_GUIDS = ("https://blog.example/post/15027", "https://blog.example/post/59911")
+"""Two GUIDs whose md5 share the first 8 hex digits (``10650bb4``), the short key's part."""
+
+
+def read_back(config: Path, clock: Clock, folder: Path) -> dict[str, tuple[str, str, bytes]]:
+    """guid -> (its content as a reader loads it, its image's key, that image's bytes)."""
+
+    async def go() -> dict[str, tuple[str, str, bytes]]:
+        async with open_collector(load_settings(config), clock=clock) as collector:
+            found: dict[str, tuple[str, str, bytes]] = {}
+            for row in await collector.db.query("SELECT id, guid FROM items"):
+                item = await read_item(collector.db, collector.objects, row["id"])
+                assert item is not None
+                assert item.content_html is not None
+                (image,) = item.images
+                assert image.status == "success"
+                assert image.r2_key is not None
+                data = (folder / "objects" / image.r2_key).read_bytes()
+                found[row["guid"]] = (item.content_html, image.r2_key, data)
+            return found
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("together", [False, True], ids=["one-after-the-other", "in-one-batch"])
+def test_guids_whose_md5_share_8_digits_share_no_object_and_outlive_each_other(
+    feed_server: FeedServer, tmp_path: Path, together: bool
+) -> None:
+    """Spilled HTML and images of two such items of a feed: each reads back its own, and
+    expiring the first leaves the second's content and image in place."""
+    first, second = COLLIDING_GUIDS
+    digests = [hashlib.md5(guid.encode()).hexdigest() for guid in COLLIDING_GUIDS]
+    assert digests[0][:8] == digests[1][:8]
+    assert digests[0] != digests[1]
+    images = {first: png(2, 2), second: png(3, 3)}
+    entries = []
+    for name, guid in zip("AB", COLLIDING_GUIDS, strict=True):
+        feed_server.route(
+            f"/img/{name}.png", body=images[guid], headers={"Content-Type": "image/png"}
+        )
+        filler = "x" * (INLINE_CONTENT_LIMIT + 1)
+        html = f'<p>content of {name}</p><img src="/img/{name}.png"><p>{filler}</p>'
+        entries.append(Entry(name, guid=guid, content=html))
+    base = feed_server.url("/")
+    url = feed_server.route("/feed.xml", body=rss(entries if together else entries[:1], link=base))
+    config = write_project(tmp_path, [url])
+    database = tmp_path / "collector.db"
+    clock = Clock(datetime(2026, 1, 1, 9, 0, 0, tzinfo=UTC))
+    collect_and_clean(config, clock)
+    if not together:
+        clock.now += timedelta(days=1)
+        feed_server.route("/feed.xml", body=rss(entries, link=base))
+        collect_and_clean(config, clock)
+
+    stored = read_back(config, clock, tmp_path)
+    assert set(stored) == {first, second}
+    for name, guid in zip("AB", COLLIDING_GUIDS, strict=True):
+        content, _, image = stored[guid]
+        assert content.startswith(f"<p>content of {name}</p>")
+        assert image == images[guid]
+    keys = sqlite_rows(database, "SELECT guid, content_key FROM items ORDER BY guid")
+    feed_id = feed_id_for(url)
+    assert keys == [
+        (first, f"content/{feed_id}/{digests[0][:8]}.html"),
+        (second, f"content/{feed_id}/{digests[1]}.html"),
+    ], "the first item keeps the documented key, the second takes its full md5"
+    assert stored[first][1] != stored[second][1]
+    if not together:
+        assert stored[second][1] == f"images/{feed_id}/{digests[1]}/0.png"
+
+    with sqlite3.connect(database) as conn:
+        conn.execute(
+            "UPDATE items SET created_at = '2020-01-01T00:00:00Z' WHERE guid = ?", (first,)
+        )
+    clock.now += timedelta(days=1)
+    report = collect_and_clean(config, clock, cycle=False)
+    assert report is not None
+    assert (report.items, report.content_objects, report.image_objects) == (1, 1, 1)
+    assert not (tmp_path / "objects" / keys[0][1]).exists()
+    assert not (tmp_path / "objects" / stored[first][1]).exists()
+    after = read_back(config, clock, tmp_path)
+    assert list(after) == [second]
+    assert after[second] == stored[second]
 
 
 def test_cleanup_command_dry_run_then_for_real(feed_server: FeedServer, tmp_path: Path) -> None:

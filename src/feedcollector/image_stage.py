@@ -15,7 +15,7 @@ from datetime import timedelta
 from . import store_images
 from .collector import Collector
 from .errors import ImageError, StorageError
-from .images import download_image, object_key
+from .images import download_image
 from .models import ImageTask
 from .report import CycleReport
 
@@ -28,6 +28,7 @@ async def download_pending_images(collector: Collector, report: CycleReport) -> 
     """Work through the pending tasks (new and retries) page by page, each task once a cycle."""
     limit = asyncio.Semaphore(collector.settings.images.concurrency)
     cursor = store_images.TaskCursor()
+    reserved: dict[str, str] = {}  # object key -> item id, see store_images.image_key
     try:
         while not collector.stopping.is_set():
             tasks = await store_images.claim_image_tasks(
@@ -40,7 +41,9 @@ async def download_pending_images(collector: Collector, report: CycleReport) -> 
             if not tasks:
                 return
             cursor = store_images.TaskCursor(tasks[-1].created_at, tasks[-1].id)
-            outcomes = await asyncio.gather(*(_attempt(collector, task, limit) for task in tasks))
+            outcomes = await asyncio.gather(
+                *(_attempt(collector, task, limit, reserved) for task in tasks)
+            )
             results = [o for o in outcomes if isinstance(o, store_images.ImageResult)]
             orphans = await store_images.record_image_results(
                 collector.db, results, collector.clock()
@@ -62,7 +65,7 @@ async def download_pending_images(collector: Collector, report: CycleReport) -> 
 
 
 async def _attempt(
-    collector: Collector, task: ImageTask, limit: asyncio.Semaphore
+    collector: Collector, task: ImageTask, limit: asyncio.Semaphore, reserved: dict[str, str]
 ) -> store_images.ImageResult | StorageError | None:
     """The task's result; a StorageError to stop the stage; None if skipped on shutdown."""
     async with limit:
@@ -85,8 +88,8 @@ async def _attempt(
                 task.item_id,
             )
             return store_images.ImageResult(task.id, None, f"image: internal: {exc!r}")
-        key = object_key(task.feed_id, task.guid, task.position, image.ext)
         try:
+            key = await store_images.image_key(collector.db, task, image.ext, reserved)
             await collector.objects.put(key, image.data, image.content_type)
         except StorageError as exc:
             return exc

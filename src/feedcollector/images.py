@@ -115,10 +115,20 @@ class DownloadedImage:
     final_url: str
 
 
-def object_key(feed_id: str, guid: str, position: int, ext: str) -> str:
-    """``images/{feed_id}/{md5(guid)[:8]}/{position}.{ext}``, the layout the seed prescribes."""
-    digest = hashlib.md5(guid.encode("utf-8"), usedforsecurity=False).hexdigest()[:8]
-    return f"images/{feed_id}/{digest}/{position}.{ext}"
+def guid_digest(guid: str, *, full: bool = False) -> str:
+    """The item's part of its object keys: ``md5(guid)[:8]``, or all 32 hex digits if ``full``."""
+    digest = hashlib.md5(guid.encode("utf-8"), usedforsecurity=False).hexdigest()
+    return digest if full else digest[:8]
+
+
+def object_key(feed_id: str, guid: str, position: int, ext: str, *, full: bool = False) -> str:
+    """``images/{feed_id}/{md5(guid)[:8]}/{position}.{ext}``, the layout the seed prescribes.
+
+    Two GUIDs of a feed can share the 8 hex digits, so this key may already belong to another
+    item: then the image goes under ``full`` md5 (32 hex digits) instead, see
+    :func:`feedcollector.store_images.image_key`. Readers follow ``image_tasks.r2_key``.
+    """
+    return f"images/{feed_id}/{guid_digest(guid, full=full)}/{position}.{ext}"
 
 
 def media_type(content_type: str | None) -> str:

@@ -181,11 +181,11 @@ async def refresh_feed(collector: Collector, feed: Feed, host: str | None = None
         ttl = min(parsed.ttl_minutes * 60, MAX_STORED_SECONDS) if parsed.ttl_minutes else None
         outcome.next_fetch_at = outcomes.next_fetch(collector, outcome, response.hints, ttl, stats)
         plan = await plan_batch_spill(collector.db, feed.id, records)
-        await write_spilled(collector.objects, collector.db, feed.id, feed.url, plan.spilled)
+        stored = await write_spilled(collector.objects, collector.db, feed.id, feed.url, plan)
         new_items = await store_items.save_items(
             collector.db,
             feed,
-            plan.records,
+            stored,
             store.FetchSuccess(
                 title=parsed.title,
                 etag=response.etag,

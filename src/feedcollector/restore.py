@@ -225,9 +225,9 @@ async def _restore_feed(
         fresh = [record for record in records if record.guid not in replayed]
         replayed.update(record.guid for record in records)
         plan = await plan_batch_spill(db, target.feed_id, fresh)
-        await write_spilled(objects, db, target.feed_id, target.url, plan.spilled)
+        stored = await write_spilled(objects, db, target.feed_id, target.url, plan)
         statements = item_statements(
-            target.feed_id, plan.records, format_timestamp(taken), return_ids=True
+            target.feed_id, stored, format_timestamp(taken), return_ids=True
         )
         statements.append(
             Statement(
@@ -238,7 +238,7 @@ async def _restore_feed(
         results = await db.batch(statements)
         new_ids = set(inserted_ids(results))
         report.items_recovered += len(new_ids)
-        recovered = [r for r in plan.records if r.id in new_ids and r.image_urls]
+        recovered = [r for r in stored if r.id in new_ids and r.image_urls]
         report.images_relinked += await _relink_images(
             db, objects, target.feed_id, recovered, taken
         )
@@ -252,25 +252,34 @@ async def _relink_images(
     records: Sequence[ItemRecord],
     taken: datetime,
 ) -> int:
-    """Mark the new tasks whose image is already archived as ``success`` with that key."""
+    """Mark the new tasks whose image is already archived as ``success`` with that key.
+
+    The item's full-md5 folder (used when its short key belonged to another item, see
+    :func:`.store_images.image_key`) is looked at first, then the short one; an object
+    whose key another item's task already holds is not linked (that task stays pending and
+    its image is downloaded anew), so two items never share an object.
+    """
     statements: list[Statement] = []
     stamp = format_timestamp(taken)
     for record in records:
-        folder = object_key(feed_id, record.guid, 0, "x").rsplit("/", 1)[0] + "/"
-        async for key in objects.list(folder):
-            position = key[len(folder) :].split(".", 1)[0]
-            if not position.isdecimal() or int(position) >= len(record.image_urls):
-                continue
-            statements.append(
-                Statement(
-                    "UPDATE image_tasks SET status = 'success', r2_key = ?, updated_at = ? "
-                    "WHERE item_id = ? AND position = ? AND status = 'pending'",
-                    (key, stamp, record.id, int(position)),
+        for full in (True, False):
+            folder = object_key(feed_id, record.guid, 0, "x", full=full).rsplit("/", 1)[0] + "/"
+            async for key in objects.list(folder):
+                position = key[len(folder) :].split(".", 1)[0]
+                if not position.isdecimal() or int(position) >= len(record.image_urls):
+                    continue
+                statements.append(
+                    Statement(
+                        "UPDATE image_tasks SET status = 'success', r2_key = ?, updated_at = ? "
+                        "WHERE item_id = ? AND position = ? AND status = 'pending' "
+                        "AND NOT EXISTS (SELECT 1 FROM image_tasks o WHERE o.r2_key = ? "
+                        "AND o.item_id <> ?) RETURNING id",
+                        (key, stamp, record.id, int(position), key, record.id),
+                    )
                 )
-            )
-    if statements:
-        await db.batch(statements)
-    return len(statements)
+    if not statements:
+        return 0
+    return sum(1 for rows in await db.batch(statements) if rows)
 
 
 async def _backup_feed_ids(objects: ObjectStore) -> set[str]:

@@ -127,6 +127,16 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
         "drop image_tasks_item: UNIQUE (item_id, position) already indexes item_id first",
         ("DROP INDEX IF EXISTS image_tasks_item",),
     ),
+    (
+        8,
+        "object-key owners: who holds a content_key or an r2_key (keys of colliding GUIDs)",
+        (
+            "CREATE INDEX IF NOT EXISTS items_content_key ON items (content_key) "
+            "WHERE content_key IS NOT NULL",
+            "CREATE INDEX IF NOT EXISTS image_tasks_r2_key ON image_tasks (r2_key) "
+            "WHERE r2_key IS NOT NULL",
+        ),
+    ),
 )
 
 

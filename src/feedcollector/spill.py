@@ -17,18 +17,22 @@ to no row and outlive every cleanup (see :func:`plan_batch_spill`).
 
 The object is written before the batch, so a stored row never points at a missing object. An
 existing object is never overwritten: content is immutable once stored, and a re-fetch of a
-feed without validators does not upload the same megabytes again. A spilled item's images are
+feed without validators does not upload the same megabytes again. Two GUIDs of a feed may share
+their md5's first 8 hex digits: when the key is held by ANOTHER item (its row names it, or an
+item earlier in the same batch takes it), the item's HTML goes to
+``content/{feed_id}/{md5(guid)}.html`` (all 32 digits) instead, so no object is ever shared;
+readers and retention follow ``items.content_key``. A spilled item's images are
 still extracted (from the full HTML, before spilling).
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from .database import Database
+from .images import guid_digest
 from .models import ItemRecord
 from .objectstore import ObjectStore
 from .safe_text import QUOTED_CHARS, one_line
@@ -48,10 +52,12 @@ CONTENT_PREFIX = "content/"
 CONTENT_TYPE = "text/html; charset=utf-8"
 
 
-def content_key(feed_id: str, guid: str) -> str:
-    """``content/{feed_id}/{md5(guid)[:8]}.html``, named like the item's images."""
-    digest = hashlib.md5(guid.encode("utf-8"), usedforsecurity=False).hexdigest()[:8]
-    return f"{CONTENT_PREFIX}{feed_id}/{digest}.html"
+def content_key(feed_id: str, guid: str, *, full: bool = False) -> str:
+    """``content/{feed_id}/{md5(guid)[:8]}.html``, named like the item's images.
+
+    ``full``: the whole md5 (32 hex digits), for an item whose short key another item holds.
+    """
+    return f"{CONTENT_PREFIX}{feed_id}/{guid_digest(guid, full=full)}.html"
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,38 +195,68 @@ async def write_spilled(
     db: Database,
     feed_id: str,
     feed_url: str,
-    spilled: Sequence[SpilledContent],
-) -> None:
+    plan: SpillPlan,
+) -> tuple[ItemRecord, ...]:
     """Put each spilled HTML under its key unless an object is already there (never replaced).
 
-    An item whose GUID has a tombstone is skipped: the batch will not insert it, so its object
-    would belong to no row (retention deleted the item and its object; the feed still lists it).
+    Returns the plan's records to store: an item whose short key is held by another item of
+    the feed (a row with another GUID names it, or an item earlier in this plan took it) gets
+    the full-md5 key instead; an item whose row already exists keeps the key that row names.
+    That costs one indexed query per spilled item; an object left by this same item (a retry,
+    a replay) is reused. An item whose GUID has a tombstone is skipped: the batch will not
+    insert it, so its object would belong to no row (retention deleted the item and its
+    object; the feed still lists it).
     """
-    if not spilled:
-        return
-    buried = await tombstoned_guids(db, feed_id, [content.guid for content in spilled])
-    for content in spilled:
+    if not plan.spilled:
+        return plan.records
+    buried = await tombstoned_guids(db, feed_id, [content.guid for content in plan.spilled])
+    taken: set[str] = set()
+    moved: dict[str, str] = {}
+    for content in plan.spilled:
         if content.guid in buried:
             continue
-        if await _exists(objects, content.key):
+        key = await _owned_key(db, feed_id, content, taken)
+        taken.add(key)
+        if key != content.key:
+            moved[content.guid] = key
+        if await _exists(objects, key):
             log.info(
                 "store: item %r of feed %s is too big to store inline (%s); its HTML is "
                 "already at %s",
                 one_line(content.title or content.guid, QUOTED_CHARS),
                 feed_url,
                 content.reason,
-                content.key,
+                key,
             )
             continue
-        await objects.put(content.key, content.data, CONTENT_TYPE)
+        await objects.put(key, content.data, CONTENT_TYPE)
         log.info(
             "store: item %r of feed %s is too big to store inline (%s); HTML spilled to %s "
             "(content_html NULL, content_key set)",
             one_line(content.title or content.guid, QUOTED_CHARS),
             feed_url,
             content.reason,
-            content.key,
+            key,
         )
+    return tuple(
+        record._replace(content_key=moved[record.guid]) if record.guid in moved else record
+        for record in plan.records
+    )
+
+
+async def _owned_key(db: Database, feed_id: str, content: SpilledContent, taken: set[str]) -> str:
+    """The key this item's HTML may use: its own row's, the short one, or the full-md5 one."""
+    rows = await db.query(
+        "SELECT guid, content_key FROM items WHERE (content_key = ? AND feed_id = ?) "
+        "OR (feed_id = ? AND guid = ?)",
+        (content.key, feed_id, feed_id, content.guid),
+    )
+    for row in rows:
+        if row["guid"] == content.guid and row["content_key"]:
+            return str(row["content_key"])
+    if content.key in taken or any(row["guid"] != content.guid for row in rows):
+        return content_key(feed_id, content.guid, full=True)
+    return content.key
 
 
 async def _exists(objects: ObjectStore, key: str) -> bool:

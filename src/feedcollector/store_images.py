@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from .database import Database, SqlValue, Statement
+from .images import object_key
 from .models import ImageTask
 from .store import chunked, placeholders
 from .timestamps import format_timestamp
@@ -78,6 +79,29 @@ class ImageResult:
 
 
 MAX_IMAGE_ATTEMPTS = 3
+
+
+async def image_key(db: Database, task: ImageTask, ext: str, reserved: dict[str, str]) -> str:
+    """The key to put this task's image under, checked against the database before the put.
+
+    Normally :func:`~feedcollector.images.object_key`; but when that key already belongs to
+    ANOTHER item (a ``success`` task of another item names it: two GUIDs of the feed whose md5
+    share their first 8 hex digits), or another item took it earlier in this stage
+    (``reserved``: key -> item id, shared by the stage's concurrent attempts), the key with the
+    full md5 instead, so no object is ever shared. The task's own key from an earlier attempt
+    (a retry) does not count: it is overwritten as before. One indexed query per image;
+    ``r2_key`` itself is still set only on success.
+    """
+    short = object_key(task.feed_id, task.guid, task.position, ext)
+    rows = await db.query(
+        "SELECT 1 FROM image_tasks WHERE r2_key = ? AND item_id <> ? LIMIT 1",
+        (short, task.item_id),
+    )
+    if not rows and reserved.setdefault(short, task.item_id) == task.item_id:
+        return short
+    full = object_key(task.feed_id, task.guid, task.position, ext, full=True)
+    reserved[full] = task.item_id
+    return full
 
 
 async def record_image_results(
