@@ -402,3 +402,31 @@ def test_the_daily_claim_has_one_winner_per_day_and_survives_restarts(pair: Pair
     assert not pair.run(claim("a", NOW + timedelta(days=1, minutes=30)))
     # b crashed without recording: after the lease expires someone else takes it
     assert pair.run(claim("a", NOW + timedelta(days=1, hours=1)))
+
+
+def test_an_object_a_living_item_still_names_outlives_the_expired_item(pair: Pair) -> None:
+    """Two GUIDs whose md5 share 8 hex digits, stored before the per-item key rule: both rows
+    name the same short keys. Expiring the first leaves the objects the second still names;
+    they go with the second."""
+    first, second = "https://blog.example/post/15027", "https://blog.example/post/59911"
+    pair.run(add_feed(pair.db))
+    pair.run(
+        add_item(pair, first, NOW - timedelta(days=ITEM_DAYS + 1), images=(True,), spilled=True)
+    )
+    pair.run(add_item(pair, second, NOW - timedelta(days=1), images=(True,), spilled=True))
+    shared = [content_key(FEED_ID, first), object_key(FEED_ID, first, 0, "png")]
+    assert shared == [content_key(FEED_ID, second), object_key(FEED_ID, second, 0, "png")]
+
+    def cleanup(now: datetime) -> CleanupReport:
+        return pair.run(
+            run_cleanup(
+                pair.db, pair.objects, now=now, item_days=ITEM_DAYS, backup_days=BACKUP_DAYS
+            )
+        )
+
+    report = cleanup(NOW)
+    assert (report.items, report.image_objects, report.content_objects) == (1, 0, 0)
+    assert sorted(pair.keys("content/") + pair.keys("images/")) == sorted(shared)
+    report = cleanup(NOW + timedelta(days=ITEM_DAYS))
+    assert (report.items, report.image_objects, report.content_objects) == (1, 1, 1)
+    assert pair.keys("content/") + pair.keys("images/") == []

@@ -6,8 +6,9 @@ rows in one batch. Backups older than ``backup_days`` by the timestamp in their 
 R2 a bucket lifecycle rule does that better (README), and this sweep stays as the safety net.
 
 Items are handled a page at a time (keyset on ``(created_at, id)``), and each page is one
-range of the ``items_created_at`` index, so every statement binds a handful of parameters (D1
-allows 100) and memory holds one page's object keys, whatever the volume. Each page's batch
+range of the ``items_created_at`` index, so every statement stays within D1's 100 parameters
+and memory holds one page's object keys, whatever the volume. The objects deleted are exactly
+the keys the expired rows name (never a prefix), less any a living row names too. Each page's batch
 also writes a tombstone ``(feed_id, guid, deleted_at)`` per item: a feed that still lists an
 expired item must not bring it back (see :mod:`.tombstones`). Decisions are pure functions of
 their inputs; the clock is a parameter.
@@ -24,6 +25,7 @@ from .backups import CONTENT_TYPE_SUFFIX, stored_time
 from .backups import PREFIX as BACKUP_PREFIX
 from .database import Database, SqlValue, Statement
 from .objectstore import MAX_KEYS_PER_DELETE, ObjectStore
+from .store import MAX_PARAMS, chunked, placeholders
 from .timestamps import format_timestamp
 from .tombstones import expire_tombstones
 
@@ -262,7 +264,12 @@ async def _next_item_page(
 async def _page_object_keys(
     db: Database, page: ItemPage, before: str
 ) -> tuple[list[str], list[str]]:
-    """The r2_keys of the page's ``success`` image tasks, and its spilled content objects."""
+    """The r2_keys of the page's ``success`` image tasks, and its spilled content objects.
+
+    Exactly the keys these rows name (never a prefix), less any key a row outside the page
+    still names: keys are per item (see :func:`.store_images.image_key` and
+    :func:`.spill.write_spilled`), but rows written before that rule may share an object.
+    """
     where, params = page.where(before, "i.")
     image_rows = await db.query(
         "SELECT t.r2_key FROM image_tasks t JOIN items i ON i.id = t.item_id "  # noqa: S608
@@ -273,7 +280,29 @@ async def _page_object_keys(
         f"SELECT i.content_key FROM items i WHERE i.content_key IS NOT NULL AND {where}",  # noqa: S608
         params,
     )
-    return [r["r2_key"] for r in image_rows], [r["content_key"] for r in content_rows]
+    image_keys = [r["r2_key"] for r in image_rows]
+    content_keys = [r["content_key"] for r in content_rows]
+    named = (
+        "SELECT t.r2_key AS k FROM image_tasks t JOIN items i ON i.id = t.item_id WHERE t.r2_key"
+    )
+    kept = await _named_elsewhere(db, named, image_keys, where, params)
+    named = "SELECT i.content_key AS k FROM items i WHERE i.content_key"
+    kept |= await _named_elsewhere(db, named, content_keys, where, params)
+    return [k for k in image_keys if k not in kept], [k for k in content_keys if k not in kept]
+
+
+async def _named_elsewhere(
+    db: Database, select: str, keys: Sequence[str], where: str, params: tuple[SqlValue, ...]
+) -> set[str]:
+    """The ``keys`` a row outside the page (``NOT where``) names too (one indexed lookup)."""
+    found: set[str] = set()
+    for chunk in chunked(keys, MAX_PARAMS - len(params)):
+        rows = await db.query(
+            f"{select} IN ({placeholders(len(chunk))}) AND NOT ({where})",
+            (*chunk, *params),
+        )
+        found.update(row["k"] for row in rows)
+    return found
 
 
 # --- the whole cleanup --------------------------------------------------------------------
