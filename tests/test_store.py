@@ -463,8 +463,8 @@ def test_a_refetch_over_the_budget_spills_only_the_items_it_will_insert(
         plan = await spill.plan_batch_spill(db, feed.id, records, **limits)
         sent = sum(len(r.content_html.encode()) for r in plan.records if r.content_html)
         assert sent <= limits["batch_budget"]
-        await spill.write_spilled(objects, db, feed.id, feed.url, plan.spilled)
-        return await store_items.save_items(db, feed, plan.records, success())
+        stored = await spill.write_spilled(objects, db, feed.id, feed.url, plan)
+        return await store_items.save_items(db, feed, stored, success())
 
     old = [sized(f"old{n}", 700) for n in range(10)]
     assert run(fetch(old)) == 10
