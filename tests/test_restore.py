@@ -245,6 +245,27 @@ def test_backups_older_than_item_days_are_not_replayed(drill: Drill) -> None:
     assert drill.rows("SELECT DISTINCT created_at FROM items") == [("2026-03-02T11:00:00Z",)]
 
 
+def test_a_second_run_links_what_an_interrupted_one_left_unlinked(drill: Drill) -> None:
+    """Items a run stored whose archived images it did not link (it stopped in between; here
+    the image was out of place during the first run) were never linked by a later run: only
+    items new in a run were looked at, so the images were downloaded anew."""
+    archived = {row[0]: row[1] for row in drill.rows("SELECT r2_key, status FROM image_tasks")}
+    key = next(k for k in archived if k)
+    image = drill.folder / "objects" / key
+    aside = image.with_name("aside")
+    image.rename(aside)
+    drill.database.unlink()
+    first, _ = drill.restore()
+    assert first.items_recovered == 5
+    assert first.images_relinked == 1, "the other archived image"
+    aside.rename(image)
+    second, _ = drill.restore()
+    assert (second.items_recovered, second.images_relinked) == (0, 1)
+    assert drill.rows(f"SELECT status FROM image_tasks WHERE r2_key = '{key}'") == [("success",)]
+    third, _ = drill.restore()
+    assert third.images_relinked == 0
+
+
 def test_restore_targets() -> None:
     specs = [FeedSpec("https://a.example/feed"), FeedSpec("https://b.example/feed")]
     known = {"https://b.example/feed": "b-id", "https://old.example/feed": "old-id"}

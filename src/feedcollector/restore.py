@@ -35,6 +35,7 @@ from .objectstore import ObjectStore
 from .pipeline import read_feed_body
 from .schedule import feed_id_for, interval_seconds_of
 from .spill import plan_batch_spill, write_spilled
+from .store import MAX_PARAMS, chunked, placeholders
 from .store_items import inserted_ids, item_statements
 from .timestamps import format_timestamp
 
@@ -239,10 +240,33 @@ async def _restore_feed(
         new_ids = set(inserted_ids(results))
         report.items_recovered += len(new_ids)
         recovered = [r for r in stored if r.id in new_ids and r.image_urls]
+        earlier = [r for r in stored if r.id not in new_ids and r.image_urls]
+        if earlier:  # stored before this run: an interrupted restore left their images unlinked
+            recovered += await _stored_with_pending_images(db, target.feed_id, earlier)
         report.images_relinked += await _relink_images(
             db, objects, target.feed_id, recovered, taken
         )
         tick()
+
+
+async def _stored_with_pending_images(
+    db: Database, feed_id: str, records: Sequence[ItemRecord]
+) -> list[ItemRecord]:
+    """Those of ``records`` already stored whose image tasks are still pending, with their
+    stored ids: a restore stopped between an items batch and its relinking (or a download
+    stored but not recorded) left archived images unlinked, which a second run now links
+    instead of downloading them anew. Each GUID is looked at once a run (its first backup)."""
+    by_guid = {record.guid: record for record in records}
+    found: list[ItemRecord] = []
+    for chunk in chunked(list(by_guid), MAX_PARAMS - 1):
+        rows = await db.query(
+            "SELECT i.id, i.guid FROM items i WHERE i.feed_id = ? "  # noqa: S608 (placeholders)
+            f"AND i.guid IN ({placeholders(len(chunk))}) AND EXISTS (SELECT 1 FROM image_tasks "
+            "t WHERE t.item_id = i.id AND t.status = 'pending')",
+            (feed_id, *chunk),
+        )
+        found += [by_guid[row["guid"]]._replace(id=row["id"]) for row in rows]
+    return found
 
 
 async def _relink_images(
