@@ -37,7 +37,6 @@ from .models import ItemRecord
 from .objectstore import ObjectStore
 from .safe_text import QUOTED_CHARS, one_line
 from .store import MAX_PARAMS, chunked, placeholders
-from .store_items import tombstoned_guids
 
 log = logging.getLogger("feedcollector")
 
@@ -197,24 +196,22 @@ async def write_spilled(
     feed_url: str,
     plan: SpillPlan,
 ) -> tuple[ItemRecord, ...]:
-    """Put each spilled HTML under its key unless an object is already there (never replaced).
+    """Put each spilled HTML of a :func:`plan_batch_spill` plan under its key unless an object
+    is already there (never replaced).
 
     Returns the plan's records to store: an item whose short key is held by another item of
     the feed (a row with another GUID names it, or an item earlier in this plan took it) gets
     the full-md5 key instead; an item whose row already exists keeps the key that row names.
     That costs one indexed query per spilled item; an object left by this same item (a retry,
-    a replay) is reused. An item whose GUID has a tombstone is skipped: the batch will not
-    insert it, so its object would belong to no row (retention deleted the item and its
-    object; the feed still lists it).
+    a replay) is reused. No tombstoned item is in such a plan: the batch would not insert it,
+    so its object would belong to no row (retention deleted the item and its object; the feed
+    still lists it).
     """
     if not plan.spilled:
         return plan.records
-    buried = await tombstoned_guids(db, feed_id, [content.guid for content in plan.spilled])
     taken: set[str] = set()
     moved: dict[str, str] = {}
     for content in plan.spilled:
-        if content.guid in buried:
-            continue
         key = await _owned_key(db, feed_id, content, taken)
         taken.add(key)
         if key != content.key:

@@ -89,19 +89,6 @@ def item_statements(
     return statements
 
 
-async def tombstoned_guids(db: Database, feed_id: str, guids: Sequence[str]) -> set[str]:
-    """Those of ``guids`` that have a tombstone in the feed: their items will not be inserted."""
-    found: set[str] = set()
-    for chunk in chunked(guids):
-        rows = await db.query(
-            "SELECT guid FROM item_tombstones WHERE feed_id = ? "
-            f"AND guid IN ({placeholders(len(chunk))})",
-            (feed_id, *chunk),
-        )
-        found.update(row["guid"] for row in rows)
-    return found
-
-
 def inserted_ids(results: Sequence[Sequence[Row]]) -> list[str]:
     """The ids the item statements of a batch returned: the items that were new."""
     return [row["id"] for rows in results for row in rows if "id" in row]
