@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import socket
+import ssl
 import time
 import tracemalloc
 import zlib
@@ -328,6 +329,46 @@ def test_dns_failures_are_classified_from_the_cause() -> None:
     described = describe_http_error(error, "https://no-such-host.example/feed", 30)
     assert described.kind == "dns"
     assert "no-such-host.example" in described.detail
+
+
+def with_cause(error: httpx.HTTPError, cause: BaseException) -> httpx.HTTPError:
+    error.__cause__ = cause
+    return error
+
+
+@pytest.mark.parametrize(
+    ("error", "url", "unreachable"),
+    [
+        (
+            with_cause(httpx.ConnectError("dns"), socket.gaierror(socket.EAI_NONAME, "unknown")),
+            "https://cdn.example/a.png",
+            "cdn.example:443",
+        ),
+        (
+            with_cause(httpx.ConnectError("refused"), ConnectionRefusedError(111, "refused")),
+            "http://cdn.example/a.png",
+            "cdn.example:80",
+        ),
+        (httpx.ConnectError("unreachable"), "http://cdn.example:8080/a.png", "cdn.example:8080"),
+        (httpx.ConnectTimeout("slow"), "https://cdn.example:443/a.png", "cdn.example:443"),
+        (
+            with_cause(httpx.ConnectError("tls"), ssl.SSLError("bad cert")),
+            "https://a.example/",
+            None,
+        ),
+        (httpx.ReadTimeout("slow body"), "https://cdn.example/a.png", None),
+        (httpx.PoolTimeout("busy"), "https://cdn.example/a.png", None),
+        (httpx.ReadError("reset"), "https://cdn.example/a.png", None),
+        (httpx.RemoteProtocolError("garbage"), "https://cdn.example/a.png", None),
+    ],
+)
+def test_only_a_failure_to_connect_names_the_endpoint_unreachable(
+    error: httpx.HTTPError, url: str, unreachable: str | None
+) -> None:
+    """The image stage skips the other images of an unreachable endpoint for the cycle: only
+    an endpoint that took no connection at all may be named (a TLS or a body failure is about
+    that answer, and the host's other images may well load)."""
+    assert describe_http_error(error, url, 30).unreachable == unreachable
 
 
 def test_dns_failures_of_the_feed_client_are_classified_too() -> None:

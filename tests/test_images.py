@@ -439,3 +439,70 @@ def test_unresolvable_host_is_an_image_error_not_a_block() -> None:
     error = refused("http://nowhere.test/a.png", ImageLimits(), guard)
     assert not isinstance(error, BlockedAddressError)
     assert "could not resolve the host nowhere.test" in str(error)
+
+
+def download_all(
+    urls: list[str], guard: NetGuard, unreachable: dict[str, str] | None
+) -> list[DownloadedImage | ImageError]:
+    """Each URL downloaded in turn through one client, sharing ``unreachable`` (or not)."""
+
+    async def go() -> list[DownloadedImage | ImageError]:
+        results: list[DownloadedImage | ImageError] = []
+        client = make_image_client(
+            "test-images/1.0", allow_private_addresses=False, max_connections=4, guard=guard
+        )
+        async with client:
+            for url in urls:
+                try:
+                    results.append(
+                        await download_image(
+                            client, url, limits=ImageLimits(), unreachable=unreachable
+                        )
+                    )
+                except ImageError as exc:
+                    results.append(exc)
+        return results
+
+    return asyncio.run(go())
+
+
+def test_an_unreachable_endpoint_is_tried_once_per_shared_memo(public_server: FeedServer) -> None:
+    """A dead image host used to cost each of its images its own DNS or connect timeout (with
+    resolvers that time out, minutes for one feed's images); the second try is skipped."""
+    public_server.route("/ok.png", body=PNG, headers={"Content-Type": "image/png"})
+    public_server.route(
+        "/moved.png", status=302, headers={"Location": "http://gone.test/elsewhere.png"}
+    )
+    guard, dns = guard_with({"cdn.test": [[PUBLIC]]})
+    unreachable: dict[str, str] = {}
+    live = f"http://cdn.test:{public_server.port}"
+    urls = ["http://gone.test/a.png", "http://gone.test/b.png", f"{live}/moved.png"]
+    first, second, redirected, ok = download_all([*urls, f"{live}/ok.png"], guard, unreachable)
+
+    assert isinstance(first, ImageError)
+    assert "could not resolve the host gone.test" in str(first)
+    assert list(unreachable) == ["gone.test:80"]
+    for skipped in (second, redirected):
+        assert isinstance(skipped, ImageError)
+        assert "not tried: gone.test:80 could not be reached by an earlier download" in str(skipped)
+        assert "could not resolve the host gone.test of http://gone.test/a.png" in str(skipped)
+    assert "http://gone.test/elsewhere.png not tried" in str(redirected)
+    assert isinstance(ok, DownloadedImage), "other hosts are not affected"
+    assert dns.lookups.count("gone.test") == 1
+    assert len(public_server.hits("/moved.png")) == 1
+
+
+def test_without_a_shared_memo_every_download_tries_again(public_server: FeedServer) -> None:
+    guard, dns = guard_with({})
+    results = download_all(["http://gone.test/a.png", "http://gone.test/b.png"], guard, None)
+    assert all("could not resolve the host gone.test" in str(error) for error in results)
+    assert dns.lookups == ["gone.test", "gone.test"]
+
+
+def test_another_port_of_an_unreachable_host_is_still_tried() -> None:
+    guard, dns = guard_with({})
+    unreachable = {"gone.test:8080": "refused"}
+    (error,) = download_all(["http://gone.test/a.png"], guard, unreachable)
+    assert "could not resolve" in str(error)
+    assert dns.lookups == ["gone.test"]
+    assert set(unreachable) == {"gone.test:8080", "gone.test:80"}

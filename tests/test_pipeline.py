@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import socket
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -472,6 +473,41 @@ def test_missing_images_are_retried_each_cycle_and_fail_at_three(
     p.cycle()
     assert len(feed_server.hits("/missing.png")) == 3, "a failed task is not tried again"
     assert p.rows("SELECT COUNT(*) AS n FROM items")[0]["n"] == 1
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (connections to it are refused)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_an_unreachable_image_host_is_tried_once_a_cycle(
+    feed_server: FeedServer, project: Callable[..., Project]
+) -> None:
+    """The other images of a host that took no connection fail this cycle's attempt without
+    a try, so a dead image host costs one timeout a cycle, not one per image; the next cycle
+    tries it again, and after three cycles its images are failed, as before."""
+    dead = f"http://127.0.0.1:{closed_port()}"
+    ok = feed_server.route("/img/ok.png", body=png(), headers={"Content-Type": "image/png"})
+    html = "".join(f'<img src="{dead}/{n}.png">' for n in range(3)) + f'<img src="{ok}">'
+    url = feed_server.route("/feed", body=rss([Entry("pictures", guid="p", content=html)]))
+    p = project([url], extra_toml="concurrency = 1\n")
+    for attempt in (1, 2, 3):
+        p.cycle()
+        rows = p.rows("SELECT position, status, attempts, last_error FROM image_tasks ORDER BY 1")
+        assert [r["attempts"] for r in rows] == [attempt] * 3 + [1]
+        assert [r["status"] for r in rows] == ["pending" if attempt < 3 else "failed"] * 3 + [
+            "success"
+        ]
+        errors = [r["last_error"] for r in rows[:3]]
+        tried = [e for e in errors if "refused the connection" in e and "not tried" not in e]
+        assert len(tried) == 1, errors
+        for error in errors:
+            if error not in tried:
+                assert "not tried: 127.0.0.1:" in error
+                assert "could not be reached by an earlier download" in error
+        p.clock.advance(minutes=1)
 
 
 def test_private_image_addresses_are_refused_by_default(

@@ -29,18 +29,32 @@ and every decoder holds a window of up to 32 KiB, so 12,000 listed ones held 400
 
 
 class TransferError(Exception):
-    """A failure at the HTTP edge, neutral so fetch and images can word it as their own error."""
+    """A failure at the HTTP edge, neutral so fetch and images can word it as their own error.
 
-    def __init__(self, kind: str, detail: str, status: int | None = None) -> None:
+    ``unreachable`` names the endpoint (``host:port``) when no connection could be made to it
+    at all (no address, refused, connect timeout): every other URL there would fail alike.
+    """
+
+    def __init__(
+        self, kind: str, detail: str, status: int | None = None, *, unreachable: str | None = None
+    ) -> None:
         super().__init__(detail)
         self.kind = kind
         self.detail = detail
         self.status = status
+        self.unreachable = unreachable
+
+
+def endpoint(url: httpx.URL) -> str:
+    """``host:port`` of ``url``, the port spelled out even when it is the scheme's default."""
+    port = url.port or (443 if url.scheme == "https" else 80)
+    return f"{url.host}:{port}"
 
 
 def describe_http_error(exc: httpx.HTTPError, url: str, timeout_s: float | None) -> TransferError:
     """Translate an httpx error into a kind and plain words (pure, so it is testable directly)."""
-    host = httpx.URL(url).host
+    parsed = httpx.URL(url)
+    host = parsed.host
     root = root_cause(exc)
     if isinstance(exc, httpx.TimeoutException):
         phase = {
@@ -50,15 +64,18 @@ def describe_http_error(exc: httpx.HTTPError, url: str, timeout_s: float | None)
             httpx.PoolTimeout: "waiting for a free connection to",
         }.get(type(exc), "talking to")
         after = f" after {timeout_s:g} s" if timeout_s else ""
-        return TransferError("timeout", f"timed out{after} {phase} {url}")
+        unreachable = endpoint(parsed) if isinstance(exc, httpx.ConnectTimeout) else None
+        return TransferError("timeout", f"timed out{after} {phase} {url}", unreachable=unreachable)
     if isinstance(exc, httpx.ConnectError):
         if caused_by(exc, socket.gaierror):
-            return TransferError("dns", f"could not resolve the host {host} of {url} ({root})")
-        if caused_by(exc, ssl.SSLError):
+            kind, detail = "dns", f"could not resolve the host {host} of {url} ({root})"
+        elif caused_by(exc, ssl.SSLError):
             return TransferError("tls", f"TLS handshake with {host} failed for {url} ({root})")
-        if caused_by(exc, ConnectionRefusedError):
-            return TransferError("connect", f"{host} refused the connection for {url} ({root})")
-        return TransferError("connect", f"could not connect to {host} for {url} ({root})")
+        elif caused_by(exc, ConnectionRefusedError):
+            kind, detail = "connect", f"{host} refused the connection for {url} ({root})"
+        else:
+            kind, detail = "connect", f"could not connect to {host} for {url} ({root})"
+        return TransferError(kind, detail, unreachable=endpoint(parsed))
     if isinstance(exc, httpx.UnsupportedProtocol):
         return TransferError("scheme", f"{url} uses an unsupported scheme ({exc})")
     if isinstance(exc, httpx.NetworkError):

@@ -1,7 +1,9 @@
 """The image stage of a cycle: download every pending image task into the object store.
 
 Runs after the cycle's items are stored, so it never delays them. Each attempt counts
-(``attempts += 1``); the third failure marks the task ``failed`` (seed section 6). An
+(``attempts += 1``); the third failure marks the task ``failed`` (seed section 6). A host that
+could not be reached (no address, refused, connect timeout) is tried once a cycle: its other
+images fail that cycle's attempt at once, as they would have after their own timeout. An
 object-store or database failure is the infrastructure's fault, not the image's: the stage
 stops for this cycle and the interrupted tasks are handed back without being charged.
 """
@@ -29,6 +31,7 @@ async def download_pending_images(collector: Collector, report: CycleReport) -> 
     limit = asyncio.Semaphore(collector.settings.images.concurrency)
     cursor = store_images.TaskCursor()
     reserved: dict[str, str] = {}  # object key -> item id, see store_images.image_key
+    unreachable: dict[str, str] = {}  # host:port -> why, see images.download_image
     try:
         while not collector.stopping.is_set():
             tasks = await store_images.claim_image_tasks(
@@ -42,7 +45,7 @@ async def download_pending_images(collector: Collector, report: CycleReport) -> 
                 return
             cursor = store_images.TaskCursor(tasks[-1].created_at, tasks[-1].id)
             outcomes = await asyncio.gather(
-                *(_attempt(collector, task, limit, reserved) for task in tasks)
+                *(_attempt(collector, task, limit, reserved, unreachable) for task in tasks)
             )
             results = [o for o in outcomes if isinstance(o, store_images.ImageResult)]
             orphans = await store_images.record_image_results(
@@ -65,7 +68,11 @@ async def download_pending_images(collector: Collector, report: CycleReport) -> 
 
 
 async def _attempt(
-    collector: Collector, task: ImageTask, limit: asyncio.Semaphore, reserved: dict[str, str]
+    collector: Collector,
+    task: ImageTask,
+    limit: asyncio.Semaphore,
+    reserved: dict[str, str],
+    unreachable: dict[str, str],
 ) -> store_images.ImageResult | StorageError | None:
     """The task's result; a StorageError to stop the stage; None if skipped on shutdown."""
     async with limit:
@@ -73,7 +80,10 @@ async def _attempt(
             return None
         try:
             image = await download_image(
-                collector.image_http, task.original_url, limits=collector.image_limits
+                collector.image_http,
+                task.original_url,
+                limits=collector.image_limits,
+                unreachable=unreachable,
             )
         except ImageError as exc:
             log.info("image %s (item %s): %s", task.original_url, task.item_id, exc)

@@ -17,7 +17,7 @@ import httpx
 
 from .errors import ImageError
 from .fetch import MIB, status_text
-from .httpbody import TransferError, describe_http_error, read_body
+from .httpbody import TransferError, describe_http_error, endpoint, read_body
 from .netguard import IMAGE_ACCEPT, NetGuard
 from .netguard import make_image_client as make_image_client
 from .redirects import RedirectChain, require_web_scheme
@@ -201,15 +201,37 @@ def _looks_like_svg(head: bytes) -> bool:
 
 
 async def download_image(
-    client: httpx.AsyncClient, url: str, *, limits: ImageLimits
+    client: httpx.AsyncClient,
+    url: str,
+    *,
+    limits: ImageLimits,
+    unreachable: dict[str, str] | None = None,
 ) -> DownloadedImage:
     """Download one image or raise ImageError saying why it was refused.
 
     Use a client from :func:`feedcollector.netguard.make_image_client`: it performs the full
     private-address guard (DNS, every redirect, connect time). Here, unless private addresses
     are allowed, every hop is also refused early when its host literally names one.
+
+    ``unreachable`` maps endpoints (``host:port``) that no connection could be made to, to why;
+    a failure to connect is added to it, and a hop to an endpoint in it is refused without
+    trying. Shared by the downloads of one pass, it keeps a dead host's images from each
+    waiting out their own DNS or connect timeout.
     """
-    check_url = None if limits.allow_private_addresses else NetGuard().check_literal
+    literal_check = None if limits.allow_private_addresses else NetGuard().check_literal
+    dead: dict[str, str] = {} if unreachable is None else unreachable
+
+    def check_url(hop: httpx.URL) -> None:
+        if literal_check is not None:
+            literal_check(hop)
+        first = dead.get(endpoint(hop))
+        if first is not None:
+            raise TransferError(
+                "connect",
+                f"{hop} not tried: {endpoint(hop)} could not be reached by an earlier "
+                f"download ({first})",
+            )
+
     try:
         async with asyncio.timeout(limits.deadline_s):
             response = await open_response(
@@ -229,6 +251,8 @@ async def download_image(
             f"image: {url} did not finish within the {limits.deadline_s:g} s deadline"
         ) from exc
     except TransferError as exc:
+        if exc.unreachable is not None:
+            dead.setdefault(exc.unreachable, exc.detail)
         raise ImageError(f"image: {exc.detail}") from exc
 
 
