@@ -766,3 +766,37 @@ def test_an_unchanged_feeds_file_is_not_synced_again(
     p.cycle()
     assert p.rows("SELECT active FROM feeds") == [{"active": 1}]
     assert p.rows("SELECT value FROM collector_state")[0]["value"] != digest
+
+
+def test_fetch_concurrency_above_twenty_is_real(project: Callable[..., Project]) -> None:
+    """``[fetch] concurrency`` allows 1 to 1000 workers, and each needs a connection of its
+    own: a pool of 20 held the rest back (and their wait counted as connect time)."""
+    hosts = 25
+    gathered = threading.Barrier(hosts, timeout=10)
+    peak: list[int] = []
+
+    def when_all_are_in(request: Any) -> None:
+        try:
+            gathered.wait()
+            peak.append(hosts)
+        except threading.BrokenBarrierError:
+            peak.append(0)
+        body = rss([Entry("one", guid="1")])
+        request.send_response(200)
+        request.send_header("Content-Type", "application/rss+xml")
+        request.send_header("Content-Length", str(len(body)))
+        request.end_headers()
+        request.wfile.write(body)
+
+    servers = [FeedServer() for _ in range(hosts)]
+    for server in servers:
+        server.__enter__()
+    try:
+        urls = [s.route("/feed", Route(handler=when_all_are_in)) for s in servers]
+        p = project(urls, extra_toml=f"[fetch]\nconcurrency = {hosts}\n")
+        report = p.cycle()
+    finally:
+        for server in servers:
+            server.__exit__(None, None, None)
+    assert peak == [hosts] * hosts, "every request was in flight at once"
+    assert report.new_items == hosts

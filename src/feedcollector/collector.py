@@ -132,7 +132,11 @@ async def open_collector(
     try:
         await migrate(db)
         objects = open_object_store(settings)
-        feed_http = make_http_client(settings.fetch.user_agent)
+        # One connection per fetch worker: a smaller pool held workers back, and their wait
+        # for a connection counted against the connect timeout.
+        feed_http = make_http_client(
+            settings.fetch.user_agent, max_connections=settings.fetch.concurrency
+        )
         collector = Collector(settings, db, objects, feed_http, clock=clock, observer=observer)
         try:
             yield collector
