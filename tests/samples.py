@@ -114,6 +114,13 @@ def write_project(
     return config
 
 
+def closed_port() -> int:
+    """A loopback port nothing listens on (connections to it are refused)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 # --- hostile servers and bodies (tests/test_hostile.py, tests/test_crash.py) --------------------
 
 Handler = Callable[[BaseHTTPRequestHandler], None]

@@ -13,7 +13,6 @@ import os
 import random
 import re
 import shutil
-import socket
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -31,6 +30,7 @@ from feedcollector.schema import latest_version, migrate
 
 from . import cloud
 from .cloud import FakeProxy, FakeReply, Live, S3Bucket, collect, d1_database, live, run_d1_proxy
+from .samples import closed_port
 
 d1_proxy = cloud.d1_proxy
 s3_server = cloud.s3_server
@@ -388,12 +388,6 @@ def test_s3_wrong_bucket_and_stopped_server_raise_object_store_error(s3_server: 
         assert time.monotonic() - started < 60, "did not hang"
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def test_a_sqlite_file_locked_by_another_process_says_so(tmp_path: Path) -> None:
     path = tmp_path / "locked.db"
     SQLiteDatabase(path)  # created, in WAL mode
@@ -412,7 +406,7 @@ def test_a_sqlite_file_locked_by_another_process_says_so(tmp_path: Path) -> None
 
 
 def test_d1_proxy_down_is_a_database_error() -> None:
-    url = f"http://127.0.0.1:{_free_port()}"
+    url = f"http://127.0.0.1:{closed_port()}"
     with (
         live("d1", lambda: D1Database(url, "token")) as db,
         pytest.raises(DatabaseError, match="unreachable") as caught,

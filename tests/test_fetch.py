@@ -22,12 +22,13 @@ import zstandard
 from feedcollector.errors import FetchError
 from feedcollector.feedhttp import describe_aiohttp_error
 from feedcollector.fetch import DEFAULT_USER_AGENT, FetchLimits, fetch_feed, make_http_client
-from feedcollector.httpbody import MAX_ENCODINGS, describe_http_error, root_cause
+from feedcollector.httpbody import MAX_ENCODINGS, Unreachable, describe_http_error, root_cause
 from feedcollector.models import FetchedFeed
 from feedcollector.safe_text import QUOTED_CHARS
 
 from .conftest import CORPUS
 from .feedserver import FeedServer
+from .samples import closed_port
 
 RSS_INPUT = CORPUS / "rss-parser" / "test" / "input"
 LATIN1_FEED = (RSS_INPUT / "encoding.rss").read_bytes()
@@ -264,12 +265,6 @@ def test_other_2xx_with_a_body_is_accepted(feed_server: FeedServer) -> None:
 # --- network failures ----------------------------------------------------------------------------
 
 
-def closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def test_connection_refused() -> None:
     url = f"http://127.0.0.1:{closed_port()}/feed"
     error = fetch_error(url)
@@ -379,6 +374,84 @@ def test_dns_failures_of_the_feed_client_are_classified_too() -> None:
     described = describe_aiohttp_error(error, "https://no-such-host.example/feed", 30)
     assert described.kind == "dns"
     assert described.detail.startswith("could not resolve the host no-such-host.example")
+
+
+@pytest.mark.parametrize(
+    ("error", "unreachable"),
+    [
+        (aiohttp.ConnectionTimeoutError("connect"), "feeds.example:443"),
+        (aiohttp.SocketTimeoutError("read"), None),
+        (
+            aiohttp.ClientConnectorDNSError(
+                SimpleNamespace(host="feeds.example", port=443, ssl=True),  # type: ignore[arg-type]
+                socket.gaierror(socket.EAI_NONAME, "Name or service not known"),
+            ),
+            "feeds.example:443",
+        ),
+        (
+            aiohttp.ClientConnectorError(
+                SimpleNamespace(host="feeds.example", port=443, ssl=True),  # type: ignore[arg-type]
+                ConnectionRefusedError(111, "Connection refused"),
+            ),
+            "feeds.example:443",
+        ),
+        (
+            aiohttp.ClientConnectorSSLError(
+                SimpleNamespace(host="feeds.example", port=443, ssl=True),  # type: ignore[arg-type]
+                ssl.SSLError("bad certificate"),
+            ),
+            None,
+        ),
+        (aiohttp.ServerDisconnectedError(), None),
+    ],
+)
+def test_only_a_failure_to_connect_names_the_feed_endpoint_unreachable(
+    error: aiohttp.ClientError, unreachable: str | None
+) -> None:
+    described = describe_aiohttp_error(error, "https://feeds.example/feed", 30)
+    assert described.unreachable == unreachable
+
+
+def test_a_fetch_to_an_endpoint_that_took_no_connection_this_cycle_is_not_sent(
+    feed_server: FeedServer,
+) -> None:
+    dead = f"http://127.0.0.1:{closed_port()}"
+    moved = feed_server.route("/moved", status=302, headers={"Location": f"{dead}/new"})
+    live = serving(feed_server, "/live", GUARDIAN_FEED)
+    unreachable: Unreachable = {}
+
+    async def go() -> list[FetchedFeed | FetchError]:
+        results: list[FetchedFeed | FetchError] = []
+        async with make_http_client() as client:
+            for url in (f"{dead}/a", f"{dead}/b", moved, live):
+                try:
+                    results.append(
+                        await fetch_feed(
+                            client,
+                            url,
+                            etag=None,
+                            last_modified=None,
+                            limits=FetchLimits(),
+                            unreachable=unreachable,
+                        )
+                    )
+                except FetchError as exc:
+                    results.append(exc)
+        return results
+
+    first, second, redirected, ok = asyncio.run(go())
+    assert isinstance(first, FetchError)
+    assert "refused the connection" in str(first)
+    assert list(unreachable) == [dead.removeprefix("http://")]
+    for skipped in (second, redirected):
+        assert isinstance(skipped, FetchError)
+        assert skipped.kind == "connect"
+        assert "not tried: 127.0.0.1:" in str(skipped)
+        assert "could not be reached earlier in this cycle" in str(skipped)
+        assert f"refused the connection for {dead}/a" in str(skipped)
+    assert str(redirected).startswith(f"fetch: {dead}/new not tried")
+    assert isinstance(ok, FetchedFeed)
+    assert ok.body == GUARDIAN_FEED
 
 
 def dripping(request: BaseHTTPRequestHandler) -> None:

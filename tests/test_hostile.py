@@ -55,6 +55,7 @@ from .feedserver import FeedServer
 from .samples import (
     Entry,
     chunked_body,
+    closed_port,
     compression_bomb,
     dripping_body,
     dripping_headers,
@@ -997,10 +998,7 @@ def _not_http(world: World) -> str:
 
 @case("connection-refused", error=r"^fetch: 127\.0\.0\.1 refused the connection")
 def _refused(world: World) -> str:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    return f"http://127.0.0.1:{port}/feed"
+    return f"http://127.0.0.1:{closed_port()}/feed"
 
 
 @case(

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from feedcollector.errors import ImageError
+from feedcollector.httpbody import TransferError, Unreachable
 from feedcollector.images import (
     DownloadedImage,
     ImageLimits,
@@ -442,7 +443,7 @@ def test_unresolvable_host_is_an_image_error_not_a_block() -> None:
 
 
 def download_all(
-    urls: list[str], guard: NetGuard, unreachable: dict[str, str] | None
+    urls: list[str], guard: NetGuard, unreachable: Unreachable | None
 ) -> list[DownloadedImage | ImageError]:
     """Each URL downloaded in turn through one client, sharing ``unreachable`` (or not)."""
 
@@ -474,7 +475,7 @@ def test_an_unreachable_endpoint_is_tried_once_per_shared_memo(public_server: Fe
         "/moved.png", status=302, headers={"Location": "http://gone.test/elsewhere.png"}
     )
     guard, dns = guard_with({"cdn.test": [[PUBLIC]]})
-    unreachable: dict[str, str] = {}
+    unreachable: Unreachable = {}
     live = f"http://cdn.test:{public_server.port}"
     urls = ["http://gone.test/a.png", "http://gone.test/b.png", f"{live}/moved.png"]
     first, second, redirected, ok = download_all([*urls, f"{live}/ok.png"], guard, unreachable)
@@ -484,7 +485,7 @@ def test_an_unreachable_endpoint_is_tried_once_per_shared_memo(public_server: Fe
     assert list(unreachable) == ["gone.test:80"]
     for skipped in (second, redirected):
         assert isinstance(skipped, ImageError)
-        assert "not tried: gone.test:80 could not be reached by an earlier download" in str(skipped)
+        assert "not tried: gone.test:80 could not be reached earlier in this cycle" in str(skipped)
         assert "could not resolve the host gone.test of http://gone.test/a.png" in str(skipped)
     assert "http://gone.test/elsewhere.png not tried" in str(redirected)
     assert isinstance(ok, DownloadedImage), "other hosts are not affected"
@@ -501,7 +502,7 @@ def test_without_a_shared_memo_every_download_tries_again(public_server: FeedSer
 
 def test_another_port_of_an_unreachable_host_is_still_tried() -> None:
     guard, dns = guard_with({})
-    unreachable = {"gone.test:8080": "refused"}
+    unreachable: Unreachable = {"gone.test:8080": TransferError("connect", "refused")}
     (error,) = download_all(["http://gone.test/a.png"], guard, unreachable)
     assert "could not resolve" in str(error)
     assert dns.lookups == ["gone.test"]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import socket
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -28,7 +27,7 @@ from feedcollector.report import CycleReport
 from feedcollector.schedule import feed_id_for
 
 from .feedserver import FeedServer, Route
-from .samples import Entry, png, rss, write_project
+from .samples import Entry, closed_port, png, rss, write_project
 
 START = datetime(2026, 3, 2, 9, 0, 0, tzinfo=UTC)
 
@@ -475,11 +474,31 @@ def test_missing_images_are_retried_each_cycle_and_fail_at_three(
     assert p.rows("SELECT COUNT(*) AS n FROM items")[0]["n"] == 1
 
 
-def closed_port() -> int:
-    """A loopback port nothing listens on (connections to it are refused)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+def test_an_unreachable_feed_host_is_tried_once_a_cycle(
+    feed_server: FeedServer, project: Callable[..., Project]
+) -> None:
+    """Feeds of one host go one at a time: three feeds of a host that took no connection
+    waited out three connect timeouts in a row. The others fail without a request, as they
+    would have after their own timeout (each counts a failure and backs off)."""
+    dead = f"http://127.0.0.1:{closed_port()}"
+    live = feed_server.route("/feed", body=rss([Entry("one", guid="1")]))
+    one_at_a_time = '[schedule]\nhost_gap = "1ms"\njitter = 0\n'
+    p = project([f"{dead}/a", f"{dead}/b", f"{dead}/c", live], schedule_toml=one_at_a_time)
+    report = p.cycle()
+    assert report.new_items == 1
+    rows = p.rows("SELECT url, consecutive_failures, last_error FROM feeds WHERE url <> ?", live)
+    assert [r["consecutive_failures"] for r in rows] == [1, 1, 1]
+    errors = [r["last_error"] for r in rows]
+    tried = [e for e in errors if "not tried" not in e]
+    assert len(tried) == 1, errors
+    assert "refused the connection" in tried[0]
+    for error in errors:
+        if error not in tried:
+            assert "could not be reached earlier in this cycle" in error
+    p.clock.advance(days=2)
+    p.cycle()
+    rows = p.rows("SELECT last_error FROM feeds WHERE url <> ?", live)
+    assert sum("not tried" not in r["last_error"] for r in rows) == 1, "tried again next cycle"
 
 
 def test_an_unreachable_image_host_is_tried_once_a_cycle(
@@ -506,7 +525,7 @@ def test_an_unreachable_image_host_is_tried_once_a_cycle(
         for error in errors:
             if error not in tried:
                 assert "not tried: 127.0.0.1:" in error
-                assert "could not be reached by an earlier download" in error
+                assert "could not be reached earlier in this cycle" in error
         p.clock.advance(minutes=1)
 
 

@@ -20,7 +20,14 @@ from collections.abc import Callable, Mapping
 import aiohttp
 import yarl
 
-from .httpbody import ACCEPT_ENCODING, TransferError, caused_by, read_limited, root_cause
+from .httpbody import (
+    ACCEPT_ENCODING,
+    TransferError,
+    caused_by,
+    endpoint,
+    read_limited,
+    root_cause,
+)
 from .redirects import RedirectChain, require_web_scheme
 
 FEED_ACCEPT = (
@@ -95,16 +102,20 @@ async def open_feed_response(
     timeout_s: float,
     max_redirects: int,
     on_redirect: Callable[[int, str], None] | None = None,
+    check_url: Callable[[yarl.URL], None] | None = None,
 ) -> aiohttp.ClientResponse:
     """Send GET, following redirects by hand; the caller must ``release()`` the answer.
 
-    ``on_redirect`` hears each hop followed, as ``(status, target)``.
+    ``on_redirect`` hears each hop followed, as ``(status, target)``; ``check_url`` may refuse
+    a hop (raising TransferError) before it is sent.
     """
     current = _parse_url(url)
     require_web_scheme(current.scheme, f"{url} is not an http(s) URL")
     chain = RedirectChain(str(current), max_redirects)
     timeout = aiohttp.ClientTimeout(total=None, connect=timeout_s, sock_read=timeout_s)
     for _ in chain.hops():
+        if check_url is not None:
+            check_url(current)
         response = await _send(session, current, headers, timeout, timeout_s)
         if not 300 <= response.status < 400 or response.status == 304:
             return response
@@ -135,24 +146,32 @@ def describe_aiohttp_error(
     exc: aiohttp.ClientError, url: str, timeout_s: float | None
 ) -> TransferError:
     """Translate an aiohttp error into a kind and plain words (the kinds httpx's get too)."""
-    host = yarl.URL(url).host
+    parsed = yarl.URL(url)
+    host = parsed.host
     root = root_cause(exc)
     if isinstance(exc, aiohttp.ServerTimeoutError):
-        phase = (
-            "connecting to"
-            if isinstance(exc, aiohttp.ConnectionTimeoutError)
-            else "waiting for data from"
-        )
+        connecting = isinstance(exc, aiohttp.ConnectionTimeoutError)
+        phase = "connecting to" if connecting else "waiting for data from"
         after = f" after {timeout_s:g} s" if timeout_s else ""
-        return TransferError("timeout", f"timed out{after} {phase} {url}")
+        return TransferError(
+            "timeout",
+            f"timed out{after} {phase} {url}",
+            unreachable=endpoint(parsed) if connecting else None,
+        )
     if isinstance(exc, aiohttp.ClientConnectorDNSError) or caused_by(exc, socket.gaierror):
-        return TransferError("dns", f"could not resolve the host {host} of {url} ({root})")
+        return TransferError(
+            "dns",
+            f"could not resolve the host {host} of {url} ({root})",
+            unreachable=endpoint(parsed),
+        )
     if isinstance(exc, aiohttp.ClientSSLError) or caused_by(exc, ssl.SSLError):
         return TransferError("tls", f"TLS handshake with {host} failed for {url} ({root})")
     if isinstance(exc, aiohttp.ClientConnectorError):
         if isinstance(exc.os_error, ConnectionRefusedError):
-            return TransferError("connect", f"{host} refused the connection for {url} ({root})")
-        return TransferError("connect", f"could not connect to {host} for {url} ({root})")
+            detail = f"{host} refused the connection for {url} ({root})"
+        else:
+            detail = f"could not connect to {host} for {url} ({root})"
+        return TransferError("connect", detail, unreachable=endpoint(parsed))
     if isinstance(exc, aiohttp.InvalidURL):
         return TransferError("protocol", f"{url!r} is not a usable URL ({exc})")
     if isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)):

@@ -28,7 +28,7 @@ from .feedhttp import (
     validator,
 )
 from .http_hints import permanent_target, response_hints
-from .httpbody import TransferError
+from .httpbody import TransferError, Unreachable, refuse_unreachable, remember_unreachable
 from .models import FetchedFeed
 
 MIB = 1024 * 1024
@@ -73,12 +73,16 @@ async def fetch_feed(
     etag: str | None,
     last_modified: str | None,
     limits: FetchLimits,
+    unreachable: Unreachable | None = None,
 ) -> FetchedFeed:
     """Conditional GET: 304 gives an empty body, 2xx the raw bytes, anything else FetchError.
 
     The answer carries the headers the scheduler reads and where the chain's leading permanent
     redirects (301/308) led; a 4xx/5xx FetchError carries its headers (Retry-After) too.
+    An endpoint that takes no connection is added to ``unreachable``, and a request to one in
+    it fails without being sent (see :data:`.httpbody.Unreachable`).
     """
+    dead: Unreachable = {} if unreachable is None else unreachable
     headers: dict[str, str] = {}
     if etag := validator(etag):  # checked again: one stored by an older version may not be
         headers["If-None-Match"] = etag
@@ -97,6 +101,7 @@ async def fetch_feed(
                 timeout_s=limits.timeout_s,
                 max_redirects=limits.max_redirects,
                 on_redirect=lambda status, target: hops.append((status, target)),
+                check_url=lambda hop: refuse_unreachable(dead, hop),
             )
             try:
                 return await _read_feed_response(
@@ -111,6 +116,7 @@ async def fetch_feed(
             kind="deadline",
         ) from exc
     except TransferError as exc:
+        remember_unreachable(dead, exc)
         raise FetchError(f"fetch: {exc.detail}", kind=exc.kind, status=exc.status) from exc
 
 

@@ -45,10 +45,44 @@ class TransferError(Exception):
         self.unreachable = unreachable
 
 
-def endpoint(url: httpx.URL) -> str:
+class Located(Protocol):
+    """A URL of either HTTP client (httpx's or yarl's), as far as :func:`endpoint` reads it."""
+
+    @property
+    def scheme(self) -> str: ...
+    @property
+    def host(self) -> str | None: ...
+    @property
+    def port(self) -> int | None: ...
+
+
+def endpoint(url: Located) -> str:
     """``host:port`` of ``url``, the port spelled out even when it is the scheme's default."""
     port = url.port or (443 if url.scheme == "https" else 80)
     return f"{url.host}:{port}"
+
+
+Unreachable = dict[str, TransferError]
+"""Endpoints (``host:port``) that took no connection in this cycle, with the first failure:
+shared by a cycle's requests (feeds and images each keep one), so that a dead host's other
+URLs fail at once instead of each waiting out its own DNS or connect timeout."""
+
+
+def refuse_unreachable(unreachable: Unreachable, url: Located) -> None:
+    """Raise a TransferError of the first failure's kind, without trying, when ``url``'s
+    endpoint is in ``unreachable``."""
+    first = unreachable.get(endpoint(url))
+    if first is not None:
+        raise TransferError(
+            first.kind,
+            f"{url} not tried: {endpoint(url)} could not be reached earlier in this cycle "
+            f"({first.detail})",
+        )
+
+
+def remember_unreachable(unreachable: Unreachable, error: TransferError) -> None:
+    if error.unreachable is not None:
+        unreachable.setdefault(error.unreachable, error)
 
 
 def describe_http_error(exc: httpx.HTTPError, url: str, timeout_s: float | None) -> TransferError:

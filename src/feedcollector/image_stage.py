@@ -17,6 +17,7 @@ from datetime import timedelta
 from . import store_images
 from .collector import Collector
 from .errors import ImageError, StorageError
+from .httpbody import Unreachable
 from .images import download_image
 from .models import ImageTask
 from .report import CycleReport
@@ -31,7 +32,7 @@ async def download_pending_images(collector: Collector, report: CycleReport) -> 
     limit = asyncio.Semaphore(collector.settings.images.concurrency)
     cursor = store_images.TaskCursor()
     reserved: dict[str, str] = {}  # object key -> item id, see store_images.image_key
-    unreachable: dict[str, str] = {}  # host:port -> why, see images.download_image
+    unreachable: Unreachable = {}
     try:
         while not collector.stopping.is_set():
             tasks = await store_images.claim_image_tasks(
@@ -72,7 +73,7 @@ async def _attempt(
     task: ImageTask,
     limit: asyncio.Semaphore,
     reserved: dict[str, str],
-    unreachable: dict[str, str],
+    unreachable: Unreachable,
 ) -> store_images.ImageResult | StorageError | None:
     """The task's result; a StorageError to stop the stage; None if skipped on shutdown."""
     async with limit:

@@ -17,7 +17,14 @@ import httpx
 
 from .errors import ImageError
 from .fetch import MIB, status_text
-from .httpbody import TransferError, describe_http_error, endpoint, read_body
+from .httpbody import (
+    TransferError,
+    Unreachable,
+    describe_http_error,
+    read_body,
+    refuse_unreachable,
+    remember_unreachable,
+)
 from .netguard import IMAGE_ACCEPT, NetGuard
 from .netguard import make_image_client as make_image_client
 from .redirects import RedirectChain, require_web_scheme
@@ -205,7 +212,7 @@ async def download_image(
     url: str,
     *,
     limits: ImageLimits,
-    unreachable: dict[str, str] | None = None,
+    unreachable: Unreachable | None = None,
 ) -> DownloadedImage:
     """Download one image or raise ImageError saying why it was refused.
 
@@ -213,24 +220,16 @@ async def download_image(
     private-address guard (DNS, every redirect, connect time). Here, unless private addresses
     are allowed, every hop is also refused early when its host literally names one.
 
-    ``unreachable`` maps endpoints (``host:port``) that no connection could be made to, to why;
-    a failure to connect is added to it, and a hop to an endpoint in it is refused without
-    trying. Shared by the downloads of one pass, it keeps a dead host's images from each
-    waiting out their own DNS or connect timeout.
+    An endpoint that takes no connection is added to ``unreachable``, and a hop to one in it is
+    refused without trying (see :data:`.httpbody.Unreachable`).
     """
     literal_check = None if limits.allow_private_addresses else NetGuard().check_literal
-    dead: dict[str, str] = {} if unreachable is None else unreachable
+    dead: Unreachable = {} if unreachable is None else unreachable
 
     def check_url(hop: httpx.URL) -> None:
         if literal_check is not None:
             literal_check(hop)
-        first = dead.get(endpoint(hop))
-        if first is not None:
-            raise TransferError(
-                "connect",
-                f"{hop} not tried: {endpoint(hop)} could not be reached by an earlier "
-                f"download ({first})",
-            )
+        refuse_unreachable(dead, hop)
 
     try:
         async with asyncio.timeout(limits.deadline_s):
@@ -251,8 +250,7 @@ async def download_image(
             f"image: {url} did not finish within the {limits.deadline_s:g} s deadline"
         ) from exc
     except TransferError as exc:
-        if exc.unreachable is not None:
-            dead.setdefault(exc.unreachable, exc.detail)
+        remember_unreachable(dead, exc)
         raise ImageError(f"image: {exc.detail}") from exc
 
 

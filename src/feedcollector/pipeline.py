@@ -28,6 +28,7 @@ from .config import load_feeds
 from .decode import decode_feed
 from .errors import FetchError, LenientParseNeeded, ParseError, StorageError
 from .fetch import fetch_feed
+from .httpbody import Unreachable
 from .image_stage import download_pending_images
 from .models import Feed, ItemRecord, ParsedFeed
 from .normalize import item_records
@@ -121,11 +122,17 @@ async def sync_feeds_file(collector: Collector, now: datetime) -> None:
         await store.record_feeds_digest(collector.db, digest, now)
 
 
-async def refresh_feed(collector: Collector, feed: Feed, host: str | None = None) -> FeedOutcome:
+async def refresh_feed(
+    collector: Collector,
+    feed: Feed,
+    host: str | None = None,
+    unreachable: Unreachable | None = None,
+) -> FeedOutcome:
     """Fetch, back up, decode, parse and store one feed; never raises for a feed's own trouble.
 
     The request waits for its host's turn (``host``: its :func:`host_key`, when the caller
-    knows it already), and is not sent while a Retry-After runs."""
+    knows it already), and is not sent while a Retry-After runs, nor to an endpoint in
+    ``unreachable`` (see :func:`fetch_feed`)."""
     began = time.monotonic()
     fetched_at = collector.clock()
     outcome = FeedOutcome(feed=feed, fetched_at=fetched_at)
@@ -148,6 +155,7 @@ async def refresh_feed(collector: Collector, feed: Feed, host: str | None = None
                     etag=feed.last_etag,
                     last_modified=feed.last_modified,
                     limits=collector.fetch_limits,
+                    unreachable=unreachable,
                 )
         except FetchError as exc:
             if exc.status == 410:
@@ -309,6 +317,7 @@ async def _refresh_all(
     workers = collector.settings.fetch.concurrency
     not_modified: list[store.NotModified] = []
     unstarted: list[Feed] = []
+    unreachable: Unreachable = {}
 
     async def flush_not_modified() -> None:
         batch = not_modified[:]
@@ -321,7 +330,7 @@ async def _refresh_all(
     async def work() -> None:
         while (ticket := await queue.get()) is not None:
             try:
-                outcome = await _refresh_ticket(collector, ticket, unstarted)
+                outcome = await _refresh_ticket(collector, ticket, unstarted, unreachable)
             finally:
                 queue.done(ticket)
             if outcome is None:
@@ -367,7 +376,10 @@ async def _refresh_all(
 
 
 async def _refresh_ticket(
-    collector: Collector, ticket: Ticket[Feed], unstarted: list[Feed]
+    collector: Collector,
+    ticket: Ticket[Feed],
+    unstarted: list[Feed],
+    unreachable: Unreachable,
 ) -> FeedOutcome | None:
     """Refresh the ticket's feed, unless stopping (handed back) or its lease was lost while it
     waited for its host (another collector has it now)."""
@@ -391,4 +403,4 @@ async def _refresh_ticket(
                 feed.url,
             )
             return None
-    return await refresh_feed(collector, feed, ticket.host)
+    return await refresh_feed(collector, feed, ticket.host, unreachable)
