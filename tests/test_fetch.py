@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import gzip
 import socket
 import ssl
@@ -351,6 +352,11 @@ def with_cause(error: httpx.HTTPError, cause: BaseException) -> httpx.HTTPError:
             "https://a.example/",
             None,
         ),
+        (
+            with_cause(httpx.ConnectError("fds"), OSError(errno.EMFILE, "Too many open files")),
+            "https://cdn.example/a.png",
+            None,
+        ),
         (httpx.ReadTimeout("slow body"), "https://cdn.example/a.png", None),
         (httpx.PoolTimeout("busy"), "https://cdn.example/a.png", None),
         (httpx.ReadError("reset"), "https://cdn.example/a.png", None),
@@ -362,7 +368,8 @@ def test_only_a_failure_to_connect_names_the_endpoint_unreachable(
 ) -> None:
     """The image stage skips the other images of an unreachable endpoint for the cycle: only
     an endpoint that took no connection at all may be named (a TLS or a body failure is about
-    that answer, and the host's other images may well load)."""
+    that answer, and the host's other images may well load; running out of file descriptors
+    is this machine's trouble)."""
     assert describe_http_error(error, url, 30).unreachable == unreachable
 
 
@@ -399,6 +406,13 @@ def test_dns_failures_of_the_feed_client_are_classified_too() -> None:
             aiohttp.ClientConnectorSSLError(
                 SimpleNamespace(host="feeds.example", port=443, ssl=True),  # type: ignore[arg-type]
                 ssl.SSLError("bad certificate"),
+            ),
+            None,
+        ),
+        (
+            aiohttp.ClientConnectorError(
+                SimpleNamespace(host="feeds.example", port=443, ssl=True),  # type: ignore[arg-type]
+                OSError(errno.EADDRNOTAVAIL, "Cannot assign requested address"),
             ),
             None,
         ),

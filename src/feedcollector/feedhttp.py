@@ -24,9 +24,9 @@ from .httpbody import (
     ACCEPT_ENCODING,
     TransferError,
     caused_by,
-    endpoint,
     read_limited,
     root_cause,
+    unreachable_endpoint,
 )
 from .redirects import RedirectChain, require_web_scheme
 
@@ -156,13 +156,13 @@ def describe_aiohttp_error(
         return TransferError(
             "timeout",
             f"timed out{after} {phase} {url}",
-            unreachable=endpoint(parsed) if connecting else None,
+            unreachable=unreachable_endpoint(exc, parsed) if connecting else None,
         )
     if isinstance(exc, aiohttp.ClientConnectorDNSError) or caused_by(exc, socket.gaierror):
         return TransferError(
             "dns",
             f"could not resolve the host {host} of {url} ({root})",
-            unreachable=endpoint(parsed),
+            unreachable=unreachable_endpoint(exc, parsed),
         )
     if isinstance(exc, aiohttp.ClientSSLError) or caused_by(exc, ssl.SSLError):
         return TransferError("tls", f"TLS handshake with {host} failed for {url} ({root})")
@@ -171,7 +171,7 @@ def describe_aiohttp_error(
             detail = f"{host} refused the connection for {url} ({root})"
         else:
             detail = f"could not connect to {host} for {url} ({root})"
-        return TransferError("connect", detail, unreachable=endpoint(parsed))
+        return TransferError("connect", detail, unreachable=unreachable_endpoint(exc, parsed))
     if isinstance(exc, aiohttp.InvalidURL):
         return TransferError("protocol", f"{url!r} is not a usable URL ({exc})")
     if isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)):

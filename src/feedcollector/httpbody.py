@@ -9,6 +9,7 @@ same limit. Shared by the feed fetch and the image downloader, which word a
 
 from __future__ import annotations
 
+import errno
 import socket
 import ssl
 import zlib
@@ -62,6 +63,19 @@ def endpoint(url: Located) -> str:
     return f"{url.host}:{port}"
 
 
+LOCAL_ERRNOS = frozenset(
+    {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM, errno.EADDRNOTAVAIL}
+)
+"""Connect failures that are this machine's (out of file descriptors, buffers, local ports),
+not the host's: they say nothing about the host's other URLs."""
+
+
+def unreachable_endpoint(exc: BaseException, url: Located) -> str | None:
+    """``url``'s endpoint for a failure to connect, unless this machine caused it."""
+    local = any(isinstance(link, OSError) and link.errno in LOCAL_ERRNOS for link in _causes(exc))
+    return None if local else endpoint(url)
+
+
 Unreachable = dict[str, TransferError]
 """Endpoints (``host:port``) that took no connection in this cycle, with the first failure:
 shared by a cycle's requests (feeds and images each keep one), so that a dead host's other
@@ -98,7 +112,8 @@ def describe_http_error(exc: httpx.HTTPError, url: str, timeout_s: float | None)
             httpx.PoolTimeout: "waiting for a free connection to",
         }.get(type(exc), "talking to")
         after = f" after {timeout_s:g} s" if timeout_s else ""
-        unreachable = endpoint(parsed) if isinstance(exc, httpx.ConnectTimeout) else None
+        connecting = isinstance(exc, httpx.ConnectTimeout)
+        unreachable = unreachable_endpoint(exc, parsed) if connecting else None
         return TransferError("timeout", f"timed out{after} {phase} {url}", unreachable=unreachable)
     if isinstance(exc, httpx.ConnectError):
         if caused_by(exc, socket.gaierror):
@@ -109,7 +124,7 @@ def describe_http_error(exc: httpx.HTTPError, url: str, timeout_s: float | None)
             kind, detail = "connect", f"{host} refused the connection for {url} ({root})"
         else:
             kind, detail = "connect", f"could not connect to {host} for {url} ({root})"
-        return TransferError(kind, detail, unreachable=endpoint(parsed))
+        return TransferError(kind, detail, unreachable=unreachable_endpoint(exc, parsed))
     if isinstance(exc, httpx.UnsupportedProtocol):
         return TransferError("scheme", f"{url} uses an unsupported scheme ({exc})")
     if isinstance(exc, httpx.NetworkError):
