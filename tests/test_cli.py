@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import signal
 import sqlite3
 import subprocess
@@ -12,11 +13,23 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
+from benchmarks.farm import run_farm
+
 from .feedserver import FeedServer, Route
 from .samples import Entry, rss, write_project
 
 
-def feedcollector(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def feedcollector(
+    *args: str, cwd: Path, timeout: float = 120, open_files: tuple[int, int] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The CLI in a process of its own; ``open_files`` sets its (soft, hard) open-file limit."""
+
+    def limit() -> None:
+        if open_files is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, open_files)
+
     return subprocess.run(
         [sys.executable, "-m", "feedcollector", *args],
         cwd=cwd,
@@ -24,6 +37,7 @@ def feedcollector(*args: str, cwd: Path, timeout: float = 120) -> subprocess.Com
         text=True,
         timeout=timeout,
         env={k: v for k, v in os.environ.items() if k != "FEEDCOLLECTOR_CONFIG"},
+        preexec_fn=limit,
     )
 
 
@@ -265,3 +279,35 @@ def test_backup_db_points_d1_users_to_wrangler(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "wrangler d1 export" in result.stderr
     assert not (tmp_path / "x.db").exists()
+
+
+HARD_OPEN_FILES = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+
+
+@pytest.mark.skipif(
+    HARD_OPEN_FILES != resource.RLIM_INFINITY and HARD_OPEN_FILES < 1024,
+    reason="the hard open-file limit here is too low to lift the soft one past the need",
+)
+def test_run_lifts_a_low_soft_open_file_limit(tmp_path: Path) -> None:
+    """100 feeds in flight under a soft limit of 64 open files: backups failed with "Too many
+    open files" (the usual soft limit, 1024, runs out the same way at larger concurrency)."""
+    with run_farm(100, 2, hosts=100) as farm:
+        write_project(tmp_path, farm.urls(), extra_toml="enabled = false\n[fetch]\nconcurrency = 100\n")
+        result = feedcollector(
+            "--config", "feedcollector.toml", "run", "--once",
+            cwd=tmp_path, open_files=(64, HARD_OPEN_FILES),
+        )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "Too many open files" not in result.stderr
+    assert "open-file limit" not in result.stderr
+    assert count(tmp_path / "collector.db", "SELECT COUNT(*) FROM items") == 200
+
+
+def test_an_open_file_limit_that_cannot_be_lifted_is_warned_about(tmp_path: Path) -> None:
+    (tmp_path / "feeds.yaml").write_text("feeds: []\n")
+    result = feedcollector("run", "--once", cwd=tmp_path, open_files=(64, 64))
+    assert result.returncode == 0, result.stderr
+    assert "the open-file limit is 64" in result.stderr
+    assert "[fetch] concurrency = 5 with [images] concurrency = 8 may need about 134" in (
+        result.stderr
+    )
