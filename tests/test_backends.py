@@ -390,7 +390,7 @@ def test_s3_wrong_bucket_and_stopped_server_raise_object_store_error(s3_server: 
 
 def test_a_sqlite_file_locked_by_another_process_says_so(tmp_path: Path) -> None:
     path = tmp_path / "locked.db"
-    SQLiteDatabase(path)  # created, in WAL mode
+    asyncio.run(SQLiteDatabase(path).close())  # created, in WAL mode
     holder = sqlite3.connect(path, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
     try:
@@ -401,6 +401,9 @@ def test_a_sqlite_file_locked_by_another_process_says_so(tmp_path: Path) -> None
         holder.close()
     message = str(caught.value)
     assert f"SQLite file {path} is locked (database is locked; waited 0.05 s)" in message
+    if Path("/proc/self/fd").is_dir():  # the refused open left no file descriptor behind
+        held = [os.readlink(link) for link in Path("/proc/self/fd").iterdir() if link.is_symlink()]
+        assert str(path) not in held
     assert "Another process holds a write lock" in message
     assert "writable" not in message
 

@@ -292,7 +292,9 @@ def test_run_lifts_a_low_soft_open_file_limit(tmp_path: Path) -> None:
     """100 feeds in flight under a soft limit of 64 open files: backups failed with "Too many
     open files" (the usual soft limit, 1024, runs out the same way at larger concurrency)."""
     with run_farm(100, 2, hosts=100) as farm:
-        write_project(tmp_path, farm.urls(), extra_toml="enabled = false\n[fetch]\nconcurrency = 100\n")
+        write_project(
+            tmp_path, farm.urls(), extra_toml="enabled = false\n[fetch]\nconcurrency = 100\n"
+        )
         result = feedcollector(
             "--config", "feedcollector.toml", "run", "--once",
             cwd=tmp_path, open_files=(64, HARD_OPEN_FILES),

@@ -48,6 +48,8 @@ class SQLiteDatabase:
                 self._conn.execute("PRAGMA synchronous = NORMAL")
                 self._check_writable()
         except (sqlite3.Error, OSError) as exc:
+            if hasattr(self, "_conn"):  # connected, then refused: the file stays closed
+                self._conn.close()
             if _busy(exc):  # not a permission problem: a lock held past the busy timeout
                 message = (
                     f"database: SQLite file {self.path} is locked ({exc}; waited "
