@@ -809,3 +809,19 @@ def test_run_once_from_the_command_line_on_the_cloud_pair(
     assert again.returncode == 0, again.stderr
     assert "not modified" in again.stderr
     assert s.count("items") == 4
+
+
+@pytest.mark.cloud
+def test_a_manual_fetch_with_high_concurrency_claims_within_d1s_parameter_limit(
+    feed_server: FeedServer, cloud_shape: Callable[..., Shape]
+) -> None:
+    """``fetch --all`` claims the feeds a page at a time, and a page grows with ``[fetch]
+    concurrency`` (4 per worker): at 25 workers a page of 100 ids plus the lease's three
+    values was over D1's 100 bound parameters, so the claim failed and nothing was fetched."""
+    body = rss([Entry("one", guid="g1")])
+    urls = [feed_server.route(f"/feed{n}", body=body) for n in range(110)]
+    s = cloud_shape(urls, extra_toml="[fetch]\nconcurrency = 25\n")
+    report = s.cycle(force=True)
+    assert (report.feeds, report.stored, report.aborted, report.failed) == (110, 110, 0, 0)
+    assert s.count("items") == 110
+    assert all(feed_server.hits(f"/feed{n}") for n in range(110))

@@ -227,13 +227,19 @@ async def active_feed_ids(db: Database, urls: Sequence[str] | None = None) -> li
 async def claim_feeds_by_id(
     db: Database, ids: Sequence[str], *, now: datetime, owner: str, lease: timedelta
 ) -> list[Feed]:
-    """Lease the given feeds regardless of schedule (skipping ones another collector holds)."""
-    rows = await db.query(
-        "UPDATE feeds SET lease_owner = ?, lease_until = ? "
-        f"WHERE id IN ({placeholders(len(ids))}) AND (lease_until IS NULL OR lease_until <= ?) "
-        f"RETURNING {_FEED_COLUMNS}",
-        (owner, format_timestamp(now + lease), *ids, format_timestamp(now)),
-    )
+    """Lease the given feeds regardless of schedule (skipping ones another collector holds).
+
+    However many ``ids`` (a claim page grows with ``[fetch] concurrency``), each statement
+    binds at most :data:`MAX_PARAMS`."""
+    rows: list[Row] = []
+    for chunk in chunked(ids):
+        rows += await db.query(
+            "UPDATE feeds SET lease_owner = ?, lease_until = ? "
+            f"WHERE id IN ({placeholders(len(chunk))}) "
+            "AND (lease_until IS NULL OR lease_until <= ?) "
+            f"RETURNING {_FEED_COLUMNS}",
+            (owner, format_timestamp(now + lease), *chunk, format_timestamp(now)),
+        )
     return sorted((_feed(row) for row in rows), key=lambda f: f.url)
 
 
