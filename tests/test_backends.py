@@ -20,9 +20,11 @@ from pathlib import Path
 
 import pytest
 
+from feedcollector.backends import open_database
 from feedcollector.backends.d1 import D1Database
 from feedcollector.backends.local import LocalObjectStore
 from feedcollector.backends.sqlite import SQLiteDatabase
+from feedcollector.config import load_settings
 from feedcollector.database import Database, Statement
 from feedcollector.errors import DatabaseError, ObjectNotFoundError, ObjectStoreError
 from feedcollector.objectstore import ObjectStore
@@ -406,6 +408,24 @@ def test_a_sqlite_file_locked_by_another_process_says_so(tmp_path: Path) -> None
         assert str(path) not in held
     assert "Another process holds a write lock" in message
     assert "writable" not in message
+
+
+def test_the_sqlite_busy_wait_is_the_configured_database_timeout(tmp_path: Path) -> None:
+    """``[database] timeout`` bounds the wait for another process's write lock (it was 30 s
+    whatever the setting said, while only D1 obeyed it)."""
+    config = tmp_path / "feedcollector.toml"
+    config.write_text('[database]\npath = "locked.db"\ntimeout = "50ms"\n', encoding="utf-8")
+    settings = load_settings(config)
+    SQLiteDatabase(settings.database.path)  # created, in WAL mode
+    holder = sqlite3.connect(settings.database.path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(DatabaseError) as caught:
+            open_database(settings)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert "is locked (database is locked; waited 0.05 s)" in str(caught.value)
 
 
 def test_d1_proxy_down_is_a_database_error() -> None:

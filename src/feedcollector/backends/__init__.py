@@ -21,7 +21,7 @@ def open_database(settings: Settings) -> Database:
         return D1Database(db.url, db.token.get_secret_value(), timeout_s=db.timeout.total_seconds())
     from .sqlite import SQLiteDatabase
 
-    return SQLiteDatabase(db.path)
+    return SQLiteDatabase(db.path, busy_timeout_s=db.timeout.total_seconds())
 
 
 def open_object_store(settings: Settings) -> ObjectStore:
