@@ -819,3 +819,38 @@ def test_fetch_concurrency_above_twenty_is_real(project: Callable[..., Project])
             server.__exit__(None, None, None)
     assert peak == [hosts] * hosts, "every request was in flight at once"
     assert report.new_items == hosts
+
+
+def test_a_feed_stays_leased_for_as_long_as_its_fetch_may_take(
+    feed_server: FeedServer, project: Callable[..., Project]
+) -> None:
+    """``[fetch] deadline`` may be longer than the 15 min lease a claim used to take: the lease
+    ran out while the feed was still being fetched, and a second collector fetched it too."""
+    body = rss([Entry("one", guid="1")])
+    in_flight, release = threading.Event(), threading.Event()
+
+    def first_one_hangs(request: Any) -> None:
+        if not in_flight.is_set():
+            in_flight.set()
+            release.wait()
+        request.send_response(200)
+        request.send_header("Content-Type", "application/rss+xml")
+        request.send_header("Content-Length", str(len(body)))
+        request.end_headers()
+        request.wfile.write(body)
+
+    url = feed_server.route("/feed", Route(handler=first_one_hangs))
+    p = project([url], extra_toml='[fetch]\ndeadline = "40m"\n')
+    first: list[CycleReport] = []
+    collector_a = threading.Thread(target=lambda: first.append(p.cycle()))
+    collector_a.start()
+    try:
+        assert in_flight.wait(60), "the first collector sent its request"
+        p.clock.advance(minutes=30)  # within the first fetch's deadline
+        second = p.cycle()
+    finally:
+        release.set()
+        collector_a.join()
+    assert second.feeds == 0, "the feed was still leased to the first collector"
+    assert len(feed_server.hits("/feed")) == 1
+    assert (first[0].feeds, first[0].new_items) == (1, 1)

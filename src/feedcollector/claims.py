@@ -14,6 +14,17 @@ from .report import CycleReport
 
 log = logging.getLogger("feedcollector")
 
+FEED_LEASE = timedelta(minutes=15)
+"""How long a claimed feed stays reserved at least; a crashed collector's feeds come back after
+it. A longer ``[fetch] deadline`` lengthens it (:func:`feed_lease`)."""
+
+
+def feed_lease(collector: Collector) -> timedelta:
+    """How long this collector's claims hold a feed: :data:`FEED_LEASE`, or twice ``[fetch]
+    deadline`` when that is longer, so a fetch may use its whole deadline (and the parse and
+    store after it) before another collector may take the feed."""
+    return max(FEED_LEASE, 2 * collector.settings.fetch.deadline)
+
 
 async def due_pages(
     collector: Collector, due_by: datetime, lease: timedelta

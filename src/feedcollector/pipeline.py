@@ -18,11 +18,11 @@ import hashlib
 import logging
 import time
 from collections.abc import AsyncIterator, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from . import outcomes, store, store_items, store_schedule
 from .backups import write_backup
-from .claims import due_pages, forced_pages
+from .claims import due_pages, feed_lease, forced_pages
 from .collector import Collector
 from .config import load_feeds
 from .decode import decode_feed
@@ -47,8 +47,6 @@ from .timestamps import format_timestamp, parse_timestamp
 
 log = logging.getLogger("feedcollector")
 
-FEED_LEASE = timedelta(minutes=15)
-"""How long a claimed feed stays reserved; a crashed collector's feeds come back after it."""
 NOT_MODIFIED_FLUSH = 200
 """304 bookkeeping is written in batches of this many feeds."""
 INLINE_PARSE_BYTES = 2 * 2**20
@@ -76,10 +74,11 @@ async def run_cycle(
         collector.hosts.defer(host_key(limit.moved_to or limit.url), parse_timestamp(limit.until))
     if collector.observer is not None and not force:
         report.feeds_due = await store.count_due_feeds(collector.db, report.started)
+    lease = feed_lease(collector)
     pages = (
-        forced_pages(collector, urls, report, FEED_LEASE)
+        forced_pages(collector, urls, report, lease)
         if force
-        else due_pages(collector, report.started, FEED_LEASE)
+        else due_pages(collector, report.started, lease)
     )
     await _refresh_all(collector, pages, report)
     if collector.settings.images.enabled and not collector.stopping.is_set():
@@ -387,10 +386,11 @@ async def _refresh_ticket(
     if collector.stopping.is_set():
         unstarted.append(feed)
         return None
-    if time.monotonic() - ticket.queued_at > FEED_LEASE.total_seconds() / 2:
+    lease = feed_lease(collector)
+    if time.monotonic() - ticket.queued_at > lease.total_seconds() / 2:
         try:
             ours = await store_schedule.renew_lease(
-                collector.db, feed.id, owner=collector.owner, until=collector.clock() + FEED_LEASE
+                collector.db, feed.id, owner=collector.owner, until=collector.clock() + lease
             )
         except StorageError as exc:
             log.error(
