@@ -854,3 +854,19 @@ def test_a_feed_stays_leased_for_as_long_as_its_fetch_may_take(
     assert second.feeds == 0, "the feed was still leased to the first collector"
     assert len(feed_server.hits("/feed")) == 1
     assert (first[0].feeds, first[0].new_items) == (1, 1)
+
+
+def test_an_item_over_ten_megabytes_is_read_within_the_body_cap(
+    feed_server: FeedServer, project: Callable[..., Project]
+) -> None:
+    """``[fetch] max_body_bytes`` (20 MiB) lets a feed carry an item of over 10 MB (images
+    inlined as data: URLs), but lxml refuses a text node that long unless told otherwise, and
+    the lenient parser takes at most 4 MiB: the whole feed failed on every fetch."""
+    huge = "<p>" + "x" * 11_000_000 + "</p>"
+    body = rss([Entry("huge", guid="huge", content=huge), Entry("small", guid="small")])
+    url = feed_server.route("/feed", body=body, headers={"Content-Type": "application/rss+xml"})
+    p = project([url])
+    report = p.cycle()
+    assert (report.stored, report.failed, report.new_items) == (1, 0, 2)
+    (spilled,) = p.rows("SELECT content_key FROM items WHERE guid = 'huge'")
+    assert p.object(spilled["content_key"]).decode() == huge

@@ -172,33 +172,48 @@ def _html_page(document: bytes, page_url: str) -> str | None:
     return f"{page} that announces the feed {', '.join(feeds[:FEEDS_SHOWN])}{more}"
 
 
+LXML_TEXT_LIMIT = 10_000_000
+"""Longest text node libxml2 reads without ``huge_tree`` (``XML_MAX_TEXT_LENGTH``); a body
+cap of 20 MiB lets a feed carry longer ones (an item with images inlined as data: URLs)."""
+
+
 def _parse_strict(body: bytes) -> etree._Element | None:
-    """The document's root, or None if it is not well-formed XML (the caller tries harder)."""
+    """The document's root, or None if it is not well-formed XML (the caller tries harder).
+
+    A body that may hold a text node over :data:`LXML_TEXT_LIMIT` is tried again without that
+    limit when the first parse fails; the body is already within ``[fetch] max_body_bytes``,
+    and entities, DTDs and the network stay off."""
     try:
         return etree.fromstring(body, _strict_parser())
+    except (etree.LxmlError, ValueError):
+        if len(body) <= LXML_TEXT_LIMIT:
+            return None
+    try:
+        return etree.fromstring(body, _strict_parser(huge_tree=True))
     except (etree.LxmlError, ValueError):
         return None
 
 
-def _strict_parser() -> etree.XMLParser:
+def _strict_parser(*, huge_tree: bool = False) -> etree.XMLParser:
     """One parser per thread (lxml parsers must not be shared across threads).
 
     ``ns_clean`` drops namespace declarations that repeat one in scope: podcast feeds often
     redeclare ``xmlns:itunes`` on every element, and not keeping those makes the parse about
     6% faster on the real-world corpus. The elements' namespaces are unchanged.
     """
-    parser: etree.XMLParser | None = getattr(_local, "parser", None)
+    name = "huge_parser" if huge_tree else "parser"
+    parser: etree.XMLParser | None = getattr(_local, name, None)
     if parser is None:
         parser = etree.XMLParser(
             encoding="utf-8",
             resolve_entities=False,
             no_network=True,
             load_dtd=False,
-            huge_tree=False,
+            huge_tree=huge_tree,
             collect_ids=False,
             ns_clean=True,
         )
-        _local.parser = parser
+        setattr(_local, name, parser)
     return parser
 
 
