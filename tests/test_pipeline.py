@@ -501,6 +501,35 @@ def test_an_unreachable_feed_host_is_tried_once_a_cycle(
     assert sum("not tried" not in r["last_error"] for r in rows) == 1, "tried again next cycle"
 
 
+def test_image_tasks_stay_leased_for_as_long_as_their_page_may_take(
+    feed_server: FeedServer, project: Callable[..., Project]
+) -> None:
+    """A page of 50 tasks at concurrency 1, each allowed a minute: the lease must outlast 50
+    minutes of downloads (it was a fixed 15 min, and another collector took them over)."""
+    seen: list[str] = []
+
+    def image(request: Any) -> None:
+        with sqlite3.connect(p.folder / "collector.db") as conn:
+            seen.extend(row[0] for row in conn.execute("SELECT lease_until FROM image_tasks"))
+        body = png()
+        request.send_response(200)
+        request.send_header("Content-Type", "image/png")
+        request.send_header("Content-Length", str(len(body)))
+        request.end_headers()
+        request.wfile.write(body)
+
+    src = feed_server.route("/img/a.png", Route(handler=image))
+    url = feed_server.route(
+        "/feed", body=rss([Entry("pic", guid="p", content=f'<img src="{src}">')])
+    )
+    p = project([url], extra_toml='concurrency = 1\ndeadline = "1m"\n')
+    p.cycle()
+    assert seen == ["2026-03-02T10:40:00Z"], "START + 2 x 50 rounds x 1 min"
+    assert p.rows("SELECT status, lease_until FROM image_tasks") == [
+        {"status": "success", "lease_until": None}
+    ]
+
+
 def test_an_unreachable_image_host_is_tried_once_a_cycle(
     feed_server: FeedServer, project: Callable[..., Project]
 ) -> None:

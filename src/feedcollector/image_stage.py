@@ -25,11 +25,23 @@ from .report import CycleReport
 log = logging.getLogger("feedcollector")
 
 IMAGE_LEASE = timedelta(minutes=15)
+"""How long claimed image tasks stay reserved at least (see :func:`image_lease`)."""
+
+
+def image_lease(page: int, concurrency: int, deadline: timedelta) -> timedelta:
+    """How long a claimed page of tasks stays reserved: long enough for every task of it to
+    use its whole ``[images] deadline``, ``concurrency`` at a time, with as much again to spare
+    (at concurrency 1, 50 slow images took 100 min, and another collector took them over)."""
+    rounds = -(-page // concurrency)
+    return max(IMAGE_LEASE, 2 * rounds * deadline)
 
 
 async def download_pending_images(collector: Collector, report: CycleReport) -> None:
     """Work through the pending tasks (new and retries) page by page, each task once a cycle."""
-    limit = asyncio.Semaphore(collector.settings.images.concurrency)
+    settings = collector.settings.images
+    limit = asyncio.Semaphore(settings.concurrency)
+    page = max(50, settings.concurrency * 8)
+    lease = image_lease(page, settings.concurrency, settings.deadline)
     cursor = store_images.TaskCursor()
     reserved: dict[str, str] = {}  # object key -> item id, see store_images.image_key
     unreachable: Unreachable = {}
@@ -38,8 +50,8 @@ async def download_pending_images(collector: Collector, report: CycleReport) -> 
             tasks = await store_images.claim_image_tasks(
                 collector.db,
                 now=collector.clock(),
-                lease=IMAGE_LEASE,
-                limit=max(50, collector.settings.images.concurrency * 8),
+                lease=lease,
+                limit=page,
                 after=cursor,
             )
             if not tasks:
