@@ -459,7 +459,7 @@ def test_a_fetch_to_an_endpoint_that_took_no_connection_this_cycle_is_not_sent(
     assert list(unreachable) == [dead.removeprefix("http://")]
     for skipped in (second, redirected):
         assert isinstance(skipped, FetchError)
-        assert skipped.kind == "connect"
+        assert skipped.kind == "not_tried"
         assert "not tried: 127.0.0.1:" in str(skipped)
         assert "could not be reached earlier in this cycle" in str(skipped)
         assert f"refused the connection for {dead}/a" in str(skipped)

@@ -13,7 +13,7 @@ from ipaddress import IPv4Address, ip_address
 import httpx
 import pytest
 
-from feedcollector.errors import ImageError
+from feedcollector.errors import ImageError, ImageNotTried
 from feedcollector.httpbody import TransferError, Unreachable
 from feedcollector.images import (
     DownloadedImage,
@@ -481,10 +481,11 @@ def test_an_unreachable_endpoint_is_tried_once_per_shared_memo(public_server: Fe
     first, second, redirected, ok = download_all([*urls, f"{live}/ok.png"], guard, unreachable)
 
     assert isinstance(first, ImageError)
+    assert not isinstance(first, ImageNotTried)
     assert "could not resolve the host gone.test" in str(first)
     assert list(unreachable) == ["gone.test:80"]
     for skipped in (second, redirected):
-        assert isinstance(skipped, ImageError)
+        assert isinstance(skipped, ImageNotTried)
         assert "not tried: gone.test:80 could not be reached earlier in this cycle" in str(skipped)
         assert "could not resolve the host gone.test of http://gone.test/a.png" in str(skipped)
     assert "http://gone.test/elsewhere.png not tried" in str(redirected)

@@ -25,6 +25,7 @@ from feedcollector.parse_fallback import parse_with_feedparser
 from feedcollector.pipeline import run_cycle
 from feedcollector.report import CycleReport
 from feedcollector.schedule import feed_id_for
+from feedcollector.timestamps import format_timestamp
 
 from .feedserver import FeedServer, Route
 from .samples import Entry, closed_port, png, rss, write_project
@@ -478,27 +479,29 @@ def test_an_unreachable_feed_host_is_tried_once_a_cycle(
     feed_server: FeedServer, project: Callable[..., Project]
 ) -> None:
     """Feeds of one host go one at a time: three feeds of a host that took no connection
-    waited out three connect timeouts in a row. The others fail without a request, as they
-    would have after their own timeout (each counts a failure and backs off)."""
+    waited out three connect timeouts in a row. Now one is tried a cycle; the others are not
+    requested (no failure counted, no backoff) and stay due for the next cycle."""
     dead = f"http://127.0.0.1:{closed_port()}"
     live = feed_server.route("/feed", body=rss([Entry("one", guid="1")]))
     one_at_a_time = '[schedule]\nhost_gap = "1ms"\njitter = 0\n'
     p = project([f"{dead}/a", f"{dead}/b", f"{dead}/c", live], schedule_toml=one_at_a_time)
-    report = p.cycle()
-    assert report.new_items == 1
-    rows = p.rows("SELECT url, consecutive_failures, last_error FROM feeds WHERE url <> ?", live)
-    assert [r["consecutive_failures"] for r in rows] == [1, 1, 1]
-    errors = [r["last_error"] for r in rows]
-    tried = [e for e in errors if "not tried" not in e]
-    assert len(tried) == 1, errors
-    assert "refused the connection" in tried[0]
-    for error in errors:
-        if error not in tried:
-            assert "could not be reached earlier in this cycle" in error
-    p.clock.advance(days=2)
-    p.cycle()
-    rows = p.rows("SELECT last_error FROM feeds WHERE url <> ?", live)
-    assert sum("not tried" not in r["last_error"] for r in rows) == 1, "tried again next cycle"
+    for cycle, failures in enumerate(([0, 0, 1], [0, 1, 1], [1, 1, 1])):
+        report = p.cycle()
+        assert report.new_items == (1 if cycle == 0 else 0)
+        assert (report.failed, report.deferred) == (1, 2 - cycle)
+        rows = p.rows(
+            "SELECT consecutive_failures AS n, last_error, next_fetch_at FROM feeds "
+            "WHERE url <> ? ORDER BY n",
+            live,
+        )
+        assert [r["n"] for r in rows] == failures
+        for row in rows:
+            if row["n"] == 0:
+                assert row["last_error"] is None
+                assert row["next_fetch_at"] <= format_timestamp(p.clock.now), "still due"
+            else:
+                assert "refused the connection" in row["last_error"]
+        p.clock.advance(minutes=1)
 
 
 def test_image_tasks_stay_leased_for_as_long_as_their_page_may_take(
@@ -533,29 +536,33 @@ def test_image_tasks_stay_leased_for_as_long_as_their_page_may_take(
 def test_an_unreachable_image_host_is_tried_once_a_cycle(
     feed_server: FeedServer, project: Callable[..., Project]
 ) -> None:
-    """The other images of a host that took no connection fail this cycle's attempt without
-    a try, so a dead image host costs one timeout a cycle, not one per image; the next cycle
-    tries it again, and after three cycles its images are failed, as before."""
+    """One task of a host that took no connection is tried a cycle; its others are handed
+    back uncharged instead of each waiting out a timeout (a host down for a while does not
+    fail images it never tried), and the other hosts' images go on."""
     dead = f"http://127.0.0.1:{closed_port()}"
     ok = feed_server.route("/img/ok.png", body=png(), headers={"Content-Type": "image/png"})
     html = "".join(f'<img src="{dead}/{n}.png">' for n in range(3)) + f'<img src="{ok}">'
     url = feed_server.route("/feed", body=rss([Entry("pictures", guid="p", content=html)]))
     p = project([url], extra_toml="concurrency = 1\n")
-    for attempt in (1, 2, 3):
-        p.cycle()
-        rows = p.rows("SELECT position, status, attempts, last_error FROM image_tasks ORDER BY 1")
-        assert [r["attempts"] for r in rows] == [attempt] * 3 + [1]
-        assert [r["status"] for r in rows] == ["pending" if attempt < 3 else "failed"] * 3 + [
-            "success"
-        ]
-        errors = [r["last_error"] for r in rows[:3]]
-        tried = [e for e in errors if "refused the connection" in e and "not tried" not in e]
-        assert len(tried) == 1, errors
-        for error in errors:
-            if error not in tried:
-                assert "not tried: 127.0.0.1:" in error
-                assert "could not be reached earlier in this cycle" in error
+    for attempts in ([0, 0, 1], [0, 0, 2], [0, 0, 3], [0, 1, 3]):
+        report = p.cycle()
+        rows = p.rows(
+            "SELECT attempts, status, last_error, lease_until FROM image_tasks "
+            "WHERE original_url LIKE ? ORDER BY attempts",
+            f"{dead}/%",
+        )
+        assert [r["attempts"] for r in rows] == attempts
+        assert report.images_retry_later + report.images_failed == 1, "one attempt a cycle"
+        for row in rows:
+            assert row["lease_until"] is None, "handed back"
+            if row["attempts"] == 0:
+                assert (row["status"], row["last_error"]) == ("pending", None)
+            else:
+                assert "refused the connection" in row["last_error"]
         p.clock.advance(minutes=1)
+    assert p.rows("SELECT status FROM image_tasks WHERE original_url = ?", ok) == [
+        {"status": "success"}
+    ]
 
 
 def test_private_image_addresses_are_refused_by_default(

@@ -199,7 +199,7 @@ def test_retry_after_shows_in_the_manual_fetch_output(
     assert result.returncode == 0, result.stderr
     assert len(feed_server.requests) == 1
     assert "the server asked (Retry-After) to wait until" in result.stderr
-    assert "1 deferred by Retry-After" in result.stderr
+    assert "1 deferred, not requested" in result.stderr
 
 
 def test_a_feed_whose_lease_was_taken_while_it_waited_is_left_alone(

@@ -70,3 +70,9 @@ class ObjectNotFoundError(ObjectStoreError):
 
 class ImageError(FeedCollectorError):
     """An image could not be downloaded or is not acceptable; recorded on its task."""
+
+
+class ImageNotTried(ImageError):
+    """The download was not even sent: its host took no connection earlier in this cycle.
+
+    Not an attempt of the task: it is handed back for the next cycle, uncharged."""

@@ -79,16 +79,18 @@ def unreachable_endpoint(exc: BaseException, url: Located) -> str | None:
 Unreachable = dict[str, TransferError]
 """Endpoints (``host:port``) that took no connection in this cycle, with the first failure:
 shared by a cycle's requests (feeds and images each keep one), so that a dead host's other
-URLs fail at once instead of each waiting out its own DNS or connect timeout."""
+URLs are not sent at all (they wait for the next cycle, uncharged) instead of each waiting out
+its own DNS or connect timeout."""
+NOT_TRIED = "not_tried"
+"""The kind of the TransferError for a request that was not sent (see :data:`Unreachable`)."""
 
 
 def refuse_unreachable(unreachable: Unreachable, url: Located) -> None:
-    """Raise a TransferError of the first failure's kind, without trying, when ``url``'s
-    endpoint is in ``unreachable``."""
+    """Raise a :data:`NOT_TRIED` TransferError when ``url``'s endpoint is in ``unreachable``."""
     first = unreachable.get(endpoint(url))
     if first is not None:
         raise TransferError(
-            first.kind,
+            NOT_TRIED,
             f"{url} not tried: {endpoint(url)} could not be reached earlier in this cycle "
             f"({first.detail})",
         )

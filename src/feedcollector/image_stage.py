@@ -2,8 +2,8 @@
 
 Runs after the cycle's items are stored, so it never delays them. Each attempt counts
 (``attempts += 1``); the third failure marks the task ``failed`` (seed section 6). A host that
-could not be reached (no address, refused, connect timeout) is tried once a cycle: its other
-images fail that cycle's attempt at once, as they would have after their own timeout. An
+took no connection (no address, refused, connect timeout) is tried once a cycle: its other
+images are handed back uncharged for the next cycle instead of each waiting out a timeout. An
 object-store or database failure is the infrastructure's fault, not the image's: the stage
 stops for this cycle and the interrupted tasks are handed back without being charged.
 """
@@ -16,7 +16,7 @@ from datetime import timedelta
 
 from . import store_images
 from .collector import Collector
-from .errors import ImageError, StorageError
+from .errors import ImageError, ImageNotTried, StorageError
 from .httpbody import Unreachable
 from .images import download_image
 from .models import ImageTask
@@ -87,7 +87,8 @@ async def _attempt(
     reserved: dict[str, str],
     unreachable: Unreachable,
 ) -> store_images.ImageResult | StorageError | None:
-    """The task's result; a StorageError to stop the stage; None if skipped on shutdown."""
+    """The task's result; a StorageError to stop the stage; None if not tried (shutdown, or
+    its host unreachable this cycle): handed back uncharged."""
     async with limit:
         if collector.stopping.is_set():
             return None
@@ -98,6 +99,9 @@ async def _attempt(
                 limits=collector.image_limits,
                 unreachable=unreachable,
             )
+        except ImageNotTried as exc:
+            log.debug("image %s (item %s): %s", task.original_url, task.item_id, exc)
+            return None
         except ImageError as exc:
             log.info("image %s (item %s): %s", task.original_url, task.item_id, exc)
             return store_images.ImageResult(task.id, None, str(exc))

@@ -15,9 +15,10 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from .errors import ImageError
+from .errors import ImageError, ImageNotTried
 from .fetch import MIB, status_text
 from .httpbody import (
+    NOT_TRIED,
     TransferError,
     Unreachable,
     describe_http_error,
@@ -221,7 +222,7 @@ async def download_image(
     are allowed, every hop is also refused early when its host literally names one.
 
     An endpoint that takes no connection is added to ``unreachable``, and a hop to one in it is
-    refused without trying (see :data:`.httpbody.Unreachable`).
+    not sent: ImageNotTried (see :data:`.httpbody.Unreachable`).
     """
     literal_check = None if limits.allow_private_addresses else NetGuard().check_literal
     dead: Unreachable = {} if unreachable is None else unreachable
@@ -251,7 +252,8 @@ async def download_image(
         ) from exc
     except TransferError as exc:
         remember_unreachable(dead, exc)
-        raise ImageError(f"image: {exc.detail}") from exc
+        not_tried = exc.kind == NOT_TRIED
+        raise (ImageNotTried if not_tried else ImageError)(f"image: {exc.detail}") from exc
 
 
 async def _accept_image(response: httpx.Response, limits: ImageLimits) -> DownloadedImage:

@@ -57,12 +57,17 @@ def honour_refusal(
 
 
 async def defer(
-    collector: Collector, outcome: FeedOutcome, until: datetime, began: float
+    collector: Collector,
+    outcome: FeedOutcome,
+    until: datetime,
+    began: float,
+    why: str | None = None,
 ) -> FeedOutcome:
-    """A Retry-After (the feed's, or its host's 429) still runs: no request, no failure."""
+    """No request, no failure: a Retry-After (the feed's, or its host's 429) still runs, or
+    ``why`` says what else kept the request from being sent."""
     outcome.state = "deferred"
     outcome.next_fetch_at = until
-    outcome.error = (
+    outcome.error = why or (
         f"not requested: the server asked (Retry-After) to wait until {format_timestamp(until)}"
     )
     await store_schedule.defer_feed(

@@ -28,7 +28,7 @@ from .config import load_feeds
 from .decode import decode_feed
 from .errors import FetchError, LenientParseNeeded, ParseError, StorageError
 from .fetch import fetch_feed
-from .httpbody import Unreachable
+from .httpbody import NOT_TRIED, Unreachable
 from .image_stage import download_pending_images
 from .models import Feed, ItemRecord, ParsedFeed
 from .normalize import item_records
@@ -159,6 +159,8 @@ async def refresh_feed(
         except FetchError as exc:
             if exc.status == 410:
                 return await outcomes.gone(collector, outcome, exc, began)
+            if exc.kind == NOT_TRIED:  # its host took no connection this cycle: next one
+                return await outcomes.defer(collector, outcome, fetched_at, began, str(exc))
             return await outcomes.fail(collector, outcome, exc, exc.status, began)
         outcome.http_status = response.status
         if response.permanent_url is not None:

@@ -160,7 +160,7 @@ class CycleReport:
     def summary(self) -> str:
         polite = "".join(
             f", {count} {what}"
-            for count, what in ((self.deferred, "deferred by Retry-After"), (self.gone, "gone"))
+            for count, what in ((self.deferred, "deferred, not requested"), (self.gone, "gone"))
             if count
         )
         return (
