@@ -32,14 +32,15 @@ async def run_forever(collector: Collector) -> None:
     restore = _stop_on_signals(collector.stopping)
     try:
         while not collector.stopping.is_set():
+            started = collector.clock()
             try:
-                await run_cycle(collector)
+                started = (await run_cycle(collector)).started
             except ConfigError as exc:
                 log.error("%s (this cycle skipped; fix the file, the next cycle re-reads it)", exc)
             except StorageError as exc:
                 log.error("%s (this cycle skipped; the next cycle retries)", exc)
             await cleanup_if_due(collector)
-            await _sleep_until_due(collector)
+            await _sleep(collector, await next_wake(collector, started))
     finally:
         restore()
     log.info("run: stopped cleanly")
@@ -84,14 +85,26 @@ async def cleanup_if_due(collector: Collector) -> CleanupReport | None:
     return report
 
 
-async def _sleep_until_due(collector: Collector) -> None:
-    delay = POLL_INTERVAL
+async def next_wake(collector: Collector, since: datetime) -> timedelta:
+    """How long to sleep after a cycle that started at ``since``: until the first feed due
+    after that, and at most ``POLL_INTERVAL``.
+
+    A feed that was due when the cycle started and is due still was that cycle's to take:
+    its work was aborted by a storage error (a full disk, a locked database), or another
+    collector (or a killed one, for its lease's 15 minutes) holds it. Waking at once for it
+    would run a cycle a second, downloading such feeds again each time; the next poll retries.
+    """
     try:
-        due = await store.next_due_at(collector.db)
+        due = await store.next_due_at(collector.db, after=since)
     except StorageError:
-        due = None
-    if due:
-        delay = min(delay, _until(parse_timestamp(due), collector.clock()))
+        return POLL_INTERVAL
+    if due is None:
+        return POLL_INTERVAL
+    return min(POLL_INTERVAL, _until(parse_timestamp(due), collector.clock()))
+
+
+async def _sleep(collector: Collector, delay: timedelta) -> None:
+    """Sleep ``delay`` (at least a second), or until asked to stop."""
     try:
         await asyncio.wait_for(collector.stopping.wait(), timeout=max(delay.total_seconds(), 1.0))
     except TimeoutError:
