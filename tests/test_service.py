@@ -8,18 +8,29 @@ tests' fixed one, so every decision is checked exactly.
 from __future__ import annotations
 
 import asyncio
+import logging
+import subprocess
+import sys
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
+
+import pytest
 
 from feedcollector import service
 from feedcollector.collector import open_collector
 from feedcollector.config import load_settings
+from feedcollector.database import Database
 from feedcollector.pipeline import run_cycle
+from feedcollector.report import CycleReport, FeedOutcome
 
 from .feedserver import FeedServer
 from .samples import Entry, rss
 from .scheduling import execute, polite_project, stamp
-from .test_pipeline import Project
+from .test_pipeline import Clock, Project
+
+HANG_S = 120.0
+"""Generous "did not hang" bound for a run of a few cycles."""
 
 
 def wake_after_cycle(project: Project) -> timedelta:
@@ -79,3 +90,87 @@ def test_a_feed_another_collector_holds_does_not_wake_the_scheduler(
     assert wake_after_cycle(p) == service.POLL_INTERVAL, "not for the one held elsewhere"
     assert len(feed_server.hits("/held")) == 1
     assert len(feed_server.hits("/later")) == 2
+
+
+# --- the feeds file going bad while it runs -------------------------------------------------------
+
+
+class Script:
+    """A cycle observer that drives ``run``: after each cycle it moves the test clock past the
+    feeds' 30-minute interval (so the next cycle fetches them again), runs that cycle's action,
+    and stops the collector after ``cycles``."""
+
+    def __init__(
+        self, clock: Clock, cycles: int, actions: dict[int, Callable[[], None]] | None = None
+    ) -> None:
+        self.clock, self.cycles, self.actions = clock, cycles, actions or {}
+        self.done = 0
+        self.stopping: asyncio.Event | None = None
+
+    def feed_done(self, outcome: FeedOutcome, report: CycleReport) -> None:
+        pass
+
+    def images_done(self, report: CycleReport) -> None:
+        pass
+
+    async def cycle_done(self, report: CycleReport, db: Database) -> None:
+        self.done += 1
+        self.clock.advance(minutes=31)
+        self.actions.get(self.done, lambda: None)()
+        if self.done >= self.cycles and self.stopping is not None:
+            self.stopping.set()
+
+
+def serve(project: Project, script: Script) -> None:
+    """``run`` (the real scheduler loop, sleeps included) until the script stops it."""
+
+    async def go() -> None:
+        settings = load_settings(project.config)
+        async with open_collector(settings, clock=project.clock, observer=script) as collector:
+            script.stopping = collector.stopping
+            await asyncio.wait_for(service.run_forever(collector), HANG_S)
+
+    asyncio.run(go())
+
+
+BROKEN = {
+    "invalid": lambda path: path.write_text("feeds:\n  - url: [oops\n"),
+    "empty": lambda path: path.write_text(""),
+    "deleted": lambda path: path.unlink(),
+}
+
+
+@pytest.mark.parametrize("damage", list(BROKEN))
+def test_a_feeds_file_broken_while_running_keeps_the_known_feeds_collected(
+    feed_server: FeedServer, tmp_path: Path, caplog: pytest.LogCaptureFixture, damage: str
+) -> None:
+    url = feed_server.route("/feed", body=rss([Entry("one", guid="1")]))
+    p = polite_project(tmp_path, [url])
+    feeds_file = tmp_path / "feeds.yaml"
+    good = feeds_file.read_bytes()
+    actions = {1: lambda: BROKEN[damage](feeds_file), 3: lambda: feeds_file.write_bytes(good)}
+    caplog.set_level(logging.INFO, logger="feedcollector")
+
+    serve(p, Script(p.clock, 4, actions))
+
+    assert len(feed_server.hits("/feed")) == 4, "fetched in every cycle, the broken ones too"
+    assert p.rows("SELECT active FROM feeds") == [{"active": 1}]
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1, errors
+    assert "feeds.yaml" in errors[0]
+    assert "still collecting the feeds already known" in errors[0]
+    assert any("usable again" in r.getMessage() for r in caplog.records)
+
+
+def test_run_refuses_to_start_on_a_broken_feeds_file(tmp_path: Path) -> None:
+    config = polite_project(tmp_path, ["https://blog.example/feed"]).config
+    (tmp_path / "feeds.yaml").write_text("feeds:\n  - url: [oops\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "feedcollector", "--config", str(config), "run"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=HANG_S,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "feeds.yaml line 3" in done.stderr

@@ -64,12 +64,18 @@ UNDATED_LOGGED = 20
 
 
 async def run_cycle(
-    collector: Collector, *, urls: Sequence[str] | None = None, force: bool = False
+    collector: Collector,
+    *,
+    urls: Sequence[str] | None = None,
+    force: bool = False,
+    sync: bool = True,
 ) -> CycleReport:
-    """One collection cycle: sync the feeds file, refresh due (or forced) feeds, then images."""
+    """One collection cycle: sync the feeds file (unless the caller did), refresh due (or
+    forced) feeds, then images."""
     report = CycleReport(started=collector.clock(), observer=collector.observer)
     began = time.monotonic()
-    await sync_feeds_file(collector, report.started)
+    if sync:
+        await sync_feeds_file(collector, report.started)
     for limit in await store_schedule.live_rate_limits(collector.db, report.started):
         collector.hosts.defer(host_key(limit.moved_to or limit.url), parse_timestamp(limit.until))
     if collector.observer is not None and not force:

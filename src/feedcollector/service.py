@@ -1,6 +1,7 @@
 """The long-running scheduler behind ``feedcollector run``.
 
-Each cycle re-reads the feeds file, refreshes the due feeds and downloads pending images, runs
+Each cycle re-reads the feeds file (a bad one is logged, and the feeds already known are
+still collected), refreshes the due feeds and downloads pending images, runs
 the retention cleanup when the last one is a day old, then sleeps until the next feed falls
 due (at most ``POLL_INTERVAL``, so feeds added to the file are picked up quickly). Ctrl-C or
 SIGTERM stops claiming new work, lets in-flight feeds finish and write their state, then
@@ -12,31 +13,36 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from . import retention, store
 from .collector import Collector
 from .errors import ConfigError, StorageError
-from .pipeline import run_cycle
+from .pipeline import run_cycle, sync_feeds_file
 from .retention import CleanupReport
 from .timestamps import parse_timestamp
 
 log = logging.getLogger("feedcollector")
 
 POLL_INTERVAL = timedelta(seconds=60)
+REMIND_EVERY = timedelta(hours=1)
+"""How often ``run`` repeats the ERROR about a feeds file that stays unusable."""
 
 
 async def run_forever(collector: Collector) -> None:
-    """Cycle until asked to stop; a bad feeds file or a storage outage only skips a cycle."""
+    """Cycle until asked to stop. A feeds file that cannot be used at start is fatal (exit 2);
+    later it is logged and the known feeds are still collected (:class:`FeedsFileWatch`). A
+    storage outage skips a cycle."""
     restore = _stop_on_signals(collector.stopping)
+    feeds_file = FeedsFileWatch()
     try:
         while not collector.stopping.is_set():
             started = collector.clock()
             try:
-                started = (await run_cycle(collector)).started
-            except ConfigError as exc:
-                log.error("%s (this cycle skipped; fix the file, the next cycle re-reads it)", exc)
+                await feeds_file.sync(collector, started)
+                started = (await run_cycle(collector, sync=False)).started
             except StorageError as exc:
                 log.error("%s (this cycle skipped; the next cycle retries)", exc)
             await cleanup_if_due(collector)
@@ -44,6 +50,41 @@ async def run_forever(collector: Collector) -> None:
     finally:
         restore()
     log.info("run: stopped cleanly")
+
+
+class FeedsFileWatch:
+    """Follows the feeds file before each cycle of ``run``. Until it has been synced once, a
+    file that cannot be used raises (``run`` exits 2, as every command does). After that, such a
+    file (invalid, empty, deleted, half-written by an editor) is logged and the cycle goes on
+    with the feeds the database already knows: an ERROR when the problem is new or changes,
+    then once every ``REMIND_EVERY`` while it lasts (the file is re-read every cycle), and an
+    INFO line once the file is good again."""
+
+    def __init__(self) -> None:
+        self.synced = False
+        self.problem: str | None = None
+        self._logged_at = 0.0
+
+    async def sync(self, collector: Collector, now: datetime) -> None:
+        try:
+            await sync_feeds_file(collector, now)
+        except ConfigError as exc:
+            if not self.synced:
+                raise
+            problem = str(exc)
+            stale = time.monotonic() - self._logged_at >= REMIND_EVERY.total_seconds()
+            if problem != self.problem or stale:
+                log.error(
+                    "%s (still collecting the feeds already known; every cycle re-reads the file)",
+                    problem,
+                )
+                self._logged_at = time.monotonic()
+            self.problem = problem
+            return
+        self.synced = True
+        if self.problem is not None:
+            log.info("config: the feeds file %s is usable again", collector.settings.feeds_file)
+            self.problem = None
 
 
 async def run_once(collector: Collector) -> None:
