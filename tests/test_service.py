@@ -11,18 +11,22 @@ import asyncio
 import logging
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from feedcollector import service
+from feedcollector.backends.local import LocalObjectStore
 from feedcollector.collector import open_collector
 from feedcollector.config import load_settings
 from feedcollector.database import Database
 from feedcollector.pipeline import run_cycle
 from feedcollector.report import CycleReport, FeedOutcome
+from feedcollector.retention import last_cleanup_at
+from feedcollector.schedule import feed_id_for
+from feedcollector.timestamps import format_timestamp
 
 from .feedserver import FeedServer
 from .samples import Entry, rss
@@ -174,3 +178,43 @@ def test_run_refuses_to_start_on_a_broken_feeds_file(tmp_path: Path) -> None:
     )
     assert done.returncode == 2, done.stderr
     assert "feeds.yaml line 3" in done.stderr
+
+
+# --- stopping during the daily cleanup ------------------------------------------------------------
+
+
+class StoppedWhileDeleting(LocalObjectStore):
+    """The real local store; SIGTERM (the collector's stop event) arrives while it deletes."""
+
+    def __init__(self, root: Path, stopping: asyncio.Event) -> None:
+        super().__init__(root)
+        self.stopping = stopping
+
+    async def delete_many(self, keys: Sequence[str]) -> None:
+        await super().delete_many(keys)
+        self.stopping.set()
+
+
+def test_a_stop_during_the_daily_cleanup_ends_it_after_the_chunk_at_hand(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    p = polite_project(tmp_path, ["https://blog.example/feed"])
+    folder = tmp_path / "objects" / "backups" / feed_id_for("https://blog.example/feed")
+    folder.mkdir(parents=True)
+    old = p.clock() - timedelta(days=90)
+    for n in range(2500):
+        (folder / f"{format_timestamp(old + timedelta(minutes=n))}.xml").write_bytes(b"<rss/>")
+    caplog.set_level(logging.INFO, logger="feedcollector")
+
+    async def go() -> tuple[object, str | None]:
+        async with open_collector(load_settings(p.config), clock=p.clock) as collector:
+            collector.objects = StoppedWhileDeleting(tmp_path / "objects", collector.stopping)
+            report = await service.cleanup_if_due(collector)
+            return report, await last_cleanup_at(collector.db)
+
+    report, last_done = asyncio.run(go())
+
+    assert report is None
+    assert len(list(folder.iterdir())) == 1500, "the first chunk of 1000 went, then it stopped"
+    assert last_done is None, "not recorded as the day's cleanup: it is tried again"
+    assert any("cleanup: stopped part-way" in r.getMessage() for r in caplog.records)

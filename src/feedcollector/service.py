@@ -103,7 +103,9 @@ async def cleanup_if_due(collector: Collector) -> CleanupReport | None:
     """The daily retention run, by whichever collector claims it first once a day is over.
 
     A failure leaves the claim in place until its lease expires, so it is retried within the
-    hour rather than on every cycle.
+    hour rather than on every cycle. So does SIGTERM or Ctrl-C: the cleanup stops after the
+    chunk of backups or page of items at hand (a sweep of a month of backups, or the first
+    cleanup of a large archive, can take longer than a service manager waits).
     """
     if collector.stopping.is_set():
         return None
@@ -118,12 +120,32 @@ async def cleanup_if_due(collector: Collector) -> CleanupReport | None:
             now=now,
             item_days=retain.item_days,
             backup_days=retain.backup_days,
+            progress=_stop_between_chunks(collector.stopping),
         )
         await retention.record_cleanup(collector.db, started_at=now)
     except StorageError as exc:
         log.error("%s (cleanup stopped; it is tried again within the hour)", exc)
         return None
+    except _Stopped:
+        log.info("cleanup: stopped part-way, as asked; it is tried again within the hour")
+        return None
     return report
+
+
+class _Stopped(Exception):
+    """The collector was asked to stop while the cleanup ran."""
+
+
+def _stop_between_chunks(stopping: asyncio.Event) -> Callable[[CleanupReport], None]:
+    """A cleanup progress hook that ends the cleanup once ``stopping`` is set; it is called
+    after each chunk of backups and each page of items, where stopping leaves nothing half
+    done."""
+
+    def check(_report: CleanupReport) -> None:
+        if stopping.is_set():
+            raise _Stopped
+
+    return check
 
 
 async def next_wake(collector: Collector, since: datetime) -> timedelta:
