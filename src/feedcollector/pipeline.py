@@ -14,7 +14,6 @@ a database or object-store failure aborts that feed's work for this cycle withou
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -22,9 +21,8 @@ from datetime import datetime
 
 from . import outcomes, store, store_items, store_schedule
 from .backups import write_backup
-from .claims import due_pages, feed_lease, forced_pages
+from .claims import due_pages, feed_lease, forced_pages, sync_feeds_file
 from .collector import Collector
-from .config import load_feeds
 from .decode import decode_feed
 from .errors import FetchError, LenientParseNeeded, ParseError, StorageError
 from .fetch import fetch_feed
@@ -94,37 +92,6 @@ async def run_cycle(
     if collector.observer is not None:
         await collector.observer.cycle_done(report, collector.db)
     return report
-
-
-async def sync_feeds_file(collector: Collector, now: datetime) -> None:
-    """Make the ``feeds`` table follow the feeds file; an unchanged file is not even parsed.
-
-    The file's SHA-256 is kept in the database after each sync, so the usual cycle costs one
-    hash and one query instead of a YAML parse and a read of every feed row (about 80-130 us
-    per feed). A file that cannot be read is left to :func:`load_feeds` to explain.
-    """
-    path = collector.settings.feeds_file
-    try:
-        digest: str | None = hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:
-        digest = None
-    if digest is not None and digest == await store.synced_feeds_digest(collector.db):
-        return
-    sync = await store.sync_feeds(collector.db, load_feeds(path), now)
-    if sync.added or sync.removed or sync.reactivated:
-        log.info(
-            "schedule: feeds file synced: %d added, %d reactivated, "
-            "%d removed (kept, not scheduled)",
-            sync.added,
-            sync.reactivated,
-            sync.removed,
-        )
-    for old, new in sync.renamed:
-        log.info(
-            "schedule: %s is now listed at %s, where it had moved: same feed and items", old, new
-        )
-    if digest is not None:
-        await store.record_feeds_digest(collector.db, digest, now)
 
 
 async def refresh_feed(

@@ -18,9 +18,10 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from . import retention, store
+from .claims import sync_feeds_file
 from .collector import Collector
 from .errors import ConfigError, StorageError
-from .pipeline import run_cycle, sync_feeds_file
+from .pipeline import run_cycle
 from .retention import CleanupReport
 from .timestamps import parse_timestamp
 
