@@ -80,7 +80,7 @@ async def fetch_feed(
     The answer carries the headers the scheduler reads and where the chain's leading permanent
     redirects (301/308) led; a 4xx/5xx FetchError carries its headers (Retry-After) too.
     An endpoint that takes no connection is added to ``unreachable``, and a request to one in
-    it fails without being sent (see :data:`.httpbody.Unreachable`).
+    it is not sent: a FetchError of kind ``NOT_TRIED`` (see :data:`.httpbody.Unreachable`).
     """
     dead: Unreachable = {} if unreachable is None else unreachable
     headers: dict[str, str] = {}

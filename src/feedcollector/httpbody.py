@@ -97,6 +97,7 @@ def refuse_unreachable(unreachable: Unreachable, url: Located) -> None:
 
 
 def remember_unreachable(unreachable: Unreachable, error: TransferError) -> None:
+    """Add ``error``'s endpoint if it took no connection (the first failure there is kept)."""
     if error.unreachable is not None:
         unreachable.setdefault(error.unreachable, error)
 
