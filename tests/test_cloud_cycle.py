@@ -825,3 +825,61 @@ def test_a_manual_fetch_with_high_concurrency_claims_within_d1s_parameter_limit(
     assert (report.feeds, report.stored, report.aborted, report.failed) == (110, 110, 0, 0)
     assert s.count("items") == 110
     assert all(feed_server.hits(f"/feed{n}") for n in range(110))
+
+
+def assert_backed_off(s: Shape, url: str, error: str) -> None:
+    """A feed whose data the database refused: counted as a failure and backed off, and not
+    requested again before its backoff ends."""
+    (row,) = s.rows(
+        "SELECT consecutive_failures, next_fetch_at, last_error, last_fetched_at, lease_owner "
+        "FROM feeds WHERE url = ?",
+        url,
+    )
+    assert row["consecutive_failures"] == 1
+    assert row["next_fetch_at"] == stamp(START + timedelta(minutes=30))
+    assert "refused this feed's items as too large" in row["last_error"]
+    assert error in row["last_error"]
+    assert (row["last_fetched_at"], row["lease_owner"]) == (None, None)
+    assert s.count("items") == 0
+
+
+@pytest.mark.cloud
+def test_a_row_too_big_for_d1_backs_off_the_feed_instead_of_retrying_every_cycle(
+    feed_server: FeedServer, cloud_shape: Callable[..., Shape]
+) -> None:
+    """A title over D1's row limit fails the feed's batch with SQLITE_TOOBIG whatever the
+    retry: it was taken for an outage (aborted, nothing counted), so the feed was fetched
+    and refused again on every cycle, forever."""
+    body = rss([Entry("small", guid="a"), Entry("T" * 3_000_000, guid="huge")])
+    url = feed_server.route("/feed", body=body)
+    s = cloud_shape([url])
+    report = s.cycle()
+    assert (report.stored, report.failed, report.aborted) == (0, 1, 0)
+    assert_backed_off(s, url, "SQLITE_TOOBIG")
+    s.clock.advance(minutes=1)
+    assert s.cycle().feeds == 0
+    assert len(feed_server.hits("/feed")) == 1
+
+
+@pytest.mark.cloud
+def test_a_batch_over_the_workers_body_limit_backs_off_the_feed(
+    feed_server: FeedServer, tmp_path: Path, s3_server: S3Bucket
+) -> None:
+    """Many small items add up past the Worker's request limit (413, not an outage)."""
+    body = rss([Entry(f"item {n}", guid=f"g{n}", description="<p>x</p>") for n in range(2000)])
+    url = feed_server.route("/feed", body=body)
+    write_feeds(tmp_path, [url])
+    with cloud.run_d1_proxy(max_body_bytes=100_000) as proxy:
+        config = write_cloud_config(
+            tmp_path,
+            proxy_url=proxy.url,
+            s3_endpoint=s3_server.server.endpoint,
+            bucket=s3_server.bucket,
+        )
+        s = Shape("cloud", tmp_path, config, cloud_environ(proxy.token), proxy=proxy, s3=s3_server)
+        report = s.cycle()
+        assert (report.stored, report.failed, report.aborted) == (0, 1, 0)
+        assert_backed_off(s, url, "request body over 100000 bytes")
+        s.clock.advance(minutes=1)
+        assert s.cycle().feeds == 0
+        assert len(feed_server.hits("/feed")) == 1

@@ -6,7 +6,10 @@ obstore exceptions. The pipeline reacts to the class:
 
 - :class:`FetchError` and :class:`ParseError` count as a failure of the feed (backoff).
 - :class:`StorageError` aborts the feed's work for this cycle without touching
-  ``last_fetched_at`` (seed section 8); the next cycle tries again.
+  ``last_fetched_at`` (seed section 8); the next cycle tries again. Except a
+  :class:`DatabaseError` of kind :data:`TOO_LARGE`: the database refused what the feed gave
+  (a value or row over D1's size limit, a batch over the Worker's body limit), which no retry
+  changes, so it counts as a failure of the feed (backoff) like a body over the size cap.
 - :class:`ConfigError` stops the command with exit code 2.
 - :class:`ImageError` is recorded in ``image_tasks.last_error``.
 """
@@ -56,8 +59,19 @@ class StorageError(FeedCollectorError):
     """The database or the object store failed; the feed's work is aborted for this cycle."""
 
 
+TOO_LARGE = "too_large"
+"""The Proxy Worker's error kind for a request too big for it or for D1 (413)."""
+
+
 class DatabaseError(StorageError):
-    """A database request failed (SQLite error, Proxy Worker 4xx/5xx, timeout)."""
+    """A database request failed (SQLite error, Proxy Worker 4xx/5xx, timeout).
+
+    ``kind`` is the Proxy Worker's error kind when it answered one (``too_large``, ``sql``,
+    ``constraint``, ``d1``...), else None."""
+
+    def __init__(self, message: str, *, kind: str | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 class ObjectStoreError(StorageError):

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 
 from . import store, store_schedule
 from .collector import Collector
-from .errors import FetchError, ParseError, StorageError
+from .errors import TOO_LARGE, DatabaseError, FetchError, ParseError, StorageError
 from .http_hints import freshness, retry_after
 from .models import Feed, ResponseHints
 from .politeness import host_key
@@ -205,6 +205,32 @@ async def fail_unexpected(
         outcome.error = str(error)
         await release(collector, outcome.feed)
         return outcome.finish(began)
+
+
+async def refused_as_too_large(
+    collector: Collector, outcome: FeedOutcome, exc: DatabaseError, began: float
+) -> FeedOutcome:
+    """The database refused the feed's data as too large (D1: a value or row over its size
+    limit, or the batch over the Proxy Worker's body limit). Not an outage: the same body is
+    refused on every try, so it is the feed's failure and backs off, like a body over
+    ``[fetch] max_body_bytes``, instead of being fetched again every cycle forever."""
+    error = ParseError(f"store: the database refused this feed's items as too large: {exc}")
+    try:
+        failed = await fail(collector, outcome, error, outcome.http_status, began)
+    except StorageError as again:  # the failure itself could not be written: an outage
+        log.error("%s; work on feed %s aborted for this cycle", again, outcome.feed.url)
+        outcome.state = "aborted"
+        outcome.error = str(again)
+        await release(collector, outcome.feed)
+        return outcome.finish(began)
+    failed.error_kind = TOO_LARGE
+    log.warning(
+        "store: feed %s was refused by the database as too large; it is backed off like a "
+        "failed fetch (%s)",
+        outcome.feed.url,
+        exc,
+    )
+    return failed
 
 
 async def release(collector: Collector, feed: Feed) -> None:

@@ -8,7 +8,9 @@ other hosts flowing meanwhile; a Retry-After defers a feed (429: its whole host)
 
 Failure policy (seed section 8): fetch and parse failures count against the feed (backoff);
 a database or object-store failure aborts that feed's work for this cycle without touching
-``last_fetched_at``, and the next cycle tries again. One feed never stops the others.
+``last_fetched_at``, and the next cycle tries again; but the database refusing the feed's
+data as too large (D1) is the feed's failure, since no retry changes it. One feed never
+stops the others.
 """
 
 from __future__ import annotations
@@ -24,7 +26,14 @@ from .backups import write_backup
 from .claims import due_pages, feed_lease, forced_pages, sync_feeds_file
 from .collector import Collector
 from .decode import decode_feed
-from .errors import FetchError, LenientParseNeeded, ParseError, StorageError
+from .errors import (
+    TOO_LARGE,
+    DatabaseError,
+    FetchError,
+    LenientParseNeeded,
+    ParseError,
+    StorageError,
+)
 from .fetch import fetch_feed
 from .httpbody import NOT_TRIED, Unreachable
 from .image_stage import download_pending_images
@@ -185,6 +194,8 @@ async def refresh_feed(
         outcome.new_items = new_items
         return outcome.finish(began)
     except StorageError as exc:
+        if isinstance(exc, DatabaseError) and exc.kind == TOO_LARGE:
+            return await outcomes.refused_as_too_large(collector, outcome, exc, began)
         log.error(
             "%s; work on feed %s aborted for this cycle (last_fetched_at untouched, "
             "the next cycle retries)",

@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 
 from ..database import Row, SqlValue, Statement
-from ..errors import DatabaseError
+from ..errors import TOO_LARGE, DatabaseError
 
 MAX_PARAMS_PER_STATEMENT = 100
 """D1 refuses statements with more bound parameters ("too many SQL variables")."""
@@ -119,7 +119,8 @@ class D1Database:
         if response.status_code != 200:
             raise DatabaseError(
                 f"database: D1 proxy {where} answered {response.status_code}: "
-                f"{_error_message(answer, response)}; {request}"
+                f"{_error_message(answer, response)}; {request}",
+                kind=_error_kind(answer) or (TOO_LARGE if response.status_code == 413 else None),
             )
         if answer is None:
             raise DatabaseError(
@@ -211,6 +212,12 @@ def _error_message(answer: dict[str, Any] | None, response: httpx.Response) -> s
         kind = error.get("kind")
         return f"{error['message']}" + (f" [{kind}]" if isinstance(kind, str) else "")
     return f"(not the Worker's JSON) {_shorten(response.text, _SHOWN_BODY)!r}"
+
+
+def _error_kind(answer: dict[str, Any] | None) -> str | None:
+    error = answer.get("error") if answer else None
+    kind = error.get("kind") if isinstance(error, dict) else None
+    return kind if isinstance(kind, str) else None
 
 
 def _shorten(text: str, limit: int) -> str:
