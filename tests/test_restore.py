@@ -404,3 +404,33 @@ def test_restore_gives_guids_whose_md5_share_8_digits_their_own_objects_again(
         assert guid == guids["ab".index(name)]
         html = (tmp_path / "objects" / key).read_text()
         assert html.startswith(f"<p>content of {name}</p>")
+
+
+def test_a_backup_whose_items_d1_refuses_as_too_large_is_skipped_not_fatal(pair: Pair) -> None:
+    """D1 refuses a 3 MB title on every run (413): the restore stopped there with a database
+    error, leaving every later backup and feed unreplayed. The backup is skipped instead, and
+    its other items still come back from the backups that list them too."""
+    url = "https://blog.example.org/feed.xml"
+    feed_id = feed_id_for(url)
+    huge = Entry("T" * 3_000_000, guid="urn:huge")
+    backups = [
+        rss([Entry("A", guid="urn:a")]),
+        rss([Entry("A", guid="urn:a"), huge, Entry("B", guid="urn:b")]),
+        rss([Entry("B", guid="urn:b"), Entry("C", guid="urn:c")]),
+    ]
+
+    async def seed() -> None:
+        for hour, body in enumerate(backups):
+            await pair.objects.put(backup_key(feed_id, START + timedelta(hours=hour)), body)
+
+    pair.run(seed())
+    report = pair.run(
+        restore_from_backups(pair.db, pair.objects, [FeedSpec(url)], now=START + timedelta(days=1))
+    )
+    guids = [row["guid"] for row in pair.rows("SELECT guid FROM items ORDER BY guid")]
+    if pair.name == "embedded":  # SQLite takes a value of a billion bytes
+        assert (report.backups, report.backups_unreadable) == (3, 0)
+        assert guids == ["urn:a", "urn:b", "urn:c", "urn:huge"]
+    else:
+        assert (report.backups, report.backups_unreadable) == (3, 1)
+        assert guids == ["urn:a", "urn:b", "urn:c"]

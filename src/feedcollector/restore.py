@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 from .backups import PREFIX as BACKUP_PREFIX
 from .backups import backup_time, feed_backups, read_backup
 from .database import Database, Statement
-from .errors import ConfigError, ObjectStoreError, ParseError
+from .errors import TOO_LARGE, ConfigError, DatabaseError, ObjectStoreError, ParseError
 from .feeds_file import _duplicate_key as feed_url_key
 from .images import object_key
 from .models import FeedSpec, ItemRecord
@@ -224,7 +224,6 @@ async def _restore_feed(
             tick()
             continue
         fresh = [record for record in records if record.guid not in replayed]
-        replayed.update(record.guid for record in records)
         plan = await plan_batch_spill(db, target.feed_id, fresh)
         stored = await write_spilled(objects, db, target.feed_id, target.url, plan)
         statements = item_statements(
@@ -236,7 +235,21 @@ async def _restore_feed(
                 (parsed.title, target.feed_id),
             )
         )
-        results = await db.batch(statements)
+        try:
+            results = await db.batch(statements)
+        except DatabaseError as exc:
+            if exc.kind != TOO_LARGE:
+                raise
+            report.backups_unreadable += 1  # refused on every run: not an outage to stop at
+            log.warning(
+                "restore: %s of %s holds items the database refuses as too large, skipped: %s",
+                key,
+                target.url,
+                exc,
+            )
+            tick()
+            continue
+        replayed.update(record.guid for record in records)
         new_ids = set(inserted_ids(results))
         report.items_recovered += len(new_ids)
         recovered = [r for r in stored if r.id in new_ids and r.image_urls]
