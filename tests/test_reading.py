@@ -13,10 +13,12 @@ from typing import Any
 
 import pytest
 
+from feedcollector import store
 from feedcollector.backends.local import LocalObjectStore
 from feedcollector.backends.s3 import S3ObjectStore
 from feedcollector.collector import open_collector
 from feedcollector.config import load_settings
+from feedcollector.models import FeedSpec
 from feedcollector.pipeline import run_cycle
 from feedcollector.reading import (
     ReadItem,
@@ -28,10 +30,15 @@ from feedcollector.reading import (
     render_item_html,
     replace_image_sources,
 )
+from feedcollector.schedule import feed_id_for
+from feedcollector.schema import migrate
 
+from . import cloud
 from .feedserver import FeedServer
 from .samples import Entry, png, rss, write_project
 from .test_cli import feedcollector
+
+d1_proxy = cloud.d1_proxy
 
 START = datetime(2026, 3, 2, 9, 0, 0, tzinfo=UTC)
 ORIGIN = "https://img.example.org"
@@ -313,3 +320,49 @@ def test_one_missing_or_broken_content_object_does_not_stop_the_others(
     assert "content/x/gone.html is missing" in stream.stderr
     shown = feedcollector("--config", config, "item", records["n2"]["id"], cwd=collected.folder)
     assert shown.returncode == 0, shown.stderr
+
+
+class AnswerSizes:
+    """A Database that notes the characters of text each query answered."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.largest = 0
+
+    async def query(self, sql: str, params: Any = ()) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = await self.inner.query(sql, params)
+        size = sum(len(v) for row in rows for v in row.values() if isinstance(v, str))
+        self.largest = max(self.largest, size)
+        return rows
+
+
+@pytest.mark.cloud
+def test_listing_items_keeps_every_d1_answer_far_under_its_result_limit(
+    d1_proxy: cloud.D1Proxy,
+) -> None:
+    """A page of 200 items carried every item's inline HTML, up to 900 KiB each: 180 MB,
+    past D1's 50 MB query result limit. Long HTML now follows the page in bounded groups."""
+    sizes = [900 * 1024, 10, 200_000, 900 * 1024, 3_000, 0, 900 * 1024] * 4
+    htmls = [chr(ord("a") + n % 26) * size if size else None for n, size in enumerate(sizes)]
+
+    async def go() -> list[StoredItem]:
+        db = cloud.d1_database(d1_proxy, timeout_s=120)
+        try:
+            await migrate(db)
+            await store.sync_feeds(db, [FeedSpec("https://a.example/")], START)
+            for n, html in enumerate(htmls):
+                await db.query(
+                    "INSERT INTO items (id, feed_id, guid, pub_date, content_html, created_at) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    (f"id{n:03}", feed_id_for("https://a.example/"), f"g{n}", "x", html, "t"),
+                )
+            counted = AnswerSizes(db)
+            listed = [item async for item in iter_items(counted)]  # type: ignore[arg-type]
+            assert counted.largest <= 6 * 2**20
+            return listed
+        finally:
+            await db.close()
+
+    listed = asyncio.run(go())
+    assert [item.id for item in listed] == [f"id{n:03}" for n in range(len(htmls))]
+    assert [item.content_html for item in listed] == htmls

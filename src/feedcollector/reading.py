@@ -16,7 +16,7 @@ from __future__ import annotations
 import html
 import logging
 import re
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 
@@ -26,11 +26,18 @@ from .config_values import parse_duration
 from .database import Database, Row, SqlValue
 from .errors import ObjectNotFoundError
 from .objectstore import ObjectStore
+from .store import MAX_PARAMS, placeholders
 from .timestamps import format_timestamp
 
 log = logging.getLogger("feedcollector")
 
 PAGE_SIZE = 200
+PAGE_CONTENT_CHARS = 16 * 1024
+"""A listing page carries an item's ``content_html`` only up to this many characters; longer
+ones are read after it, grouped up to :data:`CONTENT_GROUP_CHARS`. A page of 200 items of up to
+900 KiB inline each could be 180 MB, past D1's 50 MB query result limit (and the Worker's
+memory); this way no answer of a listing is over about 16 MB."""
+CONTENT_GROUP_CHARS = 4 * 2**20
 MAX_QUOTED_VALUE = 1 << 20
 """An attribute value longer than this ends the tag match (bounds the cost of a stray quote)."""
 RAW_TEXT_ELEMENTS = frozenset({"script", "style", "textarea", "title", "xmp"})
@@ -209,6 +216,39 @@ _ITEM_COLUMNS = (
 )
 
 
+_LISTED_COLUMNS = (
+    "i.id, i.feed_id, f.url AS feed_url, i.guid, i.link, i.title, i.pub_date, i.created_at, "
+    "CASE WHEN length(i.content_html) <= ? THEN i.content_html END AS content_html, "
+    "length(i.content_html) AS content_chars, i.content_key"
+)
+""":data:`_ITEM_COLUMNS` for a listing page: a long ``content_html`` is left for
+:func:`_long_contents`."""
+
+
+async def _long_contents(db: Database, rows: Sequence[Row]) -> dict[str, str]:
+    """The ``content_html`` a listing page left out (over :data:`PAGE_CONTENT_CHARS`), by item
+    id, read in groups of at most :data:`CONTENT_GROUP_CHARS` (one item at least)."""
+    groups: list[list[str]] = []
+    total = 0
+    for row in rows:
+        chars = row["content_chars"] or 0
+        if row["content_html"] is not None or not chars:
+            continue
+        if not groups or total + chars > CONTENT_GROUP_CHARS or len(groups[-1]) >= MAX_PARAMS:
+            groups.append([])
+            total = 0
+        groups[-1].append(row["id"])
+        total += chars
+    contents: dict[str, str] = {}
+    for ids in groups:
+        found = await db.query(
+            f"SELECT id, content_html FROM items WHERE id IN ({placeholders(len(ids))})",  # noqa: S608
+            tuple(ids),
+        )
+        contents.update((row["id"], row["content_html"]) for row in found)
+    return contents
+
+
 def _item(row: Row) -> StoredItem:
     return StoredItem(**{field.name: row[field.name] for field in fields(StoredItem)})
 
@@ -244,7 +284,7 @@ async def iter_items(
         filters.append("i.created_at >= ?")
         params.append(format_timestamp(since))
     sql = (
-        f"SELECT {_ITEM_COLUMNS} FROM items i JOIN feeds f ON f.id = i.feed_id "  # noqa: S608
+        f"SELECT {_LISTED_COLUMNS} FROM items i JOIN feeds f ON f.id = i.feed_id "  # noqa: S608
         f"WHERE {' AND '.join(filters)} AND (? = '' OR i.created_at {beyond} ? OR "
         f"(i.created_at = ? AND i.id {beyond} ?)) "
         f"ORDER BY i.created_at {order}, i.id {order} LIMIT ?"
@@ -253,9 +293,13 @@ async def iter_items(
     cursor = ("", "")
     while remaining is None or remaining > 0:
         size = page_size if remaining is None else min(page_size, remaining)
-        rows = await db.query(sql, (*params, cursor[0], cursor[0], cursor[0], cursor[1], size))
+        rows = await db.query(
+            sql,
+            (PAGE_CONTENT_CHARS, *params, cursor[0], cursor[0], cursor[0], cursor[1], size),
+        )
+        contents = await _long_contents(db, rows)
         for row in rows:
-            yield _item(row)
+            yield _item({**row, "content_html": contents.get(row["id"], row["content_html"])})
         if len(rows) < size:
             return
         cursor = (rows[-1]["created_at"], rows[-1]["id"])
