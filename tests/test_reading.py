@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -16,8 +17,10 @@ import pytest
 from feedcollector import store
 from feedcollector.backends.local import LocalObjectStore
 from feedcollector.backends.s3 import S3ObjectStore
+from feedcollector.backends.sqlite import SQLiteDatabase
 from feedcollector.collector import open_collector
 from feedcollector.config import load_settings
+from feedcollector.database import CountingDatabase, Row, SqlValue
 from feedcollector.models import FeedSpec
 from feedcollector.pipeline import run_cycle
 from feedcollector.reading import (
@@ -366,3 +369,51 @@ def test_listing_items_keeps_every_d1_answer_far_under_its_result_limit(
     listed = asyncio.run(go())
     assert [item.id for item in listed] == [f"id{n:03}" for n in range(len(htmls))]
     assert [item.content_html for item in listed] == htmls
+
+
+def test_iter_items_pages_cost_the_same_at_the_end_as_at_the_start(tmp_path: Path) -> None:
+    """Each page starts from its cursor in the created_at index: the last page of 3,000 items
+    does about the work of the first (the cursor's OR used to make every page scan the index
+    from the start, so a 300k-item ``items --jsonl`` took 33 s, 28 ms a page at the end)."""
+    path = tmp_path / "collector.db"
+    db = SQLiteDatabase(path)
+    asyncio.run(migrate(db))
+    con = sqlite3.connect(path)
+    con.execute(
+        "INSERT INTO feeds (id, url, created_at) VALUES ('f', 'https://a.example/f', '2026')"
+    )
+    con.executemany(  # pairs of items share a created_at: the tie-break by id must hold
+        "INSERT INTO items (id, feed_id, guid, created_at) VALUES (?, 'f', ?, ?)",
+        [
+            (f"{n:08d}", f"g{n}", f"2026-01-01T00:{n // 120:02d}:{n // 2 % 60:02d}Z")
+            for n in range(3000)
+        ],
+    )
+    con.commit()
+    con.close()
+    steps: list[int] = []
+
+    def step() -> int:
+        steps[-1] += 1
+        return 0
+
+    db._conn.set_progress_handler(step, 100)
+
+    class Stepping(CountingDatabase):
+        async def query(self, sql: str, params: Sequence[SqlValue] = ()) -> list[Row]:
+            steps.append(0)
+            return await super().query(sql, params)
+
+    async def listed(newest_first: bool) -> list[str]:
+        items = iter_items(Stepping(db), page_size=100, newest_first=newest_first)
+        return [item.id async for item in items]
+
+    ascending = asyncio.run(listed(False))
+    assert ascending == [f"{n:08d}" for n in range(3000)]
+    assert len(steps) == 31
+    assert max(steps[1:]) <= 3 * steps[1] + 5, steps
+    steps.clear()
+    assert asyncio.run(listed(True)) == ascending[::-1]
+    assert len(steps) == 31
+    assert max(steps[1:]) <= 3 * steps[1] + 5, steps
+    asyncio.run(db.close())

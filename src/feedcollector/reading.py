@@ -283,20 +283,22 @@ async def iter_items(
     if since is not None:
         filters.append("i.created_at >= ?")
         params.append(format_timestamp(since))
-    sql = (
-        f"SELECT {_LISTED_COLUMNS} FROM items i JOIN feeds f ON f.id = i.feed_id "  # noqa: S608
-        f"WHERE {' AND '.join(filters)} AND (? = '' OR i.created_at {beyond} ? OR "
-        f"(i.created_at = ? AND i.id {beyond} ?)) "
-        f"ORDER BY i.created_at {order}, i.id {order} LIMIT ?"
+    first_sql = _page_sql(filters, order)
+    # The cursor as a range on created_at (the index) and then the tie-break: an OR around
+    # the whole condition made SQLite scan the index from the start on every page (quadratic).
+    next_sql = _page_sql(
+        [*filters, f"i.created_at {beyond}= ?", f"(i.created_at {beyond} ? OR i.id {beyond} ?)"],
+        order,
     )
     remaining = limit
-    cursor = ("", "")
+    cursor: tuple[str, str] | None = None
     while remaining is None or remaining > 0:
         size = page_size if remaining is None else min(page_size, remaining)
-        rows = await db.query(
-            sql,
-            (PAGE_CONTENT_CHARS, *params, cursor[0], cursor[0], cursor[0], cursor[1], size),
-        )
+        if cursor is None:
+            rows = await db.query(first_sql, (PAGE_CONTENT_CHARS, *params, size))
+        else:
+            keyset = (cursor[0], cursor[0], cursor[1])
+            rows = await db.query(next_sql, (PAGE_CONTENT_CHARS, *params, *keyset, size))
         contents = await _long_contents(db, rows)
         for row in rows:
             yield _item({**row, "content_html": contents.get(row["id"], row["content_html"])})
@@ -305,6 +307,13 @@ async def iter_items(
         cursor = (rows[-1]["created_at"], rows[-1]["id"])
         if remaining is not None:
             remaining -= len(rows)
+
+
+def _page_sql(filters: Sequence[str], order: str) -> str:
+    return (
+        f"SELECT {_LISTED_COLUMNS} FROM items i JOIN feeds f ON f.id = i.feed_id "  # noqa: S608
+        f"WHERE {' AND '.join(filters)} ORDER BY i.created_at {order}, i.id {order} LIMIT ?"
+    )
 
 
 async def item_images(db: Database, item_id: str) -> tuple[StoredImage, ...]:
