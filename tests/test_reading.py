@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,7 +19,6 @@ from feedcollector.backends.s3 import S3ObjectStore
 from feedcollector.backends.sqlite import SQLiteDatabase
 from feedcollector.collector import open_collector
 from feedcollector.config import load_settings
-from feedcollector.database import CountingDatabase, Row, SqlValue
 from feedcollector.models import FeedSpec
 from feedcollector.pipeline import run_cycle
 from feedcollector.reading import (
@@ -39,6 +37,7 @@ from feedcollector.schema import migrate
 from . import cloud
 from .feedserver import FeedServer
 from .samples import Entry, png, rss, write_project
+from .stepping import SteppingDatabase
 from .test_cli import feedcollector
 
 d1_proxy = cloud.d1_proxy
@@ -391,25 +390,15 @@ def test_iter_items_pages_cost_the_same_at_the_end_as_at_the_start(tmp_path: Pat
     )
     con.commit()
     con.close()
-    steps: list[int] = []
-
-    def step() -> int:
-        steps[-1] += 1
-        return 0
-
-    db._conn.set_progress_handler(step, 100)
-
-    class Stepping(CountingDatabase):
-        async def query(self, sql: str, params: Sequence[SqlValue] = ()) -> list[Row]:
-            steps.append(0)
-            return await super().query(sql, params)
+    stepping = SteppingDatabase(db)
 
     async def listed(newest_first: bool) -> list[str]:
-        items = iter_items(Stepping(db), page_size=100, newest_first=newest_first)
+        items = iter_items(stepping, page_size=100, newest_first=newest_first)
         return [item.id async for item in items]
 
     ascending = asyncio.run(listed(False))
     assert ascending == [f"{n:08d}" for n in range(3000)]
+    steps = stepping.steps
     assert len(steps) == 31
     assert max(steps[1:]) <= 3 * steps[1] + 5, steps
     steps.clear()
