@@ -190,7 +190,7 @@ async def claim_due_feeds(
         "UPDATE feeds SET lease_owner = ?, lease_until = ? WHERE id IN ("
         " SELECT id FROM feeds WHERE active = 1 AND gone_at IS NULL AND next_fetch_at <= ?"
         " AND (lease_until IS NULL OR lease_until <= ?)"
-        " AND (next_fetch_at > ? OR (next_fetch_at = ? AND id > ?))"
+        " AND next_fetch_at >= ? AND (next_fetch_at > ? OR id > ?)"  # a range on the index
         " ORDER BY next_fetch_at, id LIMIT ?)"
         f" RETURNING {_FEED_COLUMNS}",
         (

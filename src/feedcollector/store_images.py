@@ -34,7 +34,7 @@ async def claim_image_tasks(
         "UPDATE image_tasks SET lease_until = ? WHERE id IN ("
         " SELECT id FROM image_tasks WHERE status = 'pending'"
         " AND (lease_until IS NULL OR lease_until <= ?)"
-        " AND (created_at > ? OR (created_at = ? AND id > ?))"
+        " AND created_at >= ? AND (created_at > ? OR id > ?)"  # a range on the index
         " ORDER BY created_at, id LIMIT ?) RETURNING id",
         (
             format_timestamp(now + lease),
