@@ -36,6 +36,7 @@ import pytest
 from feedcollector.backends.local import LocalObjectStore
 from feedcollector.collector import open_collector
 from feedcollector.config import load_settings
+from feedcollector.image_stage import image_lease
 from feedcollector.pipeline import run_cycle
 from feedcollector.report import CycleReport
 from feedcollector.schedule import feed_id_for
@@ -49,8 +50,9 @@ MIB = 2**20
 EXIT_LIMIT_S = 60.0
 """Generous "did not hang" bound for a collector asked to stop."""
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-LEASES_EXPIRED = timedelta(minutes=16)
-"""A killed collector's feed and image leases last 15 minutes."""
+LEASES_EXPIRED = image_lease(64, 8, timedelta(minutes=2)) + timedelta(minutes=1)
+"""Past a killed collector's leases at the default settings: a feed's last 15 minutes, a page
+of image tasks' (64 at concurrency 8, each within the 2-minute deadline) 32."""
 
 
 # --- the site: what the server serves, kept to check the files against ----------------------------
@@ -366,7 +368,7 @@ def test_repeated_kills_never_duplicate_and_a_final_run_once_completes(
 
 
 def expire_leases(project: Project) -> None:
-    """What 15 minutes do to a dead collector's leases, without waiting for them."""
+    """What time does to a dead collector's leases, without waiting for it."""
     with contextlib.closing(sqlite3.connect(project.db)) as conn, conn:
         past = "2000-01-01T00:00:00Z"
         conn.execute("UPDATE feeds SET lease_until = ? WHERE lease_until IS NOT NULL", (past,))
