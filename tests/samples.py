@@ -135,6 +135,12 @@ def _start(request: BaseHTTPRequestHandler, content_type: str, **headers: str) -
     request.end_headers()
 
 
+def send_ok(request: BaseHTTPRequestHandler, body: bytes, content_type: str) -> None:
+    """A whole 200 answer with its Content-Length, from a custom route handler."""
+    _start(request, content_type, Content_Length=str(len(body)))
+    request.wfile.write(body)
+
+
 def endless_body(content_type: str, *, limit: int = 2**30) -> Handler:
     """No Content-Length, no chunking: the body runs until the client hangs up (or 1 GiB)."""
     piece = b"<p>" + b"x" * (64 * 1024 - 7) + b"</p>\n"

@@ -51,7 +51,7 @@ from .cloud import (
     write_cloud_config,
 )
 from .feedserver import FeedServer, Route
-from .samples import Entry, png, rss, write_project
+from .samples import Entry, png, rss, send_ok, write_project
 
 d1_proxy = cloud.d1_proxy
 s3_server = cloud.s3_server
@@ -630,11 +630,7 @@ def stopping_then(
 
     def handle(request: BaseHTTPRequestHandler) -> None:
         server.stop()
-        request.send_response(200)
-        request.send_header("Content-Type", content_type)
-        request.send_header("Content-Length", str(len(body)))
-        request.end_headers()
-        request.wfile.write(body)
+        send_ok(request, body, content_type)
 
     return handle
 
@@ -827,9 +823,11 @@ def test_a_manual_fetch_with_high_concurrency_claims_within_d1s_parameter_limit(
     assert all(feed_server.hits(f"/feed{n}") for n in range(110))
 
 
-def assert_backed_off(s: Shape, url: str, error: str) -> None:
-    """A feed whose data the database refused: counted as a failure and backed off, and not
-    requested again before its backoff ends."""
+def assert_refused_then_backed_off(s: Shape, feed_server: FeedServer, url: str, error: str) -> None:
+    """A cycle of a feed whose data the database refuses: counted as a failure and backed off,
+    and not requested again before its backoff ends."""
+    report = s.cycle()
+    assert (report.stored, report.failed, report.aborted) == (0, 1, 0)
     (row,) = s.rows(
         "SELECT consecutive_failures, next_fetch_at, last_error, last_fetched_at, lease_owner "
         "FROM feeds WHERE url = ?",
@@ -841,6 +839,9 @@ def assert_backed_off(s: Shape, url: str, error: str) -> None:
     assert error in row["last_error"]
     assert (row["last_fetched_at"], row["lease_owner"]) == (None, None)
     assert s.count("items") == 0
+    s.clock.advance(minutes=1)
+    assert s.cycle().feeds == 0
+    assert len(feed_server.hits("/feed")) == 1
 
 
 @pytest.mark.cloud
@@ -852,13 +853,7 @@ def test_a_row_too_big_for_d1_backs_off_the_feed_instead_of_retrying_every_cycle
     and refused again on every cycle, forever."""
     body = rss([Entry("small", guid="a"), Entry("T" * 3_000_000, guid="huge")])
     url = feed_server.route("/feed", body=body)
-    s = cloud_shape([url])
-    report = s.cycle()
-    assert (report.stored, report.failed, report.aborted) == (0, 1, 0)
-    assert_backed_off(s, url, "SQLITE_TOOBIG")
-    s.clock.advance(minutes=1)
-    assert s.cycle().feeds == 0
-    assert len(feed_server.hits("/feed")) == 1
+    assert_refused_then_backed_off(cloud_shape([url]), feed_server, url, "SQLITE_TOOBIG")
 
 
 @pytest.mark.cloud
@@ -877,9 +872,4 @@ def test_a_batch_over_the_workers_body_limit_backs_off_the_feed(
             bucket=s3_server.bucket,
         )
         s = Shape("cloud", tmp_path, config, cloud_environ(proxy.token), proxy=proxy, s3=s3_server)
-        report = s.cycle()
-        assert (report.stored, report.failed, report.aborted) == (0, 1, 0)
-        assert_backed_off(s, url, "request body over 100000 bytes")
-        s.clock.advance(minutes=1)
-        assert s.cycle().feeds == 0
-        assert len(feed_server.hits("/feed")) == 1
+        assert_refused_then_backed_off(s, feed_server, url, "request body over 100000 bytes")

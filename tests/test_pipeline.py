@@ -28,7 +28,7 @@ from feedcollector.schedule import feed_id_for
 from feedcollector.timestamps import format_timestamp
 
 from .feedserver import FeedServer, Route
-from .samples import Entry, closed_port, png, rss, write_project
+from .samples import Entry, closed_port, png, rss, send_ok, write_project
 
 START = datetime(2026, 3, 2, 9, 0, 0, tzinfo=UTC)
 
@@ -515,11 +515,7 @@ def test_image_tasks_stay_leased_for_as_long_as_their_page_may_take(
         with sqlite3.connect(p.folder / "collector.db") as conn:
             seen.extend(row[0] for row in conn.execute("SELECT lease_until FROM image_tasks"))
         body = png()
-        request.send_response(200)
-        request.send_header("Content-Type", "image/png")
-        request.send_header("Content-Length", str(len(body)))
-        request.end_headers()
-        request.wfile.write(body)
+        send_ok(request, body, "image/png")
 
     src = feed_server.route("/img/a.png", Route(handler=image))
     url = feed_server.route(
@@ -837,11 +833,7 @@ def test_fetch_concurrency_above_twenty_is_real(project: Callable[..., Project])
         except threading.BrokenBarrierError:
             peak.append(0)
         body = rss([Entry("one", guid="1")])
-        request.send_response(200)
-        request.send_header("Content-Type", "application/rss+xml")
-        request.send_header("Content-Length", str(len(body)))
-        request.end_headers()
-        request.wfile.write(body)
+        send_ok(request, body, "application/rss+xml")
 
     servers = [FeedServer() for _ in range(hosts)]
     for server in servers:
@@ -869,11 +861,7 @@ def test_a_feed_stays_leased_for_as_long_as_its_fetch_may_take(
         if not in_flight.is_set():
             in_flight.set()
             release.wait()
-        request.send_response(200)
-        request.send_header("Content-Type", "application/rss+xml")
-        request.send_header("Content-Length", str(len(body)))
-        request.end_headers()
-        request.wfile.write(body)
+        send_ok(request, body, "application/rss+xml")
 
     url = feed_server.route("/feed", Route(handler=first_one_hangs))
     p = project([url], extra_toml='[fetch]\ndeadline = "40m"\n')
