@@ -126,23 +126,26 @@ function metaOf(result) {
   return { changes: meta.changes ?? 0, last_row_id: meta.last_row_id ?? null, duration: meta.duration ?? 0 };
 }
 
-// Reads at most `limit` bytes, whatever Content-Length claims, so a chunked upload cannot exceed it.
+// Keeps at most `limit` bytes, whatever Content-Length claims, so a chunked upload cannot exceed
+// it. A body over the limit is still read to its end (and dropped) before the 413: left unread,
+// it broke the client's keep-alive connection, and its next request failed on it.
 async function readJson(request, limit) {
-  const declared = Number(request.headers.get("Content-Length") ?? "0");
-  if (declared > limit) throw tooLarge(limit);
   if (!request.body) throw new RequestProblem(400, "bad_request", "empty body; send JSON");
   const reader = request.body.getReader();
+  const declared = Number(request.headers.get("Content-Length") ?? "0");
   const chunks = [];
   let size = 0;
+  let over = declared > limit;
   for (;;) {
     const { done, value } = await reader.read();
     if (done) break;
     size += value.byteLength;
-    if (size > limit) {
-      await reader.cancel();
-      throw tooLarge(limit);
-    }
-    chunks.push(value);
+    over = over || size > limit;
+    if (!over) chunks.push(value);
+  }
+  if (over) {
+    chunks.length = 0;
+    throw tooLarge(limit);
   }
   const bytes = new Uint8Array(size);
   let offset = 0;
