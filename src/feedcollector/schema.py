@@ -137,6 +137,17 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
             "WHERE r2_key IS NOT NULL",
         ),
     ),
+    (
+        9,
+        "claim cursors: feeds_due and image_tasks_status end with id, so a page starts at its "
+        "cursor even among rows of one second",
+        (
+            "DROP INDEX IF EXISTS feeds_due",
+            "CREATE INDEX IF NOT EXISTS feeds_due ON feeds (active, next_fetch_at, id)",
+            "DROP INDEX IF EXISTS image_tasks_status",
+            "CREATE INDEX IF NOT EXISTS image_tasks_status ON image_tasks (status, created_at, id)",
+        ),
+    ),
 )
 
 

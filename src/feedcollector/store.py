@@ -185,12 +185,15 @@ async def claim_due_feeds(
 ) -> list[Feed]:
     """Lease up to ``limit`` active feeds due by ``due_by``, in due order, past ``after``.
 
-    A feed that answered 410 Gone (``gone_at``) is not scheduled any more."""
+    A feed that answered 410 Gone (``gone_at``) is not scheduled any more. The cursor is a
+    row value, which SQLite reads as one range of ``feeds_due (active, next_fetch_at, id)``:
+    every feed registered by one sync is due at the same second, and a page found its start
+    among them by reading (and sorting) all of them."""
     rows = await db.query(
         "UPDATE feeds SET lease_owner = ?, lease_until = ? WHERE id IN ("
         " SELECT id FROM feeds WHERE active = 1 AND gone_at IS NULL AND next_fetch_at <= ?"
         " AND (lease_until IS NULL OR lease_until <= ?)"
-        " AND next_fetch_at >= ? AND (next_fetch_at > ? OR id > ?)"  # a range on the index
+        " AND (next_fetch_at, id) > (?, ?)"
         " ORDER BY next_fetch_at, id LIMIT ?)"
         f" RETURNING {_FEED_COLUMNS}",
         (
@@ -198,7 +201,6 @@ async def claim_due_feeds(
             format_timestamp(now + lease),
             format_timestamp(due_by),
             format_timestamp(now),
-            after.next_fetch_at,
             after.next_fetch_at,
             after.id,
             limit,

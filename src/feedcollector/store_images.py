@@ -29,17 +29,20 @@ class TaskCursor:
 async def claim_image_tasks(
     db: Database, *, now: datetime, lease: timedelta, limit: int, after: TaskCursor
 ) -> list[ImageTask]:
-    """Lease up to ``limit`` pending tasks past ``after`` (new ones and retries alike)."""
+    """Lease up to ``limit`` pending tasks past ``after`` (new ones and retries alike).
+
+    The cursor is a row value, one range of ``image_tasks_status (status, created_at, id)``:
+    a feed's tasks share its batch's second, and a page found its start among them by
+    reading (and sorting) all of them."""
     claimed = await db.query(
         "UPDATE image_tasks SET lease_until = ? WHERE id IN ("
         " SELECT id FROM image_tasks WHERE status = 'pending'"
         " AND (lease_until IS NULL OR lease_until <= ?)"
-        " AND created_at >= ? AND (created_at > ? OR id > ?)"  # a range on the index
+        " AND (created_at, id) > (?, ?)"  # one range of image_tasks_status
         " ORDER BY created_at, id LIMIT ?) RETURNING id",
         (
             format_timestamp(now + lease),
             format_timestamp(now),
-            after.created_at,
             after.created_at,
             after.id,
             limit,
