@@ -476,19 +476,23 @@ def test_missing_images_are_retried_each_cycle_and_fail_at_three(
 
 
 def test_an_unreachable_feed_host_is_tried_once_a_cycle(
-    feed_server: FeedServer, project: Callable[..., Project]
+    feed_server: FeedServer, project: Callable[..., Project], caplog: pytest.LogCaptureFixture
 ) -> None:
     """Feeds of one host go one at a time: three feeds of a host that took no connection
     waited out three connect timeouts in a row. Now one is tried a cycle; the others are not
-    requested (no failure counted, no backoff) and stay due for the next cycle."""
+    requested (no failure counted, no backoff, a DEBUG line each) and due again a minute later."""
     dead = f"http://127.0.0.1:{closed_port()}"
     live = feed_server.route("/feed", body=rss([Entry("one", guid="1")]))
     one_at_a_time = '[schedule]\nhost_gap = "1ms"\njitter = 0\n'
     p = project([f"{dead}/a", f"{dead}/b", f"{dead}/c", live], schedule_toml=one_at_a_time)
     for cycle, failures in enumerate(([0, 0, 1], [0, 1, 1], [1, 1, 1])):
-        report = p.cycle()
+        caplog.clear()
+        with caplog.at_level(logging.DEBUG, logger="feedcollector"):
+            report = p.cycle()
         assert report.new_items == (1 if cycle == 0 else 0)
         assert (report.failed, report.deferred) == (1, 2 - cycle)
+        not_tried = [r for r in caplog.records if "not tried" in r.getMessage()]
+        assert [r.levelno for r in not_tried] == [logging.DEBUG] * (2 - cycle)
         rows = p.rows(
             "SELECT consecutive_failures AS n, last_error, next_fetch_at FROM feeds "
             "WHERE url <> ? ORDER BY n",
@@ -498,7 +502,7 @@ def test_an_unreachable_feed_host_is_tried_once_a_cycle(
         for row in rows:
             if row["n"] == 0:
                 assert row["last_error"] is None
-                assert row["next_fetch_at"] <= format_timestamp(p.clock.now), "still due"
+                assert row["next_fetch_at"] == format_timestamp(p.clock.now + timedelta(minutes=1))
             else:
                 assert "refused the connection" in row["last_error"]
         p.clock.advance(minutes=1)

@@ -19,7 +19,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from . import outcomes, store, store_items, store_schedule
 from .backups import write_backup
@@ -54,6 +54,10 @@ from .timestamps import format_timestamp, parse_timestamp
 
 log = logging.getLogger("feedcollector")
 
+NOT_TRIED_RETRY = timedelta(minutes=1)
+"""When a feed not requested because its host took no connection earlier in the cycle is due
+again: a minute (``run``'s poll), so a dead host is tried about once a minute, not once a
+cycle a second while its feeds are deferred one after another."""
 NOT_MODIFIED_FLUSH = 200
 """304 bookkeeping is written in batches of this many feeds."""
 INLINE_PARSE_BYTES = 2 * 2**20
@@ -141,8 +145,10 @@ async def refresh_feed(
         except FetchError as exc:
             if exc.status == 410:
                 return await outcomes.gone(collector, outcome, exc, began)
-            if exc.kind == NOT_TRIED:  # its host took no connection this cycle: next one
-                return await outcomes.defer(collector, outcome, fetched_at, began, str(exc))
+            if exc.kind == NOT_TRIED:  # its host took no connection this cycle
+                outcome.quiet = True
+                later = fetched_at + NOT_TRIED_RETRY
+                return await outcomes.defer(collector, outcome, later, began, str(exc))
             return await outcomes.fail(collector, outcome, exc, exc.status, began)
         outcome.http_status = response.status
         if response.permanent_url is not None:

@@ -23,7 +23,8 @@ log = logging.getLogger("feedcollector")
 @dataclass(slots=True)
 class FeedOutcome:
     """One feed's refresh; ``state`` is stored, not_modified, failed, aborted, deferred (a
-    Retry-After runs: not requested) or gone (410)."""
+    Retry-After runs, or its host took no connection earlier in the cycle: not requested) or
+    gone (410)."""
 
     feed: Feed
     fetched_at: datetime
@@ -38,6 +39,9 @@ class FeedOutcome:
     """Why a failed feed failed: a FetchError kind (timeout, dns, http, ...) or parse."""
     backed_up: bool = False
     next_fetch_at: datetime | None = None
+    quiet: bool = False
+    """Logged at DEBUG, counted in the cycle's summary: a feed not requested because its host
+    took no connection earlier in the cycle (its first feed's failure is the WARNING)."""
 
     def finish(self, began: float) -> FeedOutcome:
         self.elapsed_s = time.monotonic() - began
@@ -130,8 +134,8 @@ class CycleReport:
         due = outcome.feed.next_fetch_at
         if due and (self.oldest_due is None or due < self.oldest_due):
             self.oldest_due = due
-        if outcome.state == "not_modified":
-            level = logging.DEBUG  # the usual answer: counted in the cycle's summary line
+        if outcome.state == "not_modified" or outcome.quiet:
+            level = logging.DEBUG  # counted in the cycle's summary line
         elif outcome.state in ("stored", "deferred"):
             level = logging.INFO
         else:
