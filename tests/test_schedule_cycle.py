@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from email.utils import formatdate
 from pathlib import Path
 
@@ -198,7 +198,7 @@ def next_due(p: Project) -> str | None:
     async def go() -> str | None:
         db = SQLiteDatabase(p.folder / "collector.db")
         try:
-            return await store.next_due_at(db)
+            return await store.next_due_at(db, datetime(1970, 1, 1, tzinfo=UTC))
         finally:
             await db.close()
 

@@ -3,7 +3,7 @@ cloud path is covered in tests/test_schedule_cycle.py)."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from feedcollector import store, store_schedule
 from feedcollector.database import Database
@@ -11,6 +11,9 @@ from feedcollector.models import FeedSpec
 from feedcollector.timestamps import format_timestamp
 
 from .test_store import LEASE, NOW, claim, db, run
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+"""Earlier than any due time: next_due_at after it is the earliest one."""
 
 __all__ = ["db"]  # the fixture
 
@@ -32,7 +35,7 @@ def test_gone_feeds_are_not_claimed_and_do_not_wake_the_scheduler(db: Database) 
     assert [f.url for f in claim(db)] == [B]
     run(store.release_feed(db, str(feeds(db)[B]["id"]), "a"))
     run(db.query("UPDATE feeds SET next_fetch_at = ? WHERE url = ?", (format_timestamp(later), B)))
-    assert run(store.next_due_at(db)) == format_timestamp(later), "not the gone feed's"
+    assert run(store.next_due_at(db, EPOCH)) == format_timestamp(later), "not the gone feed's"
     claimed = run(store.claim_feeds_by_id(db, [str(a_id)], now=NOW, owner="m", lease=LEASE))
     assert [f.gone_at for f in claimed] == [format_timestamp(NOW)], "a manual fetch still can"
 

@@ -263,22 +263,17 @@ async def count_due_feeds(db: Database, due_by: datetime) -> int:
     return int(rows[0]["n"]) if rows else 0
 
 
-async def next_due_at(db: Database, after: datetime | None = None) -> str | None:
-    """When the next active feed falls due; with ``after``, the first due later than that.
+async def next_due_at(db: Database, after: datetime) -> str | None:
+    """When the first active feed due later than ``after`` falls due.
 
     The scheduler asks for the first due after its last cycle started: a feed due before then
     was that cycle's to take, and is still due only because its work was aborted (a storage
     error) or another collector holds its lease, so it must not wake the next cycle at once."""
-    if after is None:
-        rows = await db.query(
-            "SELECT MIN(next_fetch_at) AS due FROM feeds WHERE active = 1 AND gone_at IS NULL"
-        )
-    else:
-        rows = await db.query(
-            "SELECT MIN(next_fetch_at) AS due FROM feeds"
-            " WHERE active = 1 AND gone_at IS NULL AND next_fetch_at > ?",
-            (format_timestamp(after),),
-        )
+    rows = await db.query(
+        "SELECT MIN(next_fetch_at) AS due FROM feeds"
+        " WHERE active = 1 AND gone_at IS NULL AND next_fetch_at > ?",
+        (format_timestamp(after),),
+    )
     return rows[0]["due"] if rows else None
 
 
