@@ -87,12 +87,12 @@ NOT_TRIED = "not_tried"
 
 def refuse_unreachable(unreachable: Unreachable, url: Located) -> None:
     """Raise a :data:`NOT_TRIED` TransferError when ``url``'s endpoint is in ``unreachable``."""
-    first = unreachable.get(endpoint(url))
+    where = endpoint(url)
+    first = unreachable.get(where)
     if first is not None:
         raise TransferError(
             NOT_TRIED,
-            f"{url} not tried: {endpoint(url)} could not be reached earlier in this cycle "
-            f"({first.detail})",
+            f"{url} not tried: {where} could not be reached earlier in this cycle ({first.detail})",
         )
 
 
