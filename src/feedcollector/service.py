@@ -155,7 +155,7 @@ async def next_wake(collector: Collector, since: datetime) -> timedelta:
 
     A feed that was due when the cycle started and is due still was that cycle's to take:
     its work was aborted by a storage error (a full disk, a locked database), or another
-    collector (or a killed one, for its lease's 15 minutes) holds it. Waking at once for it
+    collector (or a killed one, until its lease ends) holds it. Waking at once for it
     would run a cycle a second, downloading such feeds again each time; the next poll retries.
     """
     try:
