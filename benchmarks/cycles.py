@@ -1,5 +1,9 @@
 """Collection cycles against the farm: the collector and the baseline as child processes.
 
+Three cycles a farm: *first* (everything new), *steady* (every feed answers 304) and
+*repeat* (the farm ignores validators: every feed answers 200 with the body of the first
+cycle, as servers without validators do; the baseline reads its feeds a second time too).
+
 Every cycle is a fresh ``feedcollector run --once`` process, measured by the kernel (wall,
 CPU, peak RSS), with the project's defaults except: images off (the farm serves no images;
 the image tasks are still created), a one-second interval so the second cycle finds every
@@ -42,14 +46,17 @@ WORKER_DIR = PROJECT_ROOT / "worker"
 
 @dataclass(frozen=True, slots=True)
 class CycleFigures:
-    """A first cycle (all new) and a steady one (all 304) over ``feeds`` farm feeds."""
+    """A first cycle (all new), a steady one (all 304) and a repeat one (every feed answers
+    200 with the body of the first cycle) over ``feeds`` farm feeds."""
 
     feeds: int
     idle: ProcessRun
     first: ProcessRun
     steady: ProcessRun
+    repeat: ProcessRun | None
     new_items: int
     steady_not_modified: int
+    repeat_answered_200: int
     feeds_file_cpu_s: float
     """CPU to read and check the feeds file once (a cycle does it when the file changed)."""
 
@@ -66,9 +73,16 @@ class BaselineFigures:
     idle: ProcessRun
     run: ProcessRun
     new_items: int
+    repeat: ProcessRun | None = None
+    """A second run over the same feeds and database, every item already stored."""
 
     def cpu_per_item_ms(self) -> float:
         return (self.run.cpu_s - self.idle.cpu_s) / self.new_items * 1000
+
+    def repeat_cpu_per_feed_ms(self) -> float | None:
+        if self.repeat is None:
+            return None
+        return (self.repeat.cpu_s - self.idle.cpu_s) / self.feeds * 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,12 +145,16 @@ def run_cycles(
     *,
     repeats: int = 1,
     alongside: Callable[[], None] | None = None,
+    alongside_repeat: Callable[[], None] | None = None,
+    repeat_cycle: bool = True,
 ) -> CycleFigures:
     """Idle runs, then ``repeats`` first cycles over every farm feed (each with its own fresh
-    database and folder; the least CPU counts, as for the baseline), then a steady cycle.
+    database and folder; the least CPU counts, as for the baseline), then a steady cycle, then
+    (``repeat_cycle``) a repeat cycle with the farm ignoring validators.
 
     ``alongside`` runs after each first cycle: the baseline's attempts go there, so that both
-    collectors meet this machine's drift alike instead of minutes apart."""
+    collectors meet this machine's drift alike instead of minutes apart; ``alongside_repeat``
+    after the repeat cycle, for the baseline's."""
     idle_config = synced_workdir(scratch / "idle", [])
     idle = min(
         (_collector_once(idle_config, scratch / f"idle-{n}.log") for n in range(IDLE_RUNS)),
@@ -154,13 +172,28 @@ def run_cycles(
     time.sleep(1.1)  # every feed due again
     before = farm.stats.not_modified
     steady = _collector_once(config, scratch / "steady.log")
+    steady_not_modified = farm.stats.not_modified - before
+    repeat, repeat_answered_200 = None, 0
+    if repeat_cycle:
+        time.sleep(1.1)
+        farm.honour_validators = False
+        try:
+            before = farm.stats.ok
+            repeat = _collector_once(config, scratch / "repeat.log")
+            repeat_answered_200 = farm.stats.ok - before
+            if alongside_repeat is not None:
+                alongside_repeat()
+        finally:
+            farm.honour_validators = True
     return CycleFigures(
         feeds=farm.feeds,
         idle=idle,
         first=first,
         steady=steady,
+        repeat=repeat,
         new_items=new_items,
-        steady_not_modified=farm.stats.not_modified - before,
+        steady_not_modified=steady_not_modified,
+        repeat_answered_200=repeat_answered_200,
         feeds_file_cpu_s=feeds_file_cpu,
     )
 
@@ -180,19 +213,30 @@ class BaselineRuns:
         self._scratch = scratch
         self._feeds = len(urls)
         self._runs: list[ProcessRun] = []
+        self._repeat: ProcessRun | None = None
         (scratch / "run.urls").write_text("\n".join(urls))
         (scratch / "idle.urls").write_text("")
 
     def run(self) -> None:
         self._runs.append(self._once("run", len(self._runs)))
 
+    def repeat(self) -> None:
+        """The feeds again over the first run's database: every item is known by then."""
+        self._repeat = self._once("run", 0, log_name="repeat")
+
     def figures(self) -> BaselineFigures:
         idle = min((self._once("idle", n) for n in range(2)), key=lambda run: run.cpu_s)
         run = min(self._runs, key=lambda run: run.cpu_s)
         counts = json.loads(run.log.read_text().strip().splitlines()[-1])
-        return BaselineFigures(feeds=self._feeds, idle=idle, run=run, new_items=counts["new_items"])
+        return BaselineFigures(
+            feeds=self._feeds,
+            idle=idle,
+            run=run,
+            new_items=counts["new_items"],
+            repeat=self._repeat,
+        )
 
-    def _once(self, name: str, attempt: int) -> ProcessRun:
+    def _once(self, name: str, attempt: int, *, log_name: str | None = None) -> ProcessRun:
         return run_measured(
             under_peak_probe(
                 "benchmarks.baseline",
@@ -200,7 +244,7 @@ class BaselineRuns:
                 str(self._scratch / f"{name}-{attempt}.db"),
             ),
             cwd=PROJECT_ROOT,
-            log=self._scratch / f"{name}-{attempt}.log",
+            log=self._scratch / f"{log_name or name}-{attempt}.log",
         )
 
 
@@ -213,9 +257,19 @@ def run_cycles_beside_baseline(
     baseline_scratch: Path,
 ) -> tuple[CycleFigures, BaselineFigures | None]:
     """:func:`run_cycles`, with the baseline's attempts over ``baseline_urls`` (None: no
-    baseline) alternating with our first cycles, so that both meet this machine's drift alike."""
+    baseline) alternating with our first cycles, so that both meet this machine's drift alike.
+
+    The repeat cycle runs only beside a baseline: at 10k feeds it would write 460 MB of
+    backups just before the next measurement, and it has nothing to compare with there."""
     runs = BaselineRuns(baseline_urls, baseline_scratch) if baseline_urls is not None else None
-    ours = run_cycles(farm, scratch, repeats=repeats, alongside=runs.run if runs else None)
+    ours = run_cycles(
+        farm,
+        scratch,
+        repeats=repeats,
+        alongside=runs.run if runs else None,
+        alongside_repeat=runs.repeat if runs else None,
+        repeat_cycle=runs is not None,
+    )
     return ours, runs.figures() if runs else None
 
 

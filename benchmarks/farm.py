@@ -5,7 +5,8 @@ the loopback interface), all driven by one event loop in a background thread, so
 cost one thread and no per-feed state: bodies are generated on request by
 :func:`benchmarks.feeds.feed_document`. The server speaks just enough HTTP/1.1 for a feed
 reader: keep-alive, ``ETag``/``Last-Modified`` with 304 answers to matching conditional
-requests, an optional fixed latency, and counters of what it answered.
+requests (or, when told, none: the same body again), an optional fixed latency, and counters
+of what it answered.
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ class Farm:
     latency_s: float
     documents: tuple[FeedDocument, ...] = ()
     """When set, feed ``i`` serves ``documents[i % len(documents)]`` (real-world bytes)."""
+    honour_validators: bool = True
+    """False: every request gets a 200 and the whole body, as from the many servers that send
+    no validators or ignore them (set between cycles)."""
     stats: FarmStats = field(default_factory=FarmStats)
     connections: set[asyncio.StreamWriter] = field(default_factory=set)
 
@@ -62,7 +66,7 @@ def _answer(farm: Farm, path: str, headers: dict[str, str]) -> bytes:
         return b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
     index = int(number)
     etag = f'"farm-{index}-0"'
-    if headers.get("if-none-match") == etag:
+    if farm.honour_validators and headers.get("if-none-match") == etag:
         farm.stats.not_modified += 1
         validators = f"ETag: {etag}\r\n"
         return f"HTTP/1.1 304 Not Modified\r\n{validators}\r\n".encode("ascii")
@@ -70,7 +74,7 @@ def _answer(farm: Farm, path: str, headers: dict[str, str]) -> bytes:
         document = farm.documents[index % len(farm.documents)]
     else:
         document = feed_document(index, farm.items)
-    if headers.get("if-modified-since") == document.last_modified:
+    if farm.honour_validators and headers.get("if-modified-since") == document.last_modified:
         farm.stats.not_modified += 1
         return (
             f"HTTP/1.1 304 Not Modified\r\nETag: {etag}\r\n"

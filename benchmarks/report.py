@@ -114,6 +114,12 @@ def render(
             f"| {c.steady.cpu_s:.1f} | {c.cpu_per_feed_ms(c.steady):.2f} | "
             f"| {c.steady.peak_rss_mb:.0f} |"
         )
+        if c.repeat is not None:
+            lines.append(
+                f"| {c.feeds} | repeat ({c.repeat_answered_200} x 200, the same bodies) "
+                f"| {c.repeat.wall_s:.1f} | {c.repeat.cpu_s:.1f} "
+                f"| {c.cpu_per_feed_ms(c.repeat):.2f} | | {c.repeat.peak_rss_mb:.0f} |"
+            )
     if cycles:
         lines.append("")
         lines += [
@@ -138,6 +144,27 @@ def render(
                 f"| {label} | feedcollector first cycle (fetch, backup, parse, store) "
                 f"| {ours.feeds} | {ours.new_items} | {ours.first_cpu_per_item_ms():.3f} "
                 f"| {theirs.cpu_per_item_ms() / ours.first_cpu_per_item_ms():.1f}x |",
+            ]
+    repeats = [
+        (label, ours, ours.repeat, theirs, theirs_ms)
+        for label, ours, theirs in comparisons
+        if ours.repeat is not None and (theirs_ms := theirs.repeat_cpu_per_feed_ms()) is not None
+    ]
+    if repeats:
+        lines += [
+            "",
+            "### Bodies fetched again unchanged (every feed answers 200 with the same bytes)",
+            "",
+            "| feeds | collector | feeds | CPU ms per feed | ratio |",
+            "|---|---|---:|---:|---:|",
+        ]
+        for label, ours, repeat, theirs, theirs_ms in repeats:
+            ours_ms = ours.cpu_per_feed_ms(repeat)
+            lines += [
+                f"| {label} | baseline (feedparser, a SELECT per item, commit per feed) "
+                f"| {theirs.feeds} | {theirs_ms:.2f} | |",
+                f"| {label} | feedcollector repeat cycle (fetch, backup, digest) "
+                f"| {ours.feeds} | {ours_ms:.2f} | {theirs_ms / ours_ms:.1f}x |",
             ]
     lines += [
         "",

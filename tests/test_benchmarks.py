@@ -53,6 +53,9 @@ def test_the_farm_answers_conditional_requests_on_several_loopback_hosts() -> No
         assert since.status_code == 304
         assert client.get(farm.url(4).replace("4.xml", "99.xml")).status_code == 404
         assert (farm.stats.ok, farm.stats.not_modified, farm.stats.not_found) == (1, 2, 1)
+        farm.honour_validators = False  # as a server without validators: the same body again
+        ignored = client.get(farm.url(4), headers={"If-None-Match": first.headers["etag"]})
+        assert (ignored.status_code, ignored.content) == (200, first.content)
 
 
 def test_measured_cycles_start_with_the_feeds_file_already_synced(tmp_path: Path) -> None:
@@ -88,12 +91,15 @@ def test_the_suite_runs_on_a_tiny_size(tmp_path: Path) -> None:
     [cycle] = figures["cycles"]  # type: ignore[misc]
     assert cycle["new_items"] == 6 * 3
     assert cycle["steady_not_modified"] == 6
+    assert cycle["repeat_answered_200"] == 6
     assert all(
-        cycle[run]["cpu_s"] > 0 and cycle[run]["peak_rss_mb"] > 0 for run in ("first", "steady")
+        cycle[run]["cpu_s"] > 0 and cycle[run]["peak_rss_mb"] > 0
+        for run in ("first", "steady", "repeat")
     )
     baseline = figures["baseline"]
     assert isinstance(baseline, dict)
     assert baseline["new_items"] == 4 * 3
+    assert baseline["repeat"]["cpu_s"] > 0
     corpus_cycle = figures["corpus_cycle"]
     assert isinstance(corpus_cycle, dict)
     served = len(corpus_documents(CORPUS))

@@ -333,15 +333,13 @@ def test_an_item_too_big_for_d1_is_spilled_to_the_object_store(
     feed_server.route("/img/big.png", body=png(4, 4), headers={"Content-Type": "image/png"})
     huge = big_html(base, 3_000_000, "big")
     assert len(huge.encode()) > 3_000_000
-    body = rss(
-        [
-            Entry("Before", guid="a", description="<p>small one</p>"),
-            Entry("Huge", guid="big", content=huge),
-            Entry("After", guid="z", description="<p>small two</p>"),
-        ],
-        link=base + "/",
-    )
-    url = feed_server.route("/feed", body=body)
+    entries = [
+        Entry("Before", guid="a", description="<p>small one</p>"),
+        Entry("Huge", guid="big", content=huge),
+        Entry("After", guid="z", description="<p>small two</p>"),
+    ]
+    route = Route(body=rss(entries, link=base + "/"))
+    url = feed_server.route("/feed", route)
     s = shape([url])
     feed_id = feed_id_for(url)
     key = content_key(feed_id, "big")
@@ -367,6 +365,7 @@ def test_an_item_too_big_for_d1_is_spilled_to_the_object_store(
     ]
 
     s.clock.advance(minutes=30)
+    route.body = rss(entries, link=base + "/", title="Edited")  # read again, items unchanged
     report = s.cycle()
     assert (report.stored, report.new_items) == (1, 0)
     assert s.count("items") == 3

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from feedcollector import collector as collector_module
+from feedcollector import fetch as fetch_module
 from feedcollector import parse as parse_module
 from feedcollector.collector import open_collector
 from feedcollector.config import load_settings
@@ -62,6 +63,10 @@ class Project:
         with sqlite3.connect(self.folder / "collector.db") as conn:
             conn.row_factory = sqlite3.Row
             return [dict(r) for r in conn.execute(sql, params)]
+
+    def execute(self, sql: str, *params: Any) -> None:
+        with sqlite3.connect(self.folder / "collector.db") as conn:
+            conn.execute(sql, params)
 
     def object(self, key: str) -> bytes:
         return (self.folder / "objects" / key).read_bytes()
@@ -211,7 +216,7 @@ def test_a_feed_not_yet_due_is_not_fetched(
     assert len(feed_server.hits("/feed")) == 2
 
 
-def test_without_validators_every_cycle_is_a_full_and_idempotent_reload(
+def test_without_validators_a_changed_body_is_stored_idempotently(
     feed_server: FeedServer, project: Callable[..., Project]
 ) -> None:
     feed_server.route("/i.png", body=png(), headers={"Content-Type": "image/png"})
@@ -222,8 +227,11 @@ def test_without_validators_every_cycle_is_a_full_and_idempotent_reload(
     url = feed_server.route("/feed", route)
     p = project([url])
     for cycle in range(3):
-        if cycle == 2:
-            route.body = rss([*entries, Entry("Post 3", guid="g3")], link=feed_server.url("/"))
+        route.body = rss(
+            [*entries, Entry("Post 3", guid="g3")] if cycle == 2 else entries,
+            link=feed_server.url("/"),
+            title=f"Fetch {cycle}",  # the body changes on every fetch, as with lastBuildDate
+        )
         report = p.cycle()
         assert report.stored == 1
         assert report.new_items == (3 if cycle == 0 else 0 if cycle == 1 else 1)
@@ -235,6 +243,80 @@ def test_without_validators_every_cycle_is_a_full_and_idempotent_reload(
     ]
     assert len(feed_server.hits("/i.png")) == 3, "each image downloaded exactly once"
     assert len(p.keys("backups")) == 3, "every 200 body is backed up"
+
+
+def test_the_body_stored_last_time_is_backed_up_but_not_read_again(
+    feed_server: FeedServer, project: Callable[..., Project], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Servers that ignore validators answer every poll with the same bytes: those are backed
+    up (every non-304 body is) and only the feed's bookkeeping changes."""
+    route = Route(body=rss([Entry("One", guid="1"), Entry("Two", guid="2")]))
+    url = feed_server.route("/feed", route)
+    p = project([url])
+    assert p.cycle().stored == 1
+    # A row lost without a tombstone comes back only if the body is read again.
+    p.execute("DELETE FROM items WHERE guid = '2'")
+    p.clock.advance(minutes=30)
+    route.headers = {"ETag": '"new"', "Last-Modified": "Mon, 02 Mar 2026 09:00:00 GMT"}
+    with caplog.at_level(logging.INFO, logger="feedcollector"):
+        report = p.cycle()
+    assert (report.stored, report.unchanged, report.not_modified, report.failed) == (0, 1, 0, 0)
+    assert "1 not modified" not in report.summary()
+    assert "0 not modified, 1 sent the same body again" in report.summary()
+    assert not [r for r in caplog.records if r.levelno >= logging.INFO and url in r.getMessage()]
+    assert p.rows("SELECT guid FROM items") == [{"guid": "1"}]
+    assert p.rows(
+        "SELECT last_status, last_fetched_at, last_etag, last_modified, consecutive_failures "
+        "FROM feeds"
+    ) == [
+        {
+            "last_status": 200,
+            "last_fetched_at": "2026-03-02T09:30:00Z",
+            "last_etag": '"new"',
+            "last_modified": "Mon, 02 Mar 2026 09:00:00 GMT",
+            "consecutive_failures": 0,
+        }
+    ]
+    assert len(p.keys("backups")) == 2
+    p.clock.advance(minutes=30)
+    route.body = rss([Entry("One", guid="1"), Entry("Two", guid="2"), Entry("Three", guid="3")])
+    report = p.cycle()
+    assert (report.stored, report.new_items) == (1, 2), "a changed body is read whole"
+
+
+def test_the_same_bytes_are_read_again_under_another_charset_or_version(
+    feed_server: FeedServer, project: Callable[..., Project], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    body = rss([Entry("Caf\u00e9", guid="1")], encoding="windows-1252", declare=False)
+    route = Route(body=body, headers={"Content-Type": "application/rss+xml; charset=utf-8"})
+    url = feed_server.route("/feed", route)
+    p = project([url])
+    p.cycle()
+    p.execute("DELETE FROM items")
+    route.headers = {"Content-Type": "application/rss+xml; charset=windows-1252"}
+    p.clock.advance(hours=1)
+    assert p.cycle().new_items == 1, "the charset decides how the bytes read"
+    assert p.rows("SELECT title FROM items") == [{"title": "Caf\u00e9"}]
+    p.clock.advance(hours=1)
+    assert p.cycle().unchanged == 1
+    p.execute("DELETE FROM items")
+    monkeypatch.setattr(fetch_module, "VERSION", "99.0")
+    p.clock.advance(hours=1)
+    assert p.cycle().new_items == 1, "a newer feedcollector reads the body again"
+
+
+def test_a_body_that_failed_to_parse_is_read_again_and_fails_again(
+    feed_server: FeedServer, project: Callable[..., Project]
+) -> None:
+    url = feed_server.route("/feed", body=b"<html><title>Down for maintenance</title></html>")
+    p = project([url])
+    for failures in (1, 2):
+        report = p.cycle()
+        assert (report.failed, report.unchanged) == (1, 0)
+        assert p.rows("SELECT consecutive_failures FROM feeds")[0]["consecutive_failures"] == (
+            failures
+        )
+        p.clock.advance(days=1)
 
 
 def test_content_of_a_known_guid_is_never_updated(
@@ -811,8 +893,7 @@ def test_an_unchanged_feeds_file_is_not_synced_again(
     assert p.rows("SELECT key, value FROM collector_state") == [
         {"key": "feeds_file_sha256", "value": digest}
     ]
-    with sqlite3.connect(p.folder / "collector.db") as conn:
-        conn.execute("UPDATE feeds SET active = 0")  # a state the file does not describe
+    p.execute("UPDATE feeds SET active = 0")  # a state the file does not describe
     p.clock.advance(hours=1)
     p.cycle()
     assert p.rows("SELECT active FROM feeds") == [{"active": 0}]

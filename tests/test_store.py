@@ -270,13 +270,14 @@ def test_failures_and_not_modified_bookkeeping(db: Database) -> None:
     counting = CountingDatabase(db)
     run(
         store.record_not_modified(
-            counting, [store.NotModified(b.id, NOW, NOW + timedelta(minutes=30))]
+            counting,
+            [store.NotModified(b.id, NOW, NOW + timedelta(minutes=30), 304, '"v1"', None)],
         )
     )
     assert counting.round_trips == 1
     rows = run(
         db.query(
-            "SELECT url, consecutive_failures, next_fetch_at, last_fetched_at, last_error, last_status, lease_owner FROM feeds ORDER BY url"
+            "SELECT url, consecutive_failures, next_fetch_at, last_fetched_at, last_error, last_status, last_etag, lease_owner FROM feeds ORDER BY url"
         )
     )
     assert rows == [
@@ -287,6 +288,7 @@ def test_failures_and_not_modified_bookkeeping(db: Database) -> None:
             "last_fetched_at": None,
             "last_error": "fetch: HTTP 503",
             "last_status": 503,
+            "last_etag": None,
             "lease_owner": None,
         },
         {
@@ -296,6 +298,7 @@ def test_failures_and_not_modified_bookkeeping(db: Database) -> None:
             "last_fetched_at": "2026-03-01T12:00:00Z",
             "last_error": None,
             "last_status": 304,
+            "last_etag": '"v1"',
             "lease_owner": None,
         },
     ]

@@ -11,6 +11,7 @@ bytes and the decompressed output. :func:`status_text` is shared with the image 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import importlib.metadata
 import time
 from collections.abc import Mapping
@@ -41,7 +42,8 @@ def _package_version() -> str:
         return "0"
 
 
-DEFAULT_USER_AGENT = f"feedcollector/{_package_version()}"
+VERSION = _package_version()
+DEFAULT_USER_AGENT = f"feedcollector/{VERSION}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +170,21 @@ async def _read_feed_response(
         hints=hints,
         permanent_url=permanent_url,
     )
+
+
+def body_digest(response: FetchedFeed) -> str:
+    """SHA-256 of everything reading a 200's body depends on: its bytes, its Content-Type
+    (the charset), the URL it came from (relative links) and feedcollector's version (a newer
+    parser may read more of it).
+
+    Equal to the digest stored with a feed's last items batch, it is the body read last time:
+    reading it again would store nothing, so the cycle skips that work (many servers send
+    no validators, or ignore them, and answer every poll with the same bytes).
+    """
+    context = f"{VERSION}\n{response.content_type or ''}\n{response.final_url}\n"
+    digest = hashlib.sha256(context.encode("utf-8", "surrogatepass"))
+    digest.update(response.body)
+    return digest.hexdigest()
 
 
 def feed_status_error(

@@ -36,8 +36,8 @@ class CollectorMetrics:
         r = self.registry
         self.fetches = Counter(
             "feedcollector_fetches",
-            "Feed fetches by outcome: ok, not_modified, http_4xx, http_5xx, timeout, dns, "
-            "connect, tls, too_large, redirect, parse, storage_error, ...",
+            "Feed fetches by outcome: ok, not_modified, unchanged, http_4xx, http_5xx, timeout, "
+            "dns, connect, tls, too_large, redirect, parse, storage_error, ...",
             ["outcome"],
             registry=r,
         )

@@ -46,6 +46,8 @@ class Feed:
     """Average gap between its newest dated items (None: too few to tell)."""
     newest_item_at: str | None = None
     """The publication time of its newest dated item."""
+    body_digest: str | None = None
+    """:func:`.fetch.body_digest` of the last body whose items were stored."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,6 @@
 """What a feed's answer means for its row and its host, beyond items: the next fetch time
-from the answer's hints, a failure's backoff, a Retry-After (429: for the whole host), 410 Gone,
+from the answer's hints, an answer with nothing new (304, or the body stored last time), a
+failure's backoff, a Retry-After (429: for the whole host), 410 Gone,
 a permanent move, and handing a claimed feed back.
 
 The decisions are :mod:`.schedule`'s pure functions; this module applies them to one feed with
@@ -15,7 +16,7 @@ from . import store, store_schedule
 from .collector import Collector
 from .errors import TOO_LARGE, DatabaseError, FetchError, ParseError, StorageError
 from .http_hints import freshness, retry_after
-from .models import Feed, ResponseHints
+from .models import Feed, FetchedFeed, ResponseHints
 from .politeness import host_key
 from .report import FeedOutcome
 from .schedule import (
@@ -136,6 +137,25 @@ def next_fetch(
         stats=stats,
         floor=floor,
     )
+
+
+def unchanged(
+    collector: Collector, outcome: FeedOutcome, response: FetchedFeed, began: float
+) -> FeedOutcome:
+    """A 304, or a 200 with the body stored last time: only the feed's bookkeeping changes
+    (written with the cycle's batch), its schedule from the stats its last stored body left.
+    A 304 keeps the stored validators; a 200's replace them."""
+    feed = outcome.feed
+    outcome.next_fetch_at = next_fetch(
+        collector, outcome, response.hints, feed.feed_ttl_seconds, stored_stats(feed)
+    )
+    if response.not_modified:
+        outcome.state = "not_modified"
+        outcome.validators = (feed.last_etag, feed.last_modified)
+    else:
+        outcome.state = "unchanged"
+        outcome.validators = (response.etag, response.last_modified)
+    return outcome.finish(began)
 
 
 def stored_stats(feed: Feed) -> PostingStats | None:

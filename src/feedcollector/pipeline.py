@@ -34,7 +34,7 @@ from .errors import (
     ParseError,
     StorageError,
 )
-from .fetch import fetch_feed
+from .fetch import body_digest, fetch_feed
 from .httpbody import NOT_TRIED, Unreachable
 from .image_stage import download_pending_images
 from .models import Feed, ItemRecord, ParsedFeed
@@ -154,21 +154,16 @@ async def refresh_feed(
         if response.permanent_url is not None:
             await outcomes.record_move(collector, feed, response.permanent_url)
         if response.not_modified:
-            outcome.next_fetch_at = outcomes.next_fetch(
-                collector,
-                outcome,
-                response.hints,
-                feed.feed_ttl_seconds,
-                outcomes.stored_stats(feed),
-            )
-            outcome.state = "not_modified"
-            return outcome.finish(began)
+            return outcomes.unchanged(collector, outcome, response, began)
 
         outcome.bytes = len(response.body)
         await write_backup(
             collector.objects, feed.id, response.body, fetched_at, response.content_type
         )
         outcome.backed_up = True
+        digest = body_digest(response)
+        if digest == feed.body_digest:  # the body stored last time: nothing new to read
+            return outcomes.unchanged(collector, outcome, response, began)
         body_args = (response.body, response.content_type, response.final_url, feed.url)
         try:
             parsed, records = await _read_feed_body_quickly(body_args, fetched_at)
@@ -193,6 +188,7 @@ async def refresh_feed(
                 feed_ttl_seconds=ttl,
                 post_gap_seconds=outcomes.whole_seconds(stats.gap) if stats else None,
                 newest_item_at=format_timestamp(stats.newest) if stats else None,
+                body_digest=digest,
             ),
         )
         outcome.state = "stored"
@@ -327,9 +323,15 @@ async def _refresh_all(
             if outcome is None:
                 continue
             report.add(outcome)
-            if outcome.state == "not_modified" and outcome.next_fetch_at is not None:
+            if outcome.validators is not None and outcome.next_fetch_at is not None:
                 not_modified.append(
-                    store.NotModified(ticket.item.id, outcome.fetched_at, outcome.next_fetch_at)
+                    store.NotModified(
+                        ticket.item.id,
+                        outcome.fetched_at,
+                        outcome.next_fetch_at,
+                        outcome.http_status or 304,
+                        *outcome.validators,
+                    )
                 )
                 if len(not_modified) >= NOT_MODIFIED_FLUSH:
                     await flush_not_modified()

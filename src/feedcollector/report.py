@@ -22,9 +22,9 @@ log = logging.getLogger("feedcollector")
 
 @dataclass(slots=True)
 class FeedOutcome:
-    """One feed's refresh; ``state`` is stored, not_modified, failed, aborted, deferred (a
-    Retry-After runs, or its host took no connection earlier in the cycle: not requested) or
-    gone (410)."""
+    """One feed's refresh; ``state`` is stored, not_modified (304), unchanged (a 200 with the
+    body stored last time), failed, aborted, deferred (a Retry-After runs, or its host took no
+    connection earlier in the cycle: not requested) or gone (410)."""
 
     feed: Feed
     fetched_at: datetime
@@ -39,6 +39,9 @@ class FeedOutcome:
     """Why a failed feed failed: a FetchError kind (timeout, dns, http, ...) or parse."""
     backed_up: bool = False
     next_fetch_at: datetime | None = None
+    validators: tuple[str | None, str | None] | None = None
+    """ETag and Last-Modified to keep when nothing but the bookkeeping changed (a 304, or
+    a 200 with the body stored last time): written with the cycle's batch of those."""
     quiet: bool = False
     """Logged at DEBUG, counted in the cycle's summary: a feed not requested because its host
     took no connection earlier in the cycle (its first feed's failure is the WARNING)."""
@@ -53,6 +56,7 @@ class FeedOutcome:
         fixed = {
             "stored": "ok",
             "not_modified": "not_modified",
+            "unchanged": "unchanged",
             "aborted": "storage_error",
             "deferred": "deferred",
             "gone": "gone",
@@ -69,6 +73,8 @@ class FeedOutcome:
             what = f"{self.new_items} new of {self.items} items"
         elif self.state == "not_modified":
             what = "not modified"
+        elif self.state == "unchanged":
+            what = "the body stored last time, not read again"
         else:
             what = f"{self.state}: {self.error}"
         size = f"{self.bytes / 1024:.1f} KiB" if self.bytes else "0 KiB"
@@ -101,6 +107,8 @@ class CycleReport:
     feeds: int = 0
     stored: int = 0
     not_modified: int = 0
+    unchanged: int = 0
+    """200s with the body stored last time."""
     failed: int = 0
     aborted: int = 0
     deferred: int = 0
@@ -121,6 +129,8 @@ class CycleReport:
             self.stored += 1
         elif outcome.state == "not_modified":
             self.not_modified += 1
+        elif outcome.state == "unchanged":
+            self.unchanged += 1
         elif outcome.state == "aborted":
             self.aborted += 1
         elif outcome.state == "deferred":
@@ -134,7 +144,7 @@ class CycleReport:
         due = outcome.feed.next_fetch_at
         if due and (self.oldest_due is None or due < self.oldest_due):
             self.oldest_due = due
-        if outcome.state == "not_modified" or outcome.quiet:
+        if outcome.state in ("not_modified", "unchanged") or outcome.quiet:
             level = logging.DEBUG  # counted in the cycle's summary line
         elif outcome.state in ("stored", "deferred"):
             level = logging.INFO
@@ -167,8 +177,9 @@ class CycleReport:
             for count, what in ((self.deferred, "deferred, not requested"), (self.gone, "gone"))
             if count
         )
+        same = f", {self.unchanged} sent the same body again" if self.unchanged else ""
         return (
-            f"{self.feeds} feeds ({self.stored} updated, {self.not_modified} not modified, "
+            f"{self.feeds} feeds ({self.stored} updated, {self.not_modified} not modified{same}, "
             f"{self.failed} failed, {self.aborted} aborted by storage errors{polite}), "
             f"{self.new_items} new items, {self.bytes / 1024:.1f} KiB; images: "
             f"{self.images_stored} stored, {self.images_retry_later} to retry, "

@@ -148,6 +148,11 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
             "CREATE INDEX IF NOT EXISTS image_tasks_status ON image_tasks (status, created_at, id)",
         ),
     ),
+    (
+        10,
+        "feeds: the digest of the last body stored, so the same body again is not read again",
+        ("ALTER TABLE feeds ADD COLUMN body_digest TEXT",),
+    ),
 )
 
 

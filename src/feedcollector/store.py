@@ -29,7 +29,7 @@ MAX_PARAMS = 100
 _FEED_COLUMNS = (
     "id, url, title, last_etag, last_modified, last_fetched_at, consecutive_failures, "
     "next_fetch_at, interval_seconds, moved_to, gone_at, retry_after_until, feed_ttl_seconds, "
-    "post_gap_seconds, newest_item_at"
+    "post_gap_seconds, newest_item_at, body_digest"
 )
 
 
@@ -63,6 +63,7 @@ def _feed(row: Row) -> Feed:
         feed_ttl_seconds=row["feed_ttl_seconds"],
         post_gap_seconds=row["post_gap_seconds"],
         newest_item_at=row["newest_item_at"],
+        body_digest=row["body_digest"],
     )
 
 
@@ -293,27 +294,42 @@ class FetchSuccess:
     feed_ttl_seconds: int | None = None
     post_gap_seconds: int | None = None
     newest_item_at: str | None = None
+    body_digest: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class NotModified:
+    """A fetch that changed nothing but the feed's bookkeeping: a 304, or a 200 with the body
+    stored last time (the validators are then the new answer's)."""
+
     feed_id: str
     fetched_at: datetime
     next_fetch_at: datetime
+    status: int
+    etag: str | None
+    last_modified: str | None
 
 
 async def record_not_modified(db: Database, updates: Sequence[NotModified]) -> None:
-    """The 304 bookkeeping of many feeds in one batch: only the two timestamps (and reset)."""
+    """The bookkeeping of many unchanged feeds in one batch: timestamps, status, validators
+    (and the failure count reset)."""
     if not updates:
         return
     await db.batch(
         [
             Statement(
                 "UPDATE feeds SET last_fetched_at = ?, next_fetch_at = ?, "
-                "consecutive_failures = 0, last_error = NULL, last_status = 304, "
-                "gone_at = NULL, retry_after_until = NULL, "
+                "consecutive_failures = 0, last_error = NULL, last_status = ?, "
+                "last_etag = ?, last_modified = ?, gone_at = NULL, retry_after_until = NULL, "
                 "lease_owner = NULL, lease_until = NULL WHERE id = ?",
-                (format_timestamp(u.fetched_at), format_timestamp(u.next_fetch_at), u.feed_id),
+                (
+                    format_timestamp(u.fetched_at),
+                    format_timestamp(u.next_fetch_at),
+                    u.status,
+                    u.etag,
+                    u.last_modified,
+                    u.feed_id,
+                ),
             )
             for u in updates
         ]

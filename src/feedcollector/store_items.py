@@ -120,7 +120,7 @@ async def save_items(
             "last_modified = ?, last_fetched_at = ?, next_fetch_at = ?, "
             "consecutive_failures = 0, last_error = NULL, last_status = ?, "
             "feed_ttl_seconds = ?, post_gap_seconds = ?, newest_item_at = ?, "
-            "gone_at = NULL, retry_after_until = NULL, "
+            "gone_at = NULL, retry_after_until = NULL, body_digest = ?, "
             "lease_owner = NULL, lease_until = NULL WHERE id = ?",
             (
                 outcome.title,
@@ -132,6 +132,7 @@ async def save_items(
                 outcome.feed_ttl_seconds,
                 outcome.post_gap_seconds,
                 outcome.newest_item_at,
+                outcome.body_digest,
                 feed.id,
             ),
         )
