@@ -59,7 +59,8 @@ NOT_TRIED_RETRY = timedelta(minutes=1)
 again: a minute (``run``'s poll), so a dead host is tried about once a minute, not once a
 cycle a second while its feeds are deferred one after another."""
 NOT_MODIFIED_FLUSH = 200
-"""304 bookkeeping is written in batches of this many feeds."""
+"""The bookkeeping of unchanged feeds (304, or the body stored last time) is written in batches
+of this many feeds."""
 INLINE_PARSE_BYTES = 2 * 2**20
 """Bodies up to this size are decoded and parsed on the event loop (about 20 ms at most);
 bigger ones, and any that only feedparser reads, on a worker thread, so the loop keeps serving
@@ -312,7 +313,7 @@ async def _refresh_all(
         try:
             await store.record_not_modified(collector.db, batch)
         except StorageError as exc:
-            log.error("%s; 304 bookkeeping of %d feeds not written", exc, len(batch))
+            log.error("%s; bookkeeping of %d unchanged feeds not written", exc, len(batch))
 
     async def work() -> None:
         while (ticket := await queue.get()) is not None:
