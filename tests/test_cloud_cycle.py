@@ -289,7 +289,7 @@ def test_a_304_touches_only_the_two_timestamps(
     assert s.count("items") == 1
 
 
-def test_refetching_without_validators_is_idempotent(
+def test_refetching_without_validators_is_idempotent_and_skips_the_same_body(
     feed_server: FeedServer, shape: Callable[[list[str]], Shape]
 ) -> None:
     feed_server.route("/i.png", body=png(), headers={"Content-Type": "image/png"})
@@ -299,14 +299,24 @@ def test_refetching_without_validators_is_idempotent(
     route = Route(body=rss(entries, link=feed_server.url("/")))
     url = feed_server.route("/feed", route)
     s = shape([url])
-    new_items = []
+    outcomes = []
     for cycle in range(3):
+        if cycle == 1:
+            route.headers = {"ETag": '"ignored"'}  # sent, but never answered with a 304
         if cycle == 2:
             route.body = rss([*entries, Entry("Post 3", guid="g3")], link=feed_server.url("/"))
         report = s.cycle()
-        new_items.append(report.new_items)
+        outcomes.append((report.stored, report.unchanged, report.new_items))
+        if cycle == 1:
+            assert s.rows("SELECT last_status, last_etag, last_fetched_at FROM feeds") == [
+                {
+                    "last_status": 200,
+                    "last_etag": '"ignored"',
+                    "last_fetched_at": "2026-03-02T09:30:00Z",
+                }
+            ], "the same body again: only the bookkeeping, in the cycle's batch"
         s.clock.advance(minutes=30)
-    assert new_items == [3, 0, 1]
+    assert outcomes == [(1, 0, 3), (0, 1, 0), (1, 0, 1)]
     assert s.count("items") == 4
     assert s.rows("SELECT COUNT(*) AS n, SUM(status = 'success') AS ok FROM image_tasks") == [
         {"n": 3, "ok": 3}
