@@ -300,7 +300,7 @@ def test_the_same_bytes_are_read_again_under_another_charset_or_version(
     p.clock.advance(hours=1)
     assert p.cycle().unchanged == 1
     p.execute("DELETE FROM items")
-    monkeypatch.setattr(fetch_module, "VERSION", "99.0")
+    monkeypatch.setattr(fetch_module, "PACKAGE_VERSION", "99.0")
     p.clock.advance(hours=1)
     assert p.cycle().new_items == 1, "a newer feedcollector reads the body again"
 

@@ -70,7 +70,10 @@ def _package_version() -> str:
         return "0"
 
 
-DEFAULT_USER_AGENT = f"feedcollector/{_package_version()} (personal RSS/Atom collector)"
+PACKAGE_VERSION = _package_version()
+"""The installed feedcollector's version: in User-Agents, and in the digest of a stored body
+(:func:`.fetch.body_digest`), so a new version reads every feed once more."""
+DEFAULT_USER_AGENT = f"feedcollector/{PACKAGE_VERSION} (personal RSS/Atom collector)"
 
 
 def _resolve_path(value: Path, info: ValidationInfo) -> Path:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import importlib.metadata
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from http import HTTPStatus
 
 import aiohttp
 
+from .config import PACKAGE_VERSION
 from .errors import FetchError
 from .feedhttp import (
     header_text,
@@ -35,15 +35,7 @@ from .models import FetchedFeed
 MIB = 1024 * 1024
 
 
-def _package_version() -> str:
-    try:
-        return importlib.metadata.version("feedcollector")
-    except importlib.metadata.PackageNotFoundError:
-        return "0"
-
-
-VERSION = _package_version()
-DEFAULT_USER_AGENT = f"feedcollector/{VERSION}"
+DEFAULT_USER_AGENT = f"feedcollector/{PACKAGE_VERSION}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,7 +173,7 @@ def body_digest(response: FetchedFeed) -> str:
     reading it again would store nothing, so the cycle skips that work (many servers send
     no validators, or ignore them, and answer every poll with the same bytes).
     """
-    context = f"{VERSION}\n{response.content_type or ''}\n{response.final_url}\n"
+    context = f"{PACKAGE_VERSION}\n{response.content_type or ''}\n{response.final_url}\n"
     digest = hashlib.sha256(context.encode("utf-8", "surrogatepass"))
     digest.update(response.body)
     return digest.hexdigest()
