@@ -151,10 +151,13 @@ def unchanged(
     )
     if response.not_modified:
         outcome.state = "not_modified"
-        outcome.validators = (feed.last_etag, feed.last_modified)
+        etag, last_modified = feed.last_etag, feed.last_modified
     else:
         outcome.state = "unchanged"
-        outcome.validators = (response.etag, response.last_modified)
+        etag, last_modified = response.etag, response.last_modified
+    outcome.bookkeeping = store.NotModified(
+        feed.id, outcome.fetched_at, outcome.next_fetch_at, response.status, etag, last_modified
+    )
     return outcome.finish(began)
 
 

@@ -324,16 +324,8 @@ async def _refresh_all(
             if outcome is None:
                 continue
             report.add(outcome)
-            if outcome.validators is not None and outcome.next_fetch_at is not None:
-                not_modified.append(
-                    store.NotModified(
-                        ticket.item.id,
-                        outcome.fetched_at,
-                        outcome.next_fetch_at,
-                        outcome.http_status or 304,
-                        *outcome.validators,
-                    )
-                )
+            if outcome.bookkeeping is not None:
+                not_modified.append(outcome.bookkeeping)
                 if len(not_modified) >= NOT_MODIFIED_FLUSH:
                     await flush_not_modified()
 

@@ -15,6 +15,7 @@ from typing import Protocol
 
 from .database import Database
 from .models import Feed
+from .store import NotModified
 from .timestamps import parse_timestamp
 
 log = logging.getLogger("feedcollector")
@@ -39,9 +40,9 @@ class FeedOutcome:
     """Why a failed feed failed: a FetchError kind (timeout, dns, http, ...) or parse."""
     backed_up: bool = False
     next_fetch_at: datetime | None = None
-    validators: tuple[str | None, str | None] | None = None
-    """ETag and Last-Modified to keep when nothing but the bookkeeping changed (a 304, or
-    a 200 with the body stored last time): written with the cycle's batch of those."""
+    bookkeeping: NotModified | None = None
+    """The feed row's update when nothing but its bookkeeping changed (a 304, or a 200 with
+    the body stored last time): written with the cycle's batch of those."""
     quiet: bool = False
     """Logged at DEBUG, counted in the cycle's summary: a feed not requested because its host
     took no connection earlier in the cycle (its first feed's failure is the WARNING)."""
