@@ -146,15 +146,16 @@ def run_cycles(
     repeats: int = 1,
     alongside: Callable[[], None] | None = None,
     alongside_repeat: Callable[[], None] | None = None,
-    repeat_cycle: bool = True,
 ) -> CycleFigures:
     """Idle runs, then ``repeats`` first cycles over every farm feed (each with its own fresh
-    database and folder; the least CPU counts, as for the baseline), then a steady cycle, then
-    (``repeat_cycle``) a repeat cycle with the farm ignoring validators.
+    database and folder; the least CPU counts, as for the baseline), then a steady cycle, then,
+    when ``alongside_repeat`` is given, a repeat cycle with the farm ignoring validators.
 
     ``alongside`` runs after each first cycle: the baseline's attempts go there, so that both
     collectors meet this machine's drift alike instead of minutes apart; ``alongside_repeat``
-    after the repeat cycle, for the baseline's."""
+    after the repeat cycle, for the baseline's. The repeat cycle runs only beside a baseline:
+    at 10k feeds it would write 460 MB of backups just before the next measurement, and it
+    has nothing to compare with there."""
     idle_config = synced_workdir(scratch / "idle", [])
     idle = min(
         (_collector_once(idle_config, scratch / f"idle-{n}.log") for n in range(IDLE_RUNS)),
@@ -174,15 +175,14 @@ def run_cycles(
     steady = _collector_once(config, scratch / "steady.log")
     steady_not_modified = farm.stats.not_modified - before
     repeat, repeat_answered_200 = None, 0
-    if repeat_cycle:
+    if alongside_repeat is not None:
         time.sleep(1.1)
         farm.honour_validators = False
         try:
             before = farm.stats.ok
             repeat = _collector_once(config, scratch / "repeat.log")
             repeat_answered_200 = farm.stats.ok - before
-            if alongside_repeat is not None:
-                alongside_repeat()
+            alongside_repeat()
         finally:
             farm.honour_validators = True
     return CycleFigures(
@@ -257,10 +257,7 @@ def run_cycles_beside_baseline(
     baseline_scratch: Path,
 ) -> tuple[CycleFigures, BaselineFigures | None]:
     """:func:`run_cycles`, with the baseline's attempts over ``baseline_urls`` (None: no
-    baseline) alternating with our first cycles, so that both meet this machine's drift alike.
-
-    The repeat cycle runs only beside a baseline: at 10k feeds it would write 460 MB of
-    backups just before the next measurement, and it has nothing to compare with there."""
+    baseline) alternating with our first cycles, so that both meet this machine's drift alike."""
     runs = BaselineRuns(baseline_urls, baseline_scratch) if baseline_urls is not None else None
     ours = run_cycles(
         farm,
@@ -268,7 +265,6 @@ def run_cycles_beside_baseline(
         repeats=repeats,
         alongside=runs.run if runs else None,
         alongside_repeat=runs.repeat if runs else None,
-        repeat_cycle=runs is not None,
     )
     return ours, runs.figures() if runs else None
 
