@@ -385,7 +385,7 @@ def test_valid_compressed_bodies_round_trip_and_bombs_stop_at_the_cap(
 
 @settings(max_examples=100, deadline=None)
 @given(
-    st.sampled_from(["gzip", "deflate", "br"]),
+    st.sampled_from(["gzip", "deflate", "br", "zstd"]),
     st.binary(min_size=1, max_size=2000),
     st.sampled_from([1, 2, 5, 1024]),
     st.data(),
@@ -409,6 +409,18 @@ def test_gzip_members_are_joined_wherever_the_chunks_split_them(
 ) -> None:
     wire = b"".join(compress("gzip", member) for member in members)
     assert read_with("gzip", wire, chunk) == b"".join(members)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.binary(max_size=300), min_size=2, max_size=4), st.sampled_from([1, 2, 3, 19]))
+def test_zstd_frames_are_joined_and_a_cut_in_any_of_them_is_seen(
+    frames: list[bytes], chunk: int
+) -> None:
+    wire = b"".join(compress("zstd", frame) for frame in frames)
+    assert read_with("zstd", wire, chunk) == b"".join(frames)
+    with pytest.raises(TransferError) as caught:
+        read_with("zstd", wire[:-1], chunk)
+    assert caught.value.kind == "protocol"
 
 
 # --- the private-address guard ----------------------------------------------------------------------

@@ -14,7 +14,7 @@ import socket
 import ssl
 import zlib
 from collections.abc import AsyncIterator, Mapping
-from typing import IO, Protocol, cast
+from typing import Protocol
 
 import brotli
 import httpx
@@ -337,30 +337,47 @@ class _BrotliDecoder:
 
 
 class _ZstdDecoder:
-    """zstandard has no output cap per call, so it writes into a sink that stops at the limit."""
+    """zstd frames, several allowed (as zstandard's stream writer reads them).
+
+    zstandard's decompressobj tells where a frame ends (``eof``), which a close-delimited
+    body needs, but has no output cap per call. A frame's output is bounded by its input: a
+    block of 4 bytes (an RLE block) stands for 128 KiB at most. So the input goes in slices
+    that can produce at most the room left: a bomb is stopped within one slice of the limit.
+    """
 
     def __init__(self, limit: int) -> None:
         self._budget = _Budget(limit)
-        self._out: list[bytes] = []
-        sink = cast(IO[bytes], self)  # only write() is called on it
-        self._writer = zstandard.ZstdDecompressor().stream_writer(sink, write_size=64 * 1024)
-
-    def write(self, data: bytes) -> int:
-        self._out.append(self._budget.take(bytes(data)))
-        return len(data)
+        self._decompressor = zstandard.ZstdDecompressor()
+        self._frame: zstandard.ZstdDecompressionObj | None = None
 
     def decode(self, data: bytes) -> bytes:
-        self._writer.write(data)
-        produced, self._out = b"".join(self._out), []
-        return produced
+        out: list[bytes] = []
+        view = memoryview(data)
+        position = 0
+        while position < len(view):
+            if self._frame is None or self._frame.eof:
+                self._frame = self._decompressor.decompressobj()
+            step = max(_ZSTD_MIN_SLICE, self._budget.room // _ZSTD_MAX_EXPANSION)
+            piece = view[position : position + step]
+            out.append(self._budget.take(self._frame.decompress(piece)))
+            consumed = len(piece) - (len(self._frame.unused_data) if self._frame.eof else 0)
+            if consumed <= 0:  # cannot happen with zstandard 0.25; never loop on it
+                raise zstandard.ZstdError("a zstd frame ended without reading its input")
+            position += consumed
+        return b"".join(out)
 
     def flush(self) -> bytes:
         return b""
 
     @property
     def finished(self) -> bool:
-        """Not known: zstandard's writer, the one that caps output, does not tell."""
-        return True
+        return self._frame is None or self._frame.eof
+
+
+_ZSTD_MAX_EXPANSION = 128 * 1024 // 4
+"""Output bytes per input byte at most: an RLE block is a 3-byte header and one byte."""
+_ZSTD_MIN_SLICE = 64
+"""Input bytes given at once even when the room left is tiny (at most 2 MiB of output)."""
 
 
 class _Chain:
