@@ -20,9 +20,10 @@ import httpx
 import pytest
 import zstandard
 
+from feedcollector.config import DEFAULT_USER_AGENT
 from feedcollector.errors import FetchError
 from feedcollector.feedhttp import describe_aiohttp_error
-from feedcollector.fetch import DEFAULT_USER_AGENT, FetchLimits, fetch_feed, make_http_client
+from feedcollector.fetch import FetchLimits, fetch_feed, make_http_client
 from feedcollector.httpbody import MAX_ENCODINGS, Unreachable, describe_http_error, root_cause
 from feedcollector.models import FetchedFeed
 from feedcollector.safe_text import QUOTED_CHARS

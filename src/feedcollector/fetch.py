@@ -19,7 +19,7 @@ from http import HTTPStatus
 
 import aiohttp
 
-from .config import PACKAGE_VERSION
+from .config import DEFAULT_USER_AGENT, PACKAGE_VERSION
 from .errors import FetchError
 from .feedhttp import (
     header_text,
@@ -33,9 +33,6 @@ from .httpbody import TransferError, Unreachable, refuse_unreachable, remember_u
 from .models import FetchedFeed
 
 MIB = 1024 * 1024
-
-
-DEFAULT_USER_AGENT = f"feedcollector/{PACKAGE_VERSION}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 import httpcore
 import httpx
 
+from .config import DEFAULT_USER_AGENT
 from .errors import ImageError
-from .fetch import DEFAULT_USER_AGENT
 from .httpbody import ACCEPT_ENCODING
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
