@@ -4,7 +4,9 @@
     .venv/bin/python -m benchmarks --quick    # the same at small sizes (about 30 seconds)
 
 Options pick the sizes (``--feeds 1000,10000 --items 20``...) and skip parts (``--skip-node``,
-``--skip-d1``, ``--skip-baseline``...); ``--json PATH`` also writes every figure as JSON.
+``--skip-d1``, ``--skip-baseline``...); ``--json PATH`` also writes every figure as JSON. The
+full run measures the real-world corpus cycle twice: in the scratch folder, and with every
+database and object on a RAM file system (``/dev/shm``), so the disk's share shows in the run.
 """
 
 from __future__ import annotations
@@ -85,6 +87,15 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--skip-baseline", action="store_true", help="no baseline collector")
     parser.add_argument("--skip-corpus", action="store_true", help="no real-world corpus")
     parser.add_argument(
+        "--ram-scratch",
+        type=Path,
+        help="folder on a RAM file system where the real-world corpus cycle (ours and the "
+        "baseline) is measured again (default: /dev/shm where it exists, except with --quick)",
+    )
+    parser.add_argument(
+        "--skip-ram", action="store_true", help="no second corpus cycle on a RAM file system"
+    )
+    parser.add_argument(
         "--scratch",
         type=Path,
         help="folder for the collectors' databases, objects and logs (default: the system's "
@@ -112,12 +123,26 @@ def _sizes(arguments: argparse.Namespace) -> Sizes:
     )
 
 
-def _corpus_cycle(sizes: Sizes, scratch: Path, *, baseline: bool) -> CorpusCycle:
+def _ram_scratch(arguments: argparse.Namespace) -> Path | None:
+    """Where the corpus cycle is measured a second time, its files in RAM (None: not)."""
+    if arguments.skip_ram or arguments.skip_corpus:
+        return None
+    if arguments.ram_scratch is not None:
+        return Path(arguments.ram_scratch)
+    shm = Path("/dev/shm")
+    if arguments.quick or not shm.is_dir():
+        return None
+    if arguments.scratch is not None and arguments.scratch.resolve().is_relative_to(shm):
+        return None  # the first measurement was in RAM already
+    return shm
+
+
+def _corpus_cycle(sizes: Sizes, scratch: Path, *, baseline: bool, where: str = "") -> CorpusCycle:
     """A first cycle over the real-world corpus (each feed at several URLs), and the baseline
     collector over the same feeds: CPU per new item on real-world bytes."""
     served = served_corpus(CORPUS)
     feeds = len(served) * sizes.corpus_copies
-    print(f"cycles: real-world corpus, {feeds} feeds...", flush=True)
+    print(f"cycles: real-world corpus, {feeds} feeds{where}...", flush=True)
     with run_farm(feeds, 0, hosts=sizes.hosts, documents=served) as farm:
         ours, theirs = run_cycles_beside_baseline(
             farm,
@@ -137,11 +162,14 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     cycles: list[CycleFigures] = []
     baseline: BaselineFigures | None = None
     corpus_cycle: CorpusCycle | None = None
+    corpus_cycle_ram: CorpusCycle | None = None
+    ram_backup_write_us: float | None = None
     round_trips: list[RoundTrips | str] = []
     load_at_start = os.getloadavg()[0]
     node = None if arguments.skip_node else ensure_node_packages()
     if arguments.scratch is not None:
         arguments.scratch.mkdir(parents=True, exist_ok=True)
+    ram = _ram_scratch(arguments)
     with tempfile.TemporaryDirectory(
         prefix="feedcollector-bench-", dir=arguments.scratch
     ) as temporary:
@@ -182,6 +210,13 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
                 baseline = theirs or baseline
         if not arguments.skip_corpus:
             corpus_cycle = _corpus_cycle(sizes, scratch, baseline=not arguments.skip_baseline)
+        if ram is not None:
+            ram.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(prefix="feedcollector-bench-", dir=ram) as in_ram:
+                ram_backup_write_us = backup_write_cpu_us(Path(in_ram))
+                corpus_cycle_ram = _corpus_cycle(
+                    sizes, Path(in_ram), baseline=not arguments.skip_baseline, where=f" in {ram}"
+                )
         with run_farm(sizes.round_trip_feeds, sizes.items) as farm:
             print(f"round trips: {sizes.round_trip_feeds} feeds...", flush=True)
             round_trips.append(
@@ -193,6 +228,8 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     machine["one backup write in the scratch folder (new folder, 46 KB), CPU"] = (
         f"{backup_write_us:.0f} us"
     )
+    if ram_backup_write_us is not None:
+        machine[f"one backup write in {ram}, CPU"] = f"{ram_backup_write_us:.0f} us"
     machine["load average (1 min) at start, end"] = f"{load_at_start:.2f}, {os.getloadavg()[0]:.2f}"
     figures: dict[str, object] = {
         "machine": machine,
@@ -201,9 +238,10 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         "cycles": [asdict(figure) for figure in cycles],
         "baseline": asdict(baseline) if baseline else None,
         "corpus_cycle": asdict(corpus_cycle) if corpus_cycle else None,
+        "corpus_cycle_ram": asdict(corpus_cycle_ram) if corpus_cycle_ram else None,
         "round_trips": [asdict(r) if isinstance(r, RoundTrips) else r for r in round_trips],
     }
-    print(render(figures, parse, cycles, baseline, corpus_cycle, round_trips))
+    print(render(figures, parse, cycles, baseline, (corpus_cycle, corpus_cycle_ram), round_trips))
     if arguments.json:
         arguments.json.write_text(json.dumps(figures, indent=2, default=str))
     return figures

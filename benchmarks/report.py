@@ -61,7 +61,7 @@ def render(
     parse: list[ParseFigures],
     cycles: list[CycleFigures],
     baseline: BaselineFigures | None,
-    corpus: CorpusCycle | None,
+    corpus: tuple[CorpusCycle | None, CorpusCycle | None],
     round_trips: list[RoundTrips | str],
 ) -> str:
     machine = figures["machine"]
@@ -188,14 +188,19 @@ def render(
 
 
 def _item_comparisons(
-    cycles: list[CycleFigures], baseline: BaselineFigures | None, corpus: CorpusCycle | None
+    cycles: list[CycleFigures],
+    baseline: BaselineFigures | None,
+    corpus: tuple[CorpusCycle | None, CorpusCycle | None],
 ) -> list[tuple[str, CycleFigures, BaselineFigures]]:
-    """(label, our first cycle, the baseline) on the same feeds: farm, real-world corpus."""
+    """(label, our first cycle, the baseline) on the same feeds: farm, real-world corpus (in
+    the scratch folder, then with its files in RAM)."""
     found = []
     if baseline is not None and cycles:
         found.append(("farm", cycles[0], baseline))
-    if corpus is not None and corpus.baseline is not None:
-        found.append(("real-world corpus", corpus.ours, corpus.baseline))
+    labels = ("real-world corpus", "real-world corpus, files in RAM")
+    for label, cycle in zip(labels, corpus, strict=True):
+        if cycle is not None and cycle.baseline is not None:
+            found.append((label, cycle.ours, cycle.baseline))
     return found
 
 

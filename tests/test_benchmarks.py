@@ -75,7 +75,7 @@ def test_the_suite_runs_on_a_tiny_size(tmp_path: Path) -> None:
         [
             "--feeds", "6", "--items", "3", "--parse-sample", "4", "--baseline-feeds", "4",
             "--round-trip-feeds", "3", "--rounds", "1", "--corpus-copies", "1", "--skip-node",
-            "--skip-d1",
+            "--skip-d1", "--ram-scratch", str(tmp_path / "ram"),
             "--json", str(tmp_path / "figures.json"), "--scratch", str(tmp_path / "scratch"),
         ]
     )  # fmt: skip
@@ -106,6 +106,14 @@ def test_the_suite_runs_on_a_tiny_size(tmp_path: Path) -> None:
     assert corpus_cycle["ours"]["feeds"] == corpus_cycle["baseline"]["feeds"] == served
     assert corpus_cycle["ours"]["new_items"] > 1000  # the corpus holds 1,371 items
     assert corpus_cycle["baseline"]["new_items"] > 1000
+    again = figures["corpus_cycle_ram"]  # measured again, its files in --ram-scratch
+    assert isinstance(again, dict)
+    assert again["ours"]["new_items"] == corpus_cycle["ours"]["new_items"]
+    assert again["baseline"]["new_items"] == corpus_cycle["baseline"]["new_items"]
+    assert list((tmp_path / "ram").iterdir()) == []
+    machine = figures["machine"]
+    assert isinstance(machine, dict)
+    assert f"one backup write in {tmp_path / 'ram'}, CPU" in machine
     [sqlite] = figures["round_trips"]  # type: ignore[misc]
     assert sqlite["feeds"] == 3
     assert sqlite["first"] >= 3  # at least one items batch per feed
