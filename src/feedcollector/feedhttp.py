@@ -20,8 +20,8 @@ from collections.abc import Callable, Mapping
 import aiohttp
 import yarl
 
+from .content_coding import ACCEPT_ENCODING
 from .httpbody import (
-    ACCEPT_ENCODING,
     TransferError,
     caused_by,
     read_limited,

@@ -1,10 +1,10 @@
 """Reading an HTTP answer's body, and naming what went wrong at the HTTP edge.
 
-The body is read raw and decompressed by bounded decoders, so neither a huge body nor a
-compression bomb can exhaust memory: the wire bytes and every decoder's output are held to the
-same limit. Shared by the feed fetch and the image downloader, which word a
-:class:`TransferError` as their own error; it lives here (not in ``fetch``) because
-:func:`read_body` raises it too, and ``fetch`` imports this module.
+The body is read raw and decompressed by the bounded decoders of :mod:`.content_coding`, so
+neither a huge body nor a compression bomb can exhaust memory: the wire bytes and every
+decoder's output are held to the same limit. Shared by the feed fetch and the image
+downloader, which word a :class:`TransferError` as their own error; it lives here (not in
+``fetch``) because :func:`read_body` raises it too, and ``fetch`` imports this module.
 """
 
 from __future__ import annotations
@@ -12,18 +12,14 @@ from __future__ import annotations
 import errno
 import socket
 import ssl
-import zlib
 from collections.abc import AsyncIterator, Mapping
 from typing import Protocol
 
-import brotli
 import httpx
-import zstandard
 
+from .content_coding import INVALID_DATA_ERRORS, OutputTooLarge, content_encodings, decoder_chain
 from .safe_text import QUOTED_CHARS, one_line
 
-DECODABLE_ENCODINGS = ("gzip", "deflate", "br", "zstd")
-ACCEPT_ENCODING = ", ".join(DECODABLE_ENCODINGS)
 MAX_ENCODINGS = 5
 """Content codings undone for one body, as urllib3 allows: servers apply one, rarely two,
 and every decoder holds a window of up to 32 KiB, so 12,000 listed ones held 400 MB."""
@@ -168,14 +164,14 @@ async def read_limited(
         raise TransferError(
             "too_large", f"{url} declares {int(declared)} bytes, over the {max_bytes} byte limit"
         )
-    encodings = _content_encodings(headers.get("Content-Encoding", ""))
+    encodings = content_encodings(headers.get("Content-Encoding", ""))
     if len(encodings) > MAX_ENCODINGS:
         raise TransferError(
             "protocol",
             f"{url} lists {len(encodings)} content codings in Content-Encoding, more than the "
             f"{MAX_ENCODINGS} a client undoes",
         )
-    decoder = _decoder_chain(encodings, max_bytes)
+    decoder = decoder_chain(encodings, max_bytes)
     parts: list[bytes] = []
     received = 0
     try:
@@ -185,12 +181,12 @@ async def read_limited(
                 raise TransferError("too_large", f"{url} sent more than the {max_bytes} byte limit")
             parts.append(decoder.decode(chunk))
         parts.append(decoder.flush())
-    except _OutputTooLarge as exc:
+    except OutputTooLarge as exc:
         raise TransferError(
             "too_large",
             f"{url} decompresses ({', '.join(encodings)}) to more than the {max_bytes} byte limit",
         ) from exc
-    except (zlib.error, brotli.error, zstandard.ZstdError) as exc:
+    except INVALID_DATA_ERRORS as exc:
         raise TransferError(
             "protocol", f"{url} sent a body that is not valid {', '.join(encodings)} data ({exc})"
         ) from exc
@@ -220,196 +216,3 @@ async def read_body(response: httpx.Response, *, max_bytes: int) -> bytes:
     except httpx.HTTPError as exc:
         timeouts = response.request.extensions.get("timeout", {})
         raise describe_http_error(exc, url, timeouts.get("read")) from exc
-
-
-def _content_encodings(header: str) -> list[str]:
-    """Known codings in the order they were applied; unknown ones pass through like httpx does."""
-    aliases = {"x-gzip": "gzip"}
-    names = [aliases.get(n.strip().lower(), n.strip().lower()) for n in header.split(",")]
-    return [n for n in names if n in DECODABLE_ENCODINGS]
-
-
-class _OutputTooLarge(Exception):
-    """A decoder would produce more than its limit."""
-
-
-class _Decoder(Protocol):
-    def decode(self, data: bytes) -> bytes: ...
-
-    def flush(self) -> bytes: ...
-
-    @property
-    def finished(self) -> bool:
-        """No input, or a whole compressed stream: not cut off inside one."""
-        ...
-
-
-class _Budget:
-    """Counts produced bytes and refuses to go past the limit."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.produced = 0
-
-    @property
-    def room(self) -> int:
-        """One byte more than allowed, so a full buffer proves the limit was crossed."""
-        return self.limit - self.produced + 1
-
-    def take(self, data: bytes) -> bytes:
-        self.produced += len(data)
-        if self.produced > self.limit:
-            raise _OutputTooLarge
-        return data
-
-
-class _ZlibDecoder:
-    """gzip (several members allowed, trailing junk ignored) or deflate (zlib-wrapped or raw).
-
-    Which deflate it is shows in the first two bytes, and a gzip member's start in its first
-    two: bytes that may begin either wait for the next chunk, whatever size the chunks are.
-    """
-
-    def __init__(self, encoding: str, limit: int) -> None:
-        self._gzip = encoding == "gzip"
-        self._wbits = 16 + zlib.MAX_WBITS if self._gzip else zlib.MAX_WBITS
-        self._obj = zlib.decompressobj(self._wbits)
-        self._started = False
-        self._waiting = b""
-        self._budget = _Budget(limit)
-
-    def decode(self, data: bytes) -> bytes:
-        data = self._waiting + data
-        self._waiting = b""
-        if not self._started:
-            if len(data) < 2:
-                self._waiting = data
-                return b""
-            self._started = True
-            if not self._gzip and not _looks_zlib_wrapped(data):
-                self._obj = zlib.decompressobj(-zlib.MAX_WBITS)
-        out: list[bytes] = []
-        while data:
-            if self._obj.eof:
-                if self._gzip and data == b"\x1f":
-                    self._waiting = data
-                    break
-                if not (self._gzip and data.startswith(b"\x1f\x8b")):
-                    break
-                self._obj = zlib.decompressobj(self._wbits)
-            out.append(self._budget.take(self._obj.decompress(data, self._budget.room)))
-            data = self._obj.unconsumed_tail or (self._obj.unused_data if self._obj.eof else b"")
-        return b"".join(out)
-
-    def flush(self) -> bytes:
-        return self._budget.take(self._obj.flush())
-
-    @property
-    def finished(self) -> bool:
-        return self._obj.eof or not (self._started or self._waiting)
-
-
-def _looks_zlib_wrapped(data: bytes) -> bool:
-    return len(data) >= 2 and data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0
-
-
-class _BrotliDecoder:
-    def __init__(self, limit: int) -> None:
-        self._obj = brotli.Decompressor()
-        self._started = False
-        self._budget = _Budget(limit)
-
-    def decode(self, data: bytes) -> bytes:
-        self._started = self._started or bool(data)
-        out = [self._budget.take(self._obj.process(data, output_buffer_limit=self._budget.room))]
-        while not self._obj.can_accept_more_data():
-            out.append(
-                self._budget.take(self._obj.process(b"", output_buffer_limit=self._budget.room))
-            )
-        return b"".join(out)
-
-    def flush(self) -> bytes:
-        return b""
-
-    @property
-    def finished(self) -> bool:
-        return not self._started or bool(self._obj.is_finished())
-
-
-class _ZstdDecoder:
-    """zstd frames, several allowed (as zstandard's stream writer reads them).
-
-    zstandard's decompressobj tells where a frame ends (``eof``), which a close-delimited
-    body needs, but has no output cap per call. A frame's output is bounded by its input: a
-    block of 4 bytes (an RLE block) stands for 128 KiB at most. So the input goes in slices
-    that can produce at most the room left: a bomb is stopped within one slice of the limit.
-    """
-
-    def __init__(self, limit: int) -> None:
-        self._budget = _Budget(limit)
-        self._decompressor = zstandard.ZstdDecompressor()
-        self._frame: zstandard.ZstdDecompressionObj | None = None
-
-    def decode(self, data: bytes) -> bytes:
-        out: list[bytes] = []
-        view = memoryview(data)
-        position = 0
-        while position < len(view):
-            if self._frame is None or self._frame.eof:
-                self._frame = self._decompressor.decompressobj()
-            step = max(_ZSTD_MIN_SLICE, self._budget.room // _ZSTD_MAX_EXPANSION)
-            piece = view[position : position + step]
-            out.append(self._budget.take(self._frame.decompress(piece)))
-            consumed = len(piece) - (len(self._frame.unused_data) if self._frame.eof else 0)
-            if consumed <= 0:  # cannot happen with zstandard 0.25; never loop on it
-                raise zstandard.ZstdError("a zstd frame ended without reading its input")
-            position += consumed
-        return b"".join(out)
-
-    def flush(self) -> bytes:
-        return b""
-
-    @property
-    def finished(self) -> bool:
-        return self._frame is None or self._frame.eof
-
-
-_ZSTD_MAX_EXPANSION = 128 * 1024 // 4
-"""Output bytes per input byte at most: an RLE block is a 3-byte header and one byte."""
-_ZSTD_MIN_SLICE = 64
-"""Input bytes given at once even when the room left is tiny (at most 2 MiB of output)."""
-
-
-class _Chain:
-    """Undoes the codings last-applied first; the plain output is held to the limit too."""
-
-    def __init__(self, decoders: list[_Decoder], limit: int) -> None:
-        self._decoders = decoders
-        self._budget = _Budget(limit)
-
-    def decode(self, data: bytes) -> bytes:
-        for decoder in self._decoders:
-            data = decoder.decode(data)
-        return self._budget.take(data)
-
-    def flush(self) -> bytes:
-        data = b""
-        for decoder in self._decoders:
-            data = (decoder.decode(data) if data else b"") + decoder.flush()
-        return self._budget.take(data)
-
-    @property
-    def finished(self) -> bool:
-        return all(decoder.finished for decoder in self._decoders)
-
-
-def _decoder_chain(encodings: list[str], limit: int) -> _Chain:
-    decoders: list[_Decoder] = []
-    for encoding in reversed(encodings):
-        if encoding == "br":
-            decoders.append(_BrotliDecoder(limit))
-        elif encoding == "zstd":
-            decoders.append(_ZstdDecoder(limit))
-        else:
-            decoders.append(_ZlibDecoder(encoding, limit))
-    return _Chain(decoders, limit)

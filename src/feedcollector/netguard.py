@@ -30,8 +30,8 @@ import httpcore
 import httpx
 
 from .config import DEFAULT_USER_AGENT
+from .content_coding import ACCEPT_ENCODING
 from .errors import ImageError
-from .httpbody import ACCEPT_ENCODING
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Resolver = Callable[[str, int], Awaitable[Sequence[IPAddress]]]
