@@ -203,6 +203,8 @@ class _Chain:
 
 
 def decoder_chain(encodings: list[str], limit: int) -> Decoder:
+    """The decoder of a body coded with ``encodings`` (in the order they were applied), every
+    step's output and the plain bytes held to ``limit``."""
     decoders: list[Decoder] = []
     for encoding in reversed(encodings):
         if encoding == "br":
