@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -42,6 +43,9 @@ from .report import machine_description, render
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 CORPUS = PROJECT_ROOT.parent / "shared" / "corpus"
+RAM_SCRATCH_BYTES = 256 * 2**20
+"""Free space the corpus cycle in RAM wants (it holds about 150 MB at most); containers often
+give ``/dev/shm`` 64 MiB."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +138,9 @@ def _ram_scratch(arguments: argparse.Namespace) -> Path | None:
         return None
     if arguments.scratch is not None and arguments.scratch.resolve().is_relative_to(shm):
         return None  # the first measurement was in RAM already
+    if shutil.disk_usage(shm).free < RAM_SCRATCH_BYTES:
+        print(f"{shm} has less than {RAM_SCRATCH_BYTES >> 20} MiB free: no corpus cycle in RAM")
+        return None
     return shm
 
 

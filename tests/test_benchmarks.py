@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from benchmarks.__main__ import main
+from benchmarks.__main__ import RAM_SCRATCH_BYTES, _arguments, _ram_scratch, main
 from benchmarks.cycles import synced_workdir
 from benchmarks.farm import run_farm
 from benchmarks.feeds import VARIANTS, feed_document
@@ -118,6 +118,21 @@ def test_the_suite_runs_on_a_tiny_size(tmp_path: Path) -> None:
     assert sqlite["feeds"] == 3
     assert sqlite["first"] >= 3  # at least one items batch per feed
     assert sqlite["steady"] >= 1
+
+
+def test_the_corpus_cycle_in_ram_is_skipped_where_it_would_not_fit(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    assert _ram_scratch(_arguments(["--ram-scratch", str(tmp_path)])) == tmp_path
+    for skipping in (["--quick"], ["--skip-ram"], ["--skip-corpus"], ["--scratch", "/dev/shm/b"]):
+        assert _ram_scratch(_arguments(skipping)) is None
+    if not Path("/dev/shm").is_dir():
+        return
+    assert _ram_scratch(_arguments([])) in {Path("/dev/shm"), None}  # None: /dev/shm is full
+    usage = shutil.disk_usage("/dev/shm")
+    small = usage._replace(free=RAM_SCRATCH_BYTES - 1)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: small)
+    assert _ram_scratch(_arguments([])) is None  # a container's 64 MiB /dev/shm, say
 
 
 @pytest.mark.skipif(
