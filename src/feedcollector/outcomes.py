@@ -224,10 +224,7 @@ async def fail_unexpected(
         return failed
     except Exception:
         log.exception("internal: could not record the failure of feed %s", outcome.feed.url)
-        outcome.state = "aborted"
-        outcome.error = str(error)
-        await release(collector, outcome.feed)
-        return outcome.finish(began)
+        return await abort(collector, outcome, str(error), began)
 
 
 async def refused_as_too_large(
@@ -242,10 +239,7 @@ async def refused_as_too_large(
         failed = await fail(collector, outcome, error, outcome.http_status, began)
     except StorageError as again:  # the failure itself could not be written: an outage
         log.error("%s; work on feed %s aborted for this cycle", again, outcome.feed.url)
-        outcome.state = "aborted"
-        outcome.error = str(again)
-        await release(collector, outcome.feed)
-        return outcome.finish(began)
+        return await abort(collector, outcome, str(again), began)
     failed.error_kind = TOO_LARGE
     log.warning(
         "store: feed %s was refused by the database as too large; it is backed off like a "
@@ -254,6 +248,17 @@ async def refused_as_too_large(
         exc,
     )
     return failed
+
+
+async def abort(
+    collector: Collector, outcome: FeedOutcome, error: str, began: float
+) -> FeedOutcome:
+    """The feed's work ends here for this cycle, its row untouched (seed section 8): it is
+    handed back at once and the next cycle tries again. The caller logs why."""
+    outcome.state = "aborted"
+    outcome.error = error
+    await release(collector, outcome.feed)
+    return outcome.finish(began)
 
 
 async def release(collector: Collector, feed: Feed) -> None:

@@ -205,10 +205,7 @@ async def refresh_feed(
             exc,
             feed.url,
         )
-        outcome.state = "aborted"
-        outcome.error = str(exc)
-        await outcomes.release(collector, feed)
-        return outcome.finish(began)
+        return await outcomes.abort(collector, outcome, str(exc), began)
     except Exception as exc:
         log.exception(
             "internal: unexpected %s while refreshing feed %s; this is a bug in feedcollector "
