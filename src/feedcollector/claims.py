@@ -4,7 +4,6 @@ collector fetches them meanwhile."""
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import AsyncIterator, Sequence
 from datetime import datetime, timedelta
@@ -12,6 +11,7 @@ from datetime import datetime, timedelta
 from . import store, store_schedule
 from .collector import Collector
 from .config import load_feeds
+from .feeds_file import feeds_file_digest
 from .models import Feed
 from .report import CycleReport
 
@@ -37,10 +37,7 @@ async def sync_feeds_file(collector: Collector, now: datetime) -> None:
     per feed). A file that cannot be read is left to :func:`load_feeds` to explain.
     """
     path = collector.settings.feeds_file
-    try:
-        digest: str | None = hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:
-        digest = None
+    digest = feeds_file_digest(path)
     if digest is not None and digest == await store.synced_feeds_digest(collector.db):
         return
     sync = await store.sync_feeds(collector.db, load_feeds(path), now)

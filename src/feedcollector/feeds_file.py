@@ -7,6 +7,7 @@ names its line. The value grammar it shares with the settings lives in :mod:`.co
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from bisect import bisect_right
@@ -47,6 +48,16 @@ class Node:
     value: object
     line: int
     column: int
+
+
+def feeds_file_digest(path: Path) -> str | None:
+    """SHA-256 of the feeds file's bytes, as the database keeps it after a sync (None: the file
+    cannot be read; :func:`load_feeds` says why). An equal digest means the file holds nothing
+    the ``feeds`` table does not already follow, so it need not be parsed."""
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
 
 
 def load_feeds(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from datetime import datetime
 from enum import StrEnum
@@ -18,6 +17,7 @@ from ..backends import open_database
 from ..config import Settings, load_feeds
 from ..database import Database
 from ..errors import ConfigError
+from ..feeds_file import feeds_file_digest
 from ..models import FeedSpec
 from ..safe_text import one_line
 from ..schema import migrate
@@ -88,11 +88,8 @@ def status(
 async def _synced(db: Database, settings: Settings) -> bool:
     """Whether the feeds file is the one the ``feeds`` table last followed: then it holds no
     new feed, and its titles are in the table, so it need not be parsed (4 s for 30k feeds)."""
-    try:
-        digest = hashlib.sha256(settings.feeds_file.read_bytes()).hexdigest()
-    except OSError:
-        return False
-    return digest == await synced_feeds_digest(db)
+    digest = feeds_file_digest(settings.feeds_file)
+    return digest is not None and digest == await synced_feeds_digest(db)
 
 
 def _feeds_file(settings: Settings) -> list[FeedSpec]:
