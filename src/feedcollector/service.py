@@ -197,8 +197,8 @@ def _stop_on_signals(stopping: asyncio.Event) -> Callable[[], None]:
         try:
             loop.add_signal_handler(signum, request_stop, signum)
             handled.append(signum)
-        except (NotImplementedError, RuntimeError):
-            continue
+        except (NotImplementedError, RuntimeError):  # no signal handlers on this platform's
+            continue  # loop (Windows) or off the main thread: Ctrl-C keeps Python's default
 
     def restore() -> None:
         for signum in handled:
