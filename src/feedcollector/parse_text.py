@@ -79,3 +79,22 @@ def entity_value(entity: etree._Element) -> str:
     """An entity lxml left unresolved: its HTML character if it has one, else ``&name;``."""
     name = str(entity.text or "").strip("&;")
     return html5.get(f"{name};", f"&{name};")
+
+
+def atom_text(element: etree._Element) -> str:
+    """A title: its text (HTML titles keep their markup as text); XHTML titles' text content."""
+    if element.get("type") == "xhtml":
+        return text_of(xhtml_container(element))
+    return text_of(element)
+
+
+def atom_markup(element: etree._Element) -> str | None:
+    """Content/summary: raw HTML; out-of-line content (``src=``) has none; Atom 0.3's
+    ``mode="base64"`` is decoded (as feedparser does; kept as written if it is not base64)."""
+    if element.get("src") is not None and not text_of(element).strip():
+        return None
+    if element.get("type") == "xhtml":
+        return serialize_inner(xhtml_container(element))
+    if element.get("mode") == "base64":
+        return from_base64(text_of(element))
+    return markup_of(element)

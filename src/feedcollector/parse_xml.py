@@ -37,7 +37,7 @@ from .parse_tags import (
     canonical_tag,
     wildcards,
 )
-from .parse_text import from_base64, markup_of, serialize_inner, text_of, xhtml_container
+from .parse_text import atom_markup, atom_text, markup_of, text_of
 
 XML_BASE = "{http://www.w3.org/XML/1998/namespace}base"
 FEED_ROOT_NAMES = ("feed", "rss", "rdf", "channel")
@@ -283,7 +283,7 @@ def _read_atom(feed: etree._Element, chain: str | None, base_url: str) -> Parsed
     dropped = max(0, len(entries) - MAX_ITEMS_PER_FEED)
     del entries[MAX_ITEMS_PER_FEED:]
     return ParsedFeed(
-        title=_stripped(_atom_text(title)) if title is not None else None,
+        title=_stripped(atom_text(title)) if title is not None else None,
         link=feed_link,
         items=tuple(
             _atom_entry(entry, fields, links, chain, default_base, base_url)
@@ -311,16 +311,16 @@ def _atom_entry(
         dates: tuple[str, ...] = () if updated is None else (text_of(updated),)
     else:
         dates = (text_of(published),) if updated is None else (text_of(published), text_of(updated))
-    content_html = _atom_markup(content) if content is not None else None
+    content_html = atom_markup(content) if content is not None else None
     if summary is None and not has_text(content_html):
         summary = _media_description(media, group)
     return finish_values(  # positional (faster), in RawEntry's order
-        _atom_text(title) if title is not None else None,  # title
+        atom_text(title) if title is not None else None,  # title
         _atom_link(links, chain, base_url),  # link
         _text(guid),  # guid
         content_html,  # content
         (  # description
-            _atom_markup(summary) if summary is not None and not has_text(content_html) else None
+            atom_markup(summary) if summary is not None and not has_text(content_html) else None
         ),
         dates,  # dates
         chain or default_base,  # base
@@ -348,25 +348,6 @@ def _media_description(
     if description is None and group is not None:
         return _first_child(group, "media:description")
     return description
-
-
-def _atom_text(element: etree._Element) -> str:
-    """A title: its text (HTML titles keep their markup as text); XHTML titles' text content."""
-    if element.get("type") == "xhtml":
-        return text_of(xhtml_container(element))
-    return text_of(element)
-
-
-def _atom_markup(element: etree._Element) -> str | None:
-    """Content/summary: raw HTML; out-of-line content (``src=``) has none; Atom 0.3's
-    ``mode="base64"`` is decoded (as feedparser does; kept as written if it is not base64)."""
-    if element.get("src") is not None and not text_of(element).strip():
-        return None
-    if element.get("type") == "xhtml":
-        return serialize_inner(xhtml_container(element))
-    if element.get("mode") == "base64":
-        return from_base64(text_of(element))
-    return markup_of(element)
 
 
 def _first_child(parent: etree._Element, name: str) -> etree._Element | None:
