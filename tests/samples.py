@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import itertools
 import socket
 import struct
@@ -12,12 +13,34 @@ import time
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from xml.sax.saxutils import escape
 
 import brotli
 import zstandard
+
+START = datetime(2026, 3, 2, 9, 0, 0, tzinfo=UTC)
+"""The tests' fixed "now" (a Monday morning, far from a month's or a year's end)."""
+
+
+@dataclass
+class Clock:
+    """A clock the tests set and move: what the collector's ``clock`` seam calls."""
+
+    now: datetime = START
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, **delta: float) -> None:
+        self.now += timedelta(**delta)
+
+
+def md5_8(text: str) -> str:
+    """The first 8 hex digits of md5(text): the item's part of its image and content keys."""
+    return hashlib.md5(text.encode()).hexdigest()[:8]
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,6 @@ cleanly and that the next cycle completes it.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import os
 import sqlite3
@@ -19,7 +18,7 @@ import sys
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
@@ -51,31 +50,14 @@ from .cloud import (
     write_cloud_config,
 )
 from .feedserver import FeedServer, Route
-from .samples import Entry, png, rss, send_ok, write_project
+from .samples import START, Clock, Entry, md5_8, png, rss, send_ok, write_project
 
 d1_proxy = cloud.d1_proxy
 s3_server = cloud.s3_server
 
-START = datetime(2026, 3, 2, 9, 0, 0, tzinfo=UTC)
-
-
-def md5_8(text: str) -> str:
-    return hashlib.md5(text.encode()).hexdigest()[:8]
-
 
 def stamp(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-@dataclass
-class Clock:
-    now: datetime = START
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, **delta: float) -> None:
-        self.now += timedelta(**delta)
 
 
 @dataclass

@@ -27,7 +27,6 @@ import tracemalloc
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler
 from ipaddress import IPv4Address
 from pathlib import Path
@@ -53,6 +52,7 @@ from feedcollector.spill import INLINE_CONTENT_LIMIT
 
 from .feedserver import FeedServer
 from .samples import (
+    START,
     Entry,
     chunked_body,
     closed_port,
@@ -67,7 +67,6 @@ from .samples import (
     write_project,
 )
 
-START = datetime(2026, 3, 2, 9, 0, 0, tzinfo=UTC)
 MIB = 2**20
 HANG_LIMIT_S = 60.0
 """A cycle that takes longer than this hung (the configured deadlines are 3 s)."""

@@ -10,7 +10,7 @@ import sqlite3
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -29,20 +29,7 @@ from feedcollector.schedule import feed_id_for
 from feedcollector.timestamps import format_timestamp
 
 from .feedserver import FeedServer, Route
-from .samples import Entry, closed_port, png, rss, send_ok, write_project
-
-START = datetime(2026, 3, 2, 9, 0, 0, tzinfo=UTC)
-
-
-@dataclass
-class Clock:
-    now: datetime = START
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, **delta: float) -> None:
-        self.now += timedelta(**delta)
+from .samples import Clock, Entry, closed_port, md5_8, png, rss, send_ok, write_project
 
 
 @dataclass
@@ -84,10 +71,6 @@ def project(tmp_path: Path) -> Callable[..., Project]:
         return Project(tmp_path, write_project(tmp_path, feeds, **kwargs), Clock())
 
     return make
-
-
-def md5_8(text: str) -> str:
-    return hashlib.md5(text.encode()).hexdigest()[:8]
 
 
 def test_first_cycle_stores_items_images_and_the_raw_backup(

@@ -36,13 +36,12 @@ from feedcollector.schema import migrate
 
 from . import cloud
 from .feedserver import FeedServer
-from .samples import Entry, png, rss, write_project
+from .samples import START, Entry, png, rss, write_project
 from .stepping import SteppingDatabase
 from .test_cli import feedcollector
 
 d1_proxy = cloud.d1_proxy
 
-START = datetime(2026, 3, 2, 9, 0, 0, tzinfo=UTC)
 ORIGIN = "https://img.example.org"
 
 

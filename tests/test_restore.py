@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -31,23 +31,14 @@ from feedcollector.schedule import feed_id_for
 
 from . import test_retention
 from .feedserver import FeedServer
-from .samples import Entry, png, rss, write_project
+from .samples import START, Clock, Entry, png, rss, write_project
 from .test_cli import feedcollector
 from .test_retention import Pair
 
 pair = test_retention.pair
 
-START = datetime(2026, 3, 2, 9, 0, 0, tzinfo=UTC)
 ITEM_COLUMNS = "f.url, i.guid, i.title, i.link, i.pub_date, i.content_html, i.content_key"
 BIG = "<p>" + "x" * (1024 * 1024) + "</p>"
-
-
-@dataclass
-class Clock:
-    now: datetime = START
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 @dataclass

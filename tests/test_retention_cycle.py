@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import sqlite3
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -23,16 +22,8 @@ from feedcollector.service import cleanup_if_due
 from feedcollector.spill import INLINE_CONTENT_LIMIT, content_key
 
 from .feedserver import FeedServer
-from .samples import Entry, png, rss, write_project
+from .samples import Clock, Entry, png, rss, write_project
 from .test_cli import feedcollector
-
-
-@dataclass
-class Clock:
-    now: datetime
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 def collect_and_clean(config: Path, clock: Clock, *, cycle: bool = True) -> CleanupReport | None:
