@@ -284,12 +284,10 @@ async def iter_items(
         filters.append("i.created_at >= ?")
         params.append(format_timestamp(since))
     first_sql = _page_sql(filters, order)
-    # The cursor as a range on created_at (the index) and then the tie-break: an OR around
-    # the whole condition made SQLite scan the index from the start on every page (quadratic).
-    next_sql = _page_sql(
-        [*filters, f"i.created_at {beyond}= ?", f"(i.created_at {beyond} ? OR i.id {beyond} ?)"],
-        order,
-    )
+    # The cursor as a row value: one range of the (created_at, id) index, also among the rows
+    # of one second. An OR (created_at beyond, or equal and id beyond) made SQLite read the
+    # index from the start, or the whole second, on every page (quadratic).
+    next_sql = _page_sql([*filters, f"(i.created_at, i.id) {beyond} (?, ?)"], order)
     remaining = limit
     cursor: tuple[str, str] | None = None
     while remaining is None or remaining > 0:
@@ -297,8 +295,7 @@ async def iter_items(
         if cursor is None:
             rows = await db.query(first_sql, (PAGE_CONTENT_CHARS, *params, size))
         else:
-            keyset = (cursor[0], cursor[0], cursor[1])
-            rows = await db.query(next_sql, (PAGE_CONTENT_CHARS, *params, *keyset, size))
+            rows = await db.query(next_sql, (PAGE_CONTENT_CHARS, *params, *cursor, size))
         contents = await _long_contents(db, rows)
         for row in rows:
             yield _item({**row, "content_html": contents.get(row["id"], row["content_html"])})

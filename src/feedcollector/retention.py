@@ -92,15 +92,12 @@ class ItemPage:
     def where(self, before: str, alias: str = "") -> tuple[str, tuple[SqlValue, ...]]:
         """A WHERE condition (with its parameters) selecting exactly this page's items.
 
-        The page's bounds come first as a plain range on ``created_at``, which SQLite reads
-        from the index: with only ORs around them it read every expired item for each page."""
+        The page's bounds are row values, which SQLite reads as one range of the
+        ``(created_at, id)`` index, also among the rows of one second; with only ORs around
+        them it read every expired item (or the whole second) for each page."""
         c, i = f"{alias}created_at", f"{alias}id"
-        sql = (
-            f"{c} >= ? AND {c} <= ? AND ({c} > ? OR {i} > ?) AND ({c} < ? OR {i} <= ?) AND {c} < ?"
-        )
+        sql = f"({c}, {i}) > (?, ?) AND ({c}, {i}) <= (?, ?) AND {c} < ?"
         params: tuple[SqlValue, ...] = (
-            self.after.created_at,
-            self.last.created_at,
             self.after.created_at,
             self.after.id,
             self.last.created_at,
@@ -252,9 +249,9 @@ async def _next_item_page(
     db: Database, before: str, after: ItemCursor, size: int, report: CleanupReport
 ) -> ItemPage | None:
     rows = await db.query(
-        "SELECT created_at, id, feed_id, guid FROM items WHERE created_at >= ? "
-        "AND (created_at > ? OR id > ?) AND created_at < ? ORDER BY created_at, id LIMIT ?",
-        (after.created_at, after.created_at, after.id, before, size),
+        "SELECT created_at, id, feed_id, guid FROM items WHERE (created_at, id) > (?, ?) "
+        "AND created_at < ? ORDER BY created_at, id LIMIT ?",
+        (after.created_at, after.id, before, size),
     )
     if not rows:
         return None

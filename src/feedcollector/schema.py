@@ -153,6 +153,15 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
         "feeds: the digest of the last body stored, so the same body again is not read again",
         ("ALTER TABLE feeds ADD COLUMN body_digest TEXT",),
     ),
+    (
+        11,
+        "items_created_at ends with id, so a page of items (listing, expiry) starts at its "
+        "cursor even among the thousands of rows a first cycle stores in one second",
+        (
+            "DROP INDEX IF EXISTS items_created_at",
+            "CREATE INDEX IF NOT EXISTS items_created_at ON items (created_at, id)",
+        ),
+    ),
 )
 
 
