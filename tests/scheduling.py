@@ -19,8 +19,8 @@ from feedcollector.config import load_feeds, load_settings
 from feedcollector.timestamps import format_timestamp
 
 from .feedserver import FeedServer
-from .samples import write_project
-from .test_pipeline import Clock, Project
+from .samples import Clock, write_project
+from .test_pipeline import Project
 
 
 def schedule_toml(host_gap: str = "1s", **keys: str) -> str:

@@ -19,7 +19,7 @@ from feedcollector.politeness import HostGate, PoliteQueue, host_key
 from feedcollector.schedule import RATE_LIMIT_PAUSE
 
 from .feedserver import FeedServer, Route
-from .samples import Entry, rss, write_project
+from .samples import START, Entry, rss, write_project
 from .scheduling import (
     BusyLog,
     claim_first,
@@ -30,7 +30,6 @@ from .scheduling import (
     stamp,
 )
 from .test_cli import feedcollector
-from .test_pipeline import START
 
 SLACK_S = 0.01
 """Timer and clock granularity: a measured gap may fall short of the setting by this much."""

@@ -19,10 +19,10 @@ from feedcollector.schedule import feed_id_for, jittered
 from . import cloud
 from .cloud import D1Proxy, S3Bucket, cloud_environ, write_cloud_config
 from .feedserver import FeedServer, Route
-from .samples import Entry, rss, write_project
+from .samples import START, Entry, rss, write_project
 from .scheduling import polite_project, schedule_toml, stamp
 from .test_cloud_cycle import Shape, write_feeds
-from .test_pipeline import START, Project
+from .test_pipeline import Project
 
 d1_proxy = cloud.d1_proxy
 s3_server = cloud.s3_server

@@ -29,9 +29,9 @@ from feedcollector.schedule import feed_id_for
 from feedcollector.timestamps import format_timestamp
 
 from .feedserver import FeedServer
-from .samples import Entry, rss
+from .samples import Clock, Entry, rss
 from .scheduling import execute, polite_project, stamp
-from .test_pipeline import Clock, Project
+from .test_pipeline import Project
 
 HANG_S = 120.0
 """Generous "did not hang" bound for a run of a few cycles."""
