@@ -120,14 +120,24 @@ class AlreadySubscribed(ConfigError):
         self.spec = spec
 
 
+class NotInFeedsFile(ConfigError):
+    """``remove`` of a URL the feeds file does not list; ``listed`` is what it lists (so the
+    caller can suggest a close match without reading the file again)."""
+
+    def __init__(self, url: str, feeds_file: Path, listed: list[FeedSpec]) -> None:
+        super().__init__(f"remove: {url} is not in the feeds file {feeds_file}")
+        self.listed = listed
+
+
 def remove_feed(feeds_file: Path, url: str) -> EditResult:
-    """Remove the entry for ``url``; ConfigError when it is not there or the file is odd."""
+    """Remove the entry for ``url``; NotInFeedsFile when it is not there, ConfigError when the
+    file is odd."""
     target = feeds_file.resolve()
     original, text = read_feeds_text(target)
     before = load_feeds(target) if original is not None else []
     spec = find_feed(before, url)
     if spec is None:
-        raise ConfigError(f"remove: {url} is not in the feeds file {feeds_file}")
+        raise NotInFeedsFile(url, feeds_file, before)
     line: int | None = None
     key = feed_url_key(spec.url)
     try:

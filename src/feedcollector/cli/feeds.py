@@ -11,7 +11,7 @@ import asyncio
 import difflib
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -26,6 +26,9 @@ from ..models import FeedSpec
 from ..safe_text import one_line
 from ..timestamps import utc_now
 from .app import app, guard, load_command_settings, run_async, text_argument, usage_error
+
+if TYPE_CHECKING:
+    from ..feeds_edit import EditResult
 
 TITLE_SHOWN = 100
 """Characters of a feed's own title shown beside its URL (titles are the feeds' words, any
@@ -124,21 +127,28 @@ def remove(
     ],
 ) -> None:
     """Unsubscribe: remove a feed from the feeds file (its items and history are kept)."""
-    from ..feeds_edit import find_feed, remove_feed  # on use: ruamel.yaml
-
     settings = load_command_settings(ctx)
-    specs = _current_feeds(settings)
-    if find_feed(specs, url) is None:
-        close = difflib.get_close_matches(url, [spec.url for spec in specs], n=3, cutoff=0.6)
-        hint = f" Did you mean {' or '.join(close)}?" if close else ""
-        usage_error(f"remove: {url} is not in the feeds file {settings.feeds_file}.{hint}")
-    result = guard(lambda: remove_feed(settings.feeds_file, url))
+    result = guard(lambda: _remove_or_suggest(settings.feeds_file, url))
     where = f" (line {result.line})" if result.line else ""
     typer.echo(f"remove: {result.spec.url} removed from {settings.feeds_file}{where}.")
     typer.echo(
         f"{NEXT_CYCLE} and stops fetching it; its items, images and backups are kept "
         "(`feedcollector status` lists it as removed)."
     )
+
+
+def _remove_or_suggest(feeds_file: Path, url: str) -> EditResult:
+    """:func:`.feeds_edit.remove_feed`, whose error for a URL the file does not list names the
+    close ones it does. The file is read once for both (10k entries take 0.7 s a read)."""
+    from ..feeds_edit import NotInFeedsFile, remove_feed  # on use: ruamel.yaml
+
+    try:
+        return remove_feed(feeds_file, url)
+    except NotInFeedsFile as exc:
+        listed = [spec.url for spec in exc.listed]
+        close = difflib.get_close_matches(url, listed, n=3, cutoff=0.6)
+        hint = f" Did you mean {' or '.join(close)}?" if close else ""
+        raise ConfigError(f"{exc}.{hint}") from exc
 
 
 def _with_scheme(url: str) -> str:
