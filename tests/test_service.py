@@ -11,6 +11,7 @@ import asyncio
 import logging
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -218,3 +219,29 @@ def test_a_stop_during_the_daily_cleanup_ends_it_after_the_chunk_at_hand(
     assert len(list(folder.iterdir())) == 1500, "the first chunk of 1000 went, then it stopped"
     assert last_done is None, "not recorded as the day's cleanup: it is tried again"
     assert any("cleanup: stopped part-way" in r.getMessage() for r in caplog.records)
+
+
+def test_signals_off_the_main_thread_keep_pythons_handling(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An event loop off the main thread takes no signal handlers (asyncio raises): the
+    service still starts, says so at DEBUG, and has nothing to restore."""
+    errors: list[BaseException] = []
+
+    async def start_and_restore() -> None:
+        restore = service._stop_on_signals(asyncio.Event())
+        restore()
+
+    def in_thread() -> None:
+        try:
+            asyncio.run(start_and_restore())
+        except BaseException as exc:  # re-raised in the test's thread below
+            errors.append(exc)
+
+    with caplog.at_level(logging.DEBUG, logger="feedcollector"):
+        worker = threading.Thread(target=in_thread)
+        worker.start()
+        worker.join()
+    assert errors == []
+    kept = [r.getMessage() for r in caplog.records if "keeps Python's default" in r.getMessage()]
+    assert [message.split()[1] for message in kept] == ["SIGINT", "SIGTERM"]

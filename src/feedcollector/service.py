@@ -196,9 +196,14 @@ def _stop_on_signals(stopping: asyncio.Event) -> Callable[[], None]:
     for signum in (signal.SIGINT, signal.SIGTERM):
         try:
             loop.add_signal_handler(signum, request_stop, signum)
+        except (NotImplementedError, RuntimeError):
+            log.debug(
+                "run: %s keeps Python's default handling (this event loop takes no signal "
+                "handlers: Windows, or not the main thread)",
+                signal.Signals(signum).name,
+            )
+        else:
             handled.append(signum)
-        except (NotImplementedError, RuntimeError):  # no signal handlers on this platform's
-            continue  # loop (Windows) or off the main thread: Ctrl-C keeps Python's default
 
     def restore() -> None:
         for signum in handled:
