@@ -20,6 +20,7 @@ from feedcollector.opml import OpmlFeed, export_opml, import_opml, read_opml
 from .feedserver import FeedServer
 from .samples import Entry, rss, write_project
 from .test_cli import feedcollector
+from .test_feeds_file_yaml import COMMENT_RUAMEL_CANNOT_PLACE
 
 NOW = datetime(2026, 3, 2, 9, 0, 0, tzinfo=UTC)
 
@@ -246,6 +247,13 @@ def test_a_broken_feeds_file_is_not_touched(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="line 2"):
         import_opml(write(tmp_path / "i.opml", INOREADER), feeds_file)
     assert feeds_file.read_text() == "feeds:\n  - url: not a url\n"
+
+
+def test_a_comment_the_yaml_editor_cannot_keep_stops_the_import_cleanly(tmp_path: Path) -> None:
+    feeds_file = write(tmp_path / "feeds.yaml", COMMENT_RUAMEL_CANNOT_PLACE)
+    with pytest.raises(ConfigError, match=r"^import-opml: the feeds file .* cannot be edited"):
+        import_opml(write(tmp_path / "i.opml", INOREADER), feeds_file)
+    assert feeds_file.read_text() == COMMENT_RUAMEL_CANNOT_PLACE
 
 
 def test_export_is_opml_2_and_round_trips(tmp_path: Path) -> None:

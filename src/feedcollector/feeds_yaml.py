@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
@@ -48,15 +49,28 @@ def _load_round_trip(text: str) -> CommentedMap | None:
         raise UnsafeEdit("the file mixes line endings (carriage returns and line feeds)")
     yaml = YAML(typ="rt")
     yaml.preserve_quotes = True
-    try:
-        document = yaml.load(text) if text.strip() else None
-    except YAMLError as exc:
-        raise UnsafeEdit(f"the file is not valid YAML ({exc})") from exc
+    document = load_round_trip(yaml, text) if text.strip() else None
     if document is None:
         return None
     if not isinstance(document, CommentedMap) or document.fa.flow_style():
         raise UnsafeEdit('the file is not a block mapping with a "feeds:" key')
     return document
+
+
+def load_round_trip(yaml: YAML, text: str) -> Any:
+    """``yaml.load(text)``; UnsafeEdit when ruamel.yaml cannot read it back for editing: not
+    valid YAML, or a comment its round trip cannot place (it raises NotImplementedError for
+    some comments between a key and a value on a later line, where libyaml, which the loader
+    may have read the file with, finds nothing wrong)."""
+    try:
+        return yaml.load(text)
+    except YAMLError as exc:
+        raise UnsafeEdit(f"the file is not valid YAML ({exc})") from exc
+    except NotImplementedError as exc:
+        raise UnsafeEdit(
+            "it holds a comment between a key and its value that the YAML editor cannot keep; "
+            "move it onto the key's line or a line of its own"
+        ) from exc
 
 
 def _feeds_sequence(document: CommentedMap | None) -> CommentedSeq | None:
