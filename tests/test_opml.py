@@ -251,7 +251,10 @@ def test_a_broken_feeds_file_is_not_touched(tmp_path: Path) -> None:
 
 def test_a_comment_the_yaml_editor_cannot_keep_stops_the_import_cleanly(tmp_path: Path) -> None:
     feeds_file = write(tmp_path / "feeds.yaml", COMMENT_RUAMEL_CANNOT_PLACE)
-    with pytest.raises(ConfigError, match=r"^import-opml: the feeds file .* cannot be edited"):
+    refusal = (
+        r"^import-opml: the feeds file holds a comment .* cannot keep, so it was left unchanged"
+    )
+    with pytest.raises(ConfigError, match=refusal):
         import_opml(write(tmp_path / "i.opml", INOREADER), feeds_file)
     assert feeds_file.read_text() == COMMENT_RUAMEL_CANNOT_PLACE
 

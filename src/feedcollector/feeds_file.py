@@ -11,7 +11,7 @@ import hashlib
 import json
 import re
 from bisect import bisect_right
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -43,11 +43,18 @@ FLAT_LIST_FIX = 'Write "feeds:" followed by a flat list of entries, without nest
 class Node:
     """A parsed value with its position; mappings map keys to nodes placed at the key.
 
-    Made by the JSON reader here and the YAML reader (:mod:`.feeds_file_yaml`)."""
+    Made by the JSON reader here and the YAML reader (:mod:`.feeds_file_yaml`), whose nodes
+    also say how the file writes them, for editing it in its own style (:mod:`.feeds_yaml`)."""
 
     value: object
     line: int
     column: int
+    style: str = field(default="", compare=False)
+    """``'"'`` or ``"'"`` for a quoted YAML scalar, ``"flow"`` for a YAML ``[list]`` or
+    ``{mapping}``, else "" (JSON too)."""
+    placed: bool = field(default=True, compare=False)
+    """False where YAML gives no position of its own (a key merged from an anchor, an item of
+    a tagged list): the node then carries its parent's."""
 
 
 def feeds_file_digest(path: Path) -> str | None:

@@ -26,6 +26,7 @@ from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.nodes import ScalarNode
 from ruamel.yaml.reader import Reader, ReaderError
 from ruamel.yaml.resolver import VersionedResolver
+from ruamel.yaml.scalarstring import DoubleQuotedScalarString, SingleQuotedScalarString
 
 from .config_values import Problem, config_error, has_long_number, long_number_problem
 from .feeds_file import FLAT_LIST_FIX, MAX_DOCUMENT_VALUES, Node, line_and_column, too_deep
@@ -44,8 +45,10 @@ def parse_yaml(text: str, display: str) -> Node:
 
 def ruamel_nodes(text: str, display: str) -> Node:
     """The document as ruamel.yaml's round trip reads it (YAML 1.2), turned into nodes."""
+    reader = YAML(typ="rt")
+    reader.preserve_quotes = True  # the quoting of scalars, for editing in the file's style
     try:
-        document = YAML(typ="rt").load(text)
+        document = reader.load(text)
     except RecursionError as exc:
         raise too_deep(display) from exc
     except MarkedYAMLError as exc:
@@ -94,31 +97,43 @@ class _ExpansionBudget:
             raise config_error(self.display, [Problem(what, FLAT_LIST_FIX)])
 
 
-def _yaml_node(value: object, line: int, column: int, budget: _ExpansionBudget) -> Node:
+def _yaml_node(
+    value: object, line: int, column: int, budget: _ExpansionBudget, placed: bool = True
+) -> Node:
     """Turn ruamel's round-trip data into plain nodes; its ``lc`` positions are 0-based."""
     budget.spend()
     if isinstance(value, CommentedMap):
         members: dict[str, Node] = {}
         for key, item in value.items():
             try:
-                key_line, key_column = value.lc.key(key) or (line - 1, column - 1)
+                position = value.lc.key(key)
             except KeyError:  # merged in from an anchor (or tagged): no position of its own
-                key_line, key_column = line - 1, column - 1
-            members[str(key)] = _yaml_node(item, key_line + 1, key_column + 1, budget)
-        return Node(members, line, column)
+                position = None
+            key_line, key_column = position or (line - 1, column - 1)
+            members[str(key)] = _yaml_node(
+                item, key_line + 1, key_column + 1, budget, position is not None
+            )
+        return Node(members, line, column, "flow" if value.fa.flow_style() else "", placed)
     if isinstance(value, CommentedSeq):
         items = []
         for index, item in enumerate(value):
-            item_line, item_column = value.lc.item(index) or (line - 1, column - 1)
-            items.append(_yaml_node(item, item_line + 1, item_column + 1, budget))
-        return Node(items, line, column)
+            position = value.lc.item(index)  # None in a tagged list
+            item_line, item_column = position or (line - 1, column - 1)
+            items.append(
+                _yaml_node(item, item_line + 1, item_column + 1, budget, position is not None)
+            )
+        return Node(items, line, column, "flow" if value.fa.flow_style() else "", placed)
     if isinstance(value, str):
-        return Node(str(value), line, column)
+        quote = next((mark for kind, mark in _QUOTED if isinstance(value, kind)), "")
+        return Node(str(value), line, column, quote, placed)
     if isinstance(value, float):
-        return Node(float(value), line, column)
-    if isinstance(value, int) and not isinstance(value, bool):
-        return Node(int(value), line, column)
-    return Node(value, line, column)
+        value = float(value)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        value = int(value)
+    return Node(value, line, column, "", placed)
+
+
+_QUOTED = ((DoubleQuotedScalarString, '"'), (SingleQuotedScalarString, "'"))
 
 
 class _LeftToRuamel(Exception):
@@ -191,10 +206,11 @@ def _nodes(events: Iterable[yaml.Event]) -> Node:
             parent.take_key(event)
             continue
         value = _value(event)
+        style = _style(event)
         if parent is None:
-            root = Node(value, 1, 1)
+            root = Node(value, 1, 1, style)
         else:
-            parent.add(value, event.start_mark)
+            parent.add(value, style, event.start_mark)
         values += 1
         if values > MAX_DOCUMENT_VALUES:
             raise _LeftToRuamel
@@ -230,14 +246,14 @@ class _Open:
         self.key = key
         self.key_line, self.key_column = event.start_mark.line + 1, event.start_mark.column + 1
 
-    def add(self, value: object, start: yaml.Mark) -> None:
+    def add(self, value: object, style: str, start: yaml.Mark) -> None:
         if self.members is not None:
             assert self.key is not None
-            self.members[self.key] = Node(value, self.key_line, self.key_column)
+            self.members[self.key] = Node(value, self.key_line, self.key_column, style)
             self.key = None
         else:
             assert self.items is not None
-            self.items.append(Node(value, start.line + 1, start.column + 1))
+            self.items.append(Node(value, start.line + 1, start.column + 1, style))
 
 
 def _value(event: yaml.Event) -> object:
@@ -250,6 +266,16 @@ def _value(event: yaml.Event) -> object:
     if event.style in _BLOCK_STYLES:  # libyaml takes block headers ruamel.yaml refuses
         raise _LeftToRuamel
     return _plain(event.value) if event.implicit[0] else event.value
+
+
+def _style(event: yaml.Event) -> str:
+    """:attr:`Node.style` of the value an event starts."""
+    if event.__class__ is yaml.ScalarEvent:
+        return event.style if event.style in _QUOTES else ""
+    return "flow" if event.flow_style else ""
+
+
+_QUOTES = ('"', "'")
 
 
 @lru_cache(maxsize=64)

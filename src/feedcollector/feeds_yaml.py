@@ -5,7 +5,8 @@ column, quoting of the URL) after the last entry, before trailing comments; a re
 loses exactly its own lines (comments and blank lines around it stay). Layouts this cannot
 edit with confidence (flow style, no ``feeds:`` key, entries not on their own lines, a tagged
 list, CR and LF line endings mixed) raise :class:`UnsafeEdit`; :mod:`.feeds_edit` checks every
-result with the loader anyway.
+result with the loader anyway. Lines, columns and quoting come from the loader's own reading
+(:func:`.feeds_file_yaml.parse_yaml`), so the editor finds the entries where the loader does.
 """
 
 from __future__ import annotations
@@ -13,15 +14,11 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
-
-from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap, CommentedSeq
-from ruamel.yaml.error import YAMLError
-from ruamel.yaml.scalarstring import DoubleQuotedScalarString, SingleQuotedScalarString
 
 from .errors import ConfigError
+from .feeds_file import Node
 from .feeds_file import _duplicate_key as feed_url_key
+from .feeds_file_yaml import parse_yaml
 
 _DASH_RE = re.compile(r"^(?P<indent>[ ]*)-(?:[ ]+|$)")
 _EMPTY_FEEDS_RE = re.compile(
@@ -44,45 +41,38 @@ class UnsafeEdit(ConfigError):
     """The file's layout is one this module does not edit (flow style, anchors, ...)."""
 
 
-def _load_round_trip(text: str) -> CommentedMap | None:
+def _document(text: str) -> Node | None:
+    """The file's document as the loader reads it (with positions and quoting), None when it
+    holds none yet; UnsafeEdit for layouts this module does not edit."""
     if "\r" in text:  # CRLF and CR-only files come here as "\n"; a mix would shift lines
         raise UnsafeEdit("the file mixes line endings (carriage returns and line feeds)")
-    yaml = YAML(typ="rt")
-    yaml.preserve_quotes = True
-    document = load_round_trip(yaml, text) if text.strip() else None
-    if document is None:
+    if not text.strip():
         return None
-    if not isinstance(document, CommentedMap) or document.fa.flow_style():
+    try:
+        document = parse_yaml(text, "the feeds file")
+    except ConfigError as exc:
+        raise UnsafeEdit(f"the file is not valid YAML ({exc})") from exc
+    if document.value is None:
+        return None
+    if not isinstance(document.value, dict) or document.style == "flow":
         raise UnsafeEdit('the file is not a block mapping with a "feeds:" key')
     return document
 
 
-def load_round_trip(yaml: YAML, text: str) -> Any:
-    """``yaml.load(text)``; UnsafeEdit when ruamel.yaml cannot read it back for editing: not
-    valid YAML, or a comment its round trip cannot place (it raises NotImplementedError for
-    some comments between a key and a value on a later line, where libyaml, which the loader
-    may have read the file with, finds nothing wrong)."""
-    try:
-        return yaml.load(text)
-    except YAMLError as exc:
-        raise UnsafeEdit(f"the file is not valid YAML ({exc})") from exc
-    except NotImplementedError as exc:
-        raise UnsafeEdit(
-            "it holds a comment between a key and its value that the YAML editor cannot keep; "
-            "move it onto the key's line or a line of its own"
-        ) from exc
-
-
-def _feeds_sequence(document: CommentedMap | None) -> CommentedSeq | None:
-    """The feeds list, None when there are no entries yet."""
-    feeds = None if document is None else document.get("feeds")
-    if feeds is None:
+def _feeds_sequence(document: Node | None) -> list[Node] | None:
+    """The feeds list's items, None when there are none yet."""
+    feeds = None if document is None else _members(document).get("feeds")
+    if feeds is None or feeds.value is None:
         return None
-    if not isinstance(feeds, CommentedSeq):
+    if not isinstance(feeds.value, list):
         raise UnsafeEdit('"feeds" is not a list')
-    if feeds.fa.flow_style() and len(feeds):
+    if feeds.style == "flow" and feeds.value:
         raise UnsafeEdit('"feeds" is written as a [flow, list]')
-    return feeds if len(feeds) else None
+    return feeds.value or None
+
+
+def _members(node: Node) -> dict[str, Node]:
+    return node.value if isinstance(node.value, dict) else {}
 
 
 def _scalar(value: str, quote: str) -> str:
@@ -98,10 +88,11 @@ def _plain_is_safe(value: str) -> bool:
     if "\n" in value or value != value.strip():
         return False
     try:
-        loaded = YAML(typ="safe").load(f"k: {value}\n")
-    except YAMLError:
+        loaded = parse_yaml(f"k: {value}\n", "a value")
+    except ConfigError:
         return False
-    return isinstance(loaded, dict) and loaded.get("k") == value
+    written = _members(loaded).get("k")
+    return written is not None and written.value == value
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,12 +122,11 @@ def entry_lines(entry: NewEntry, style: Style) -> list[str]:
     return lines
 
 
-def _item_start(lines: list[str], feeds: CommentedSeq, index: int) -> int:
+def _item_start(lines: list[str], feeds: list[Node], index: int) -> int:
     """The line (0-based) holding the dash of item ``index``."""
-    position = feeds.lc.item(index)
-    if position is None:  # ruamel keeps no item positions for a tagged list ("feeds: !x")
+    if not feeds[index].placed:  # no item positions in a tagged list ("feeds: !x")
         raise UnsafeEdit('the list carries a tag such as "!x", so its entries\' lines are unknown')
-    line = int(position[0])
+    line = feeds[index].line - 1
     if line >= len(lines):
         raise UnsafeEdit(f"entry {index + 1} of the list is not on the line YAML reports")
     if _DASH_RE.match(lines[line]):
@@ -164,7 +154,7 @@ def _item_end(lines: list[str], start: int, stop: int) -> int:
     return end
 
 
-def _style(lines: list[str], feeds: CommentedSeq) -> Style:
+def _style(lines: list[str], feeds: list[Node]) -> Style:
     """The style of the last entry written as a mapping (else of the last entry)."""
     last = len(feeds) - 1
     dash = _DASH_RE.match(lines[_item_start(lines, feeds, last)])
@@ -172,28 +162,21 @@ def _style(lines: list[str], feeds: CommentedSeq) -> Style:
     dash_indent = len(dash.group("indent"))
     key_column = dash_indent + 2
     for index in range(last, -1, -1):
-        item = feeds[index]
-        if isinstance(item, CommentedMap) and len(item):
-            try:
-                position = item.lc.key(next(iter(item)))
-            except KeyError:
-                position = None
-            if position is not None and position[0] == _item_start(lines, feeds, index):
-                key_column = int(position[1])  # merged keys (<<: ...) have no position
+        members = _members(feeds[index])
+        if members:
+            first = next(iter(members.values()))  # placed at its key
+            if first.placed and first.line - 1 == _item_start(lines, feeds, index):
+                key_column = first.column - 1  # merged keys (<<: ...) have no position
             break
-    value = feeds[last].get("url") if isinstance(feeds[last], CommentedMap) else feeds[last]
-    quote = ""
-    if isinstance(value, DoubleQuotedScalarString):
-        quote = '"'
-    elif isinstance(value, SingleQuotedScalarString):
-        quote = "'"
-    bare = all(isinstance(item, str) for item in feeds)
+    url = _members(feeds[last]).get("url") if _members(feeds[last]) else feeds[last]
+    quote = url.style if url is not None and url.style in ('"', "'") else ""
+    bare = all(isinstance(item.value, str) for item in feeds)
     return Style(dash_indent, key_column, bare, quote)
 
 
 def yaml_append(text: str, entry: NewEntry) -> tuple[str, int]:
     """The YAML text with ``entry`` after the last feed; and the 1-based line it starts on."""
-    document = _load_round_trip(text)
+    document = _document(text)
     feeds = _feeds_sequence(document)
     lines = text.split("\n")
     if lines[-1] == "":
@@ -207,16 +190,17 @@ def yaml_append(text: str, entry: NewEntry) -> tuple[str, int]:
     return "\n".join([*lines[: at + 1], *new, *lines[at + 1 :]]) + "\n", at + 2
 
 
-def _empty_feeds_line(lines: list[str], document: CommentedMap | None) -> int:
+def _empty_feeds_line(lines: list[str], document: Node | None) -> int:
     """The ``feeds:`` line of a file without entries, made a bare ``feeds:``."""
     if document is None:
         if _document_end(lines) < len(lines):
             raise UnsafeEdit('the file ends its document ("...") before any "feeds:" key')
         lines.append("feeds:")
         return len(lines) - 1
-    if "feeds" not in document:
+    feeds = _members(document).get("feeds")
+    if feeds is None or not feeds.placed:
         raise UnsafeEdit('the file has no "feeds:" key')
-    at = int(document.lc.key("feeds")[0])
+    at = feeds.line - 1
     match = _EMPTY_FEEDS_RE.match(lines[at])
     if match is None:
         raise UnsafeEdit(f'line {at + 1} ("feeds:") is not in a form this command edits')
@@ -227,11 +211,12 @@ def _empty_feeds_line(lines: list[str], document: CommentedMap | None) -> int:
 
 def yaml_remove(text: str, url: str) -> tuple[str, int]:
     """The YAML text without the entry for ``url``; and the 1-based line it started on."""
-    feeds = _feeds_sequence(_load_round_trip(text)) or CommentedSeq()
+    feeds = _feeds_sequence(_document(text)) or []
     key = feed_url_key(url)
     lines = text.split("\n")
     for index, item in enumerate(feeds):
-        value = item.get("url") if isinstance(item, CommentedMap) else item
+        members = _members(item)
+        value = members["url"].value if "url" in members else item.value
         if not isinstance(value, str) or feed_url_key(value.strip()) != key:
             continue
         start = _item_start(lines, feeds, index)

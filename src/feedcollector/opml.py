@@ -34,7 +34,6 @@ from .errors import ConfigError
 from .feeds_edit import read_feeds_text, replace_checked
 from .feeds_file import _duplicate_key as feed_url_key
 from .feeds_file import load_feeds
-from .feeds_yaml import UnsafeEdit, load_round_trip
 from .models import FeedSpec
 from .safe_text import xml_chars
 
@@ -171,17 +170,11 @@ def import_opml(opml_path: Path, feeds_file: Path) -> ImportResult:
     existing = load_feeds(target) if text.strip() else []
     added, present = plan_import(existing, document.feeds)
     if added:
-        try:
-            merged = (
-                merge_json(text, added)
-                if feeds_file.suffix.lower() == ".json"
-                else merge_yaml(text, added)
-            )
-        except UnsafeEdit as exc:
-            raise ConfigError(
-                f"import-opml: the feeds file {feeds_file} cannot be edited safely ({exc}), so "
-                "it was left unchanged. Change that, then import again."
-            ) from exc
+        merged = (
+            merge_json(text, added)
+            if feeds_file.suffix.lower() == ".json"
+            else merge_yaml(text, added)
+        )
         replace_checked(target, merged, original, action="import-opml", display=feeds_file)
     return ImportResult(tuple(added), tuple(present), document.skipped)
 
@@ -194,7 +187,14 @@ def merge_yaml(text: str, added: Sequence[OpmlFeed]) -> str:
     dash = _FIRST_DASH_RE.search(text)
     offset = len(dash.group(1)) if dash else 2
     yaml.indent(mapping=2, sequence=offset + 2, offset=offset)
-    document = load_round_trip(yaml, text) if text.strip() else None
+    try:
+        document = yaml.load(text) if text.strip() else None
+    except NotImplementedError as exc:  # ruamel.yaml's round trip on some comment layouts
+        raise ConfigError(
+            "import-opml: the feeds file holds a comment between a key and its value that the "
+            "YAML editor cannot keep, so it was left unchanged. Move it onto the key's line or "
+            "a line of its own, then import again."
+        ) from exc
     if document is None:
         document = CommentedMap()
     if document.get("feeds") is None:
