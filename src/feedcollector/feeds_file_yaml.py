@@ -9,7 +9,7 @@ ruamel.yaml's own YAML 1.2 rules; anything where the two could differ goes to ru
 (:func:`libyaml_nodes`).
 
 A module of its own so that only a cycle that finds the feeds file changed imports the YAML
-libraries (30 ms of CPU, paid by every ``run --once`` otherwise). The checks that follow are
+libraries (about 40 ms of CPU, paid by every ``run --once`` otherwise). The checks that follow are
 the same for YAML and JSON (:mod:`.feeds_file`).
 """
 
@@ -271,11 +271,11 @@ def _value(event: yaml.Event) -> object:
 def _style(event: yaml.Event) -> str:
     """:attr:`Node.style` of the value an event starts."""
     if event.__class__ is yaml.ScalarEvent:
-        return event.style if event.style in _QUOTES else ""
+        return event.style if event.style in _QUOTE_MARKS else ""
     return "flow" if event.flow_style else ""
 
 
-_QUOTES = ('"', "'")
+_QUOTE_MARKS = ('"', "'")
 
 
 @lru_cache(maxsize=64)

@@ -168,7 +168,8 @@ def _style(lines: list[str], feeds: list[Node]) -> Style:
             if first.placed and first.line - 1 == _item_start(lines, feeds, index):
                 key_column = first.column - 1  # merged keys (<<: ...) have no position
             break
-    url = _members(feeds[last]).get("url") if _members(feeds[last]) else feeds[last]
+    last_members = _members(feeds[last])
+    url = last_members.get("url") if last_members else feeds[last]
     quote = url.style if url is not None and url.style in ('"', "'") else ""
     bare = all(isinstance(item.value, str) for item in feeds)
     return Style(dash_indent, key_column, bare, quote)
