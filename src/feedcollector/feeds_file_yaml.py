@@ -74,10 +74,20 @@ def ruamel_nodes(text: str, display: str) -> Node:
         if isinstance(exc, ValueError) and has_long_number(text):  # int()'s 4,300-digit limit
             problem = long_number_problem(text)
         raise config_error(display, [problem]) from exc
+    except Exception as exc:  # ruamel.yaml's builders on odd input: see _unbuildable
+        raise config_error(display, [_unbuildable(exc)]) from exc
     try:
         return _yaml_node(document, 1, 1, _ExpansionBudget(display))
     except RecursionError as exc:
         raise too_deep(display) from exc
+
+
+def _unbuildable(exc: Exception) -> Problem:
+    """ruamel.yaml builds some tagged or complex values with no check of its own, and fails
+    as Python does (``!!bool maybe``: KeyError, ``!!int 0x``: IndexError, a list holding a
+    mapping as a key: TypeError); a feeds file holds none of them."""
+    what = f"YAML error: a value YAML cannot build ({type(exc).__name__}: {exc})"
+    return Problem(what, "Remove the tags (!!...) and write keys as plain text.")
 
 
 class _ExpansionBudget:
@@ -123,6 +133,19 @@ def _yaml_node(
                 _yaml_node(item, item_line + 1, item_column + 1, budget, position is not None)
             )
         return Node(items, line, column, "flow" if value.fa.flow_style() else "", placed)
+    if isinstance(value, dict):  # built by a tag (!!omap...): no positions of its own
+        built = {
+            str(key): _yaml_node(item, line, column, budget, False) for key, item in value.items()
+        }
+        return Node(built, line, column, "", placed)
+    if isinstance(value, list | tuple | set | frozenset):  # built by a tag (!!pairs, !!set)
+        return Node(
+            [_yaml_node(item, line, column, budget, False) for item in value],
+            line,
+            column,
+            "",
+            placed,
+        )
     if isinstance(value, str):
         quote = next((mark for kind, mark in _QUOTED if isinstance(value, kind)), "")
         return Node(str(value), line, column, quote, placed)
