@@ -127,6 +127,8 @@ def test_remove_takes_exactly_the_entry_lines() -> None:
         "feeds: https://x.example/a\n",
         "feeds: !x\n  - https://x.example/a\n  - https://x.example/b\n",
         "feeds:\r  - https://x.example/a\n  - https://x.example/b\n",
+        "feeds:\n  - https://x.example/a\n  -\u2028\n    url: https://x.example/b\n",
+        "feeds:\n  - https://x.example/a\n  - url: x\x85  https://x.example/b\n",
     ],
 )
 def test_layouts_that_are_not_edited(text: str) -> None:

@@ -24,7 +24,9 @@ _DASH_RE = re.compile(r"^(?P<indent>[ ]*)-(?:[ ]+|$)")
 _EMPTY_FEEDS_RE = re.compile(
     r"^feeds:[ \t]*(?:\[[ \t]*\]|~|null|Null|NULL)?[ \t]*(?P<comment>#.*)?$"
 )
+_DASH_ALONE_RE = re.compile(r"^[ ]*-[ ]*$")
 _COMMENT_OR_BLANK_RE = re.compile(r"^[ \t]*(?:#.*)?$")
+_OTHER_LINE_BREAKS_RE = re.compile("[\x85\u2028\u2029]")
 _DOCUMENT_END_RE = re.compile(r"^\.\.\.(?:[ \t]|$)")
 
 
@@ -46,6 +48,10 @@ def _document(text: str) -> Node | None:
     holds none yet; UnsafeEdit for layouts this module does not edit."""
     if "\r" in text:  # CRLF and CR-only files come here as "\n"; a mix would shift lines
         raise UnsafeEdit("the file mixes line endings (carriage returns and line feeds)")
+    if _OTHER_LINE_BREAKS_RE.search(text):  # YAML may count them as lines, this module cannot
+        raise UnsafeEdit(
+            "the file holds a NEL, LS or PS character, which YAML may read as a line end"
+        )
     if not text.strip():
         return None
     try:
@@ -132,7 +138,7 @@ def _item_start(lines: list[str], feeds: list[Node], index: int) -> int:
     if _DASH_RE.match(lines[line]):
         return line
     for above in range(line - 1, -1, -1):  # "-" alone on its line, the item below it
-        if lines[above].strip() == "-":
+        if _DASH_ALONE_RE.match(lines[above]):
             return above
         if not _COMMENT_OR_BLANK_RE.match(lines[above]):
             break
