@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from ruamel.yaml.nodes import ScalarNode
+from ruamel.yaml.reader import Reader
 from ruamel.yaml.resolver import VersionedResolver
 
 from feedcollector import feeds_file_yaml
@@ -269,6 +270,10 @@ def test_plain_scalars_are_typed_as_ruamel_yaml_types_them_whatever_their_first_
             elif tag not in ("tag:yaml.org,2002:null", "tag:yaml.org,2002:bool"):
                 with pytest.raises(feeds_file_yaml._LeftToRuamel):
                     feeds_file_yaml._plain(value)
+
+
+def test_characters_yaml_refuses_are_the_ones_ruamel_yaml_refuses() -> None:
+    assert feeds_file_yaml._NOT_PRINTABLE.pattern == Reader.NON_PRINTABLE.pattern
 
 
 # --- ruamel.yaml's comment limit ----------------------------------------------------------

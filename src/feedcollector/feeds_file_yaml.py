@@ -24,7 +24,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.nodes import ScalarNode
-from ruamel.yaml.reader import Reader, ReaderError
+from ruamel.yaml.reader import ReaderError
 from ruamel.yaml.resolver import VersionedResolver
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString, SingleQuotedScalarString
 
@@ -139,13 +139,8 @@ def _yaml_node(
         }
         return Node(built, line, column, "", placed)
     if isinstance(value, list | tuple | set | frozenset):  # built by a tag (!!pairs, !!set)
-        return Node(
-            [_yaml_node(item, line, column, budget, False) for item in value],
-            line,
-            column,
-            "",
-            placed,
-        )
+        elements = [_yaml_node(item, line, column, budget, False) for item in value]
+        return Node(elements, line, column, "", placed)
     if isinstance(value, str):
         quote = next((mark for kind, mark in _QUOTED if isinstance(value, kind)), "")
         return Node(str(value), line, column, quote, placed)
@@ -164,13 +159,15 @@ class _LeftToRuamel(Exception):
 
 
 _RESOLVER = VersionedResolver()  # YAML 1.2, as ruamel.yaml's round trip types plain scalars
-_TYPED_STARTS = (
-    None if None in _RESOLVER.versioned_resolver else frozenset(_RESOLVER.versioned_resolver)
-)
+_RULES_BY_START: dict[str | None, object] = getattr(_RESOLVER, "versioned_resolver", {None: 0})
+_TYPED_STARTS = None if None in _RULES_BY_START else frozenset(_RULES_BY_START)
 """First characters of the plain scalars YAML 1.2 may type (digits, ``t``, ``n``, ``~``...);
 one that starts otherwise (most URLs and titles) is text without asking the resolver, whose
 version lookup is the slow part of a call. (A key None in the resolver's table would mean rules
-for any first character: then every scalar is asked.)"""
+for any first character, and so does a ruamel.yaml without that table: then every scalar is
+asked.)"""
+_NOT_PRINTABLE = re.compile("[^\t\n\r\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+"""The characters YAML 1.2 does not allow in a document (as ruamel.yaml's reader checks)."""
 _STR, _NULL, _BOOL = "tag:yaml.org,2002:str", "tag:yaml.org,2002:null", "tag:yaml.org,2002:bool"
 _LEFT_TO_RUAMEL_CHARACTERS = re.compile("[\t\x85\u2028\u2029\ufeff]")
 """Characters read differently: YAML 1.1 (libyaml) breaks lines at NEL, LS and PS, ruamel.yaml
@@ -194,7 +191,7 @@ def libyaml_nodes(text: str) -> Node | None:
     (ruamel.yaml words those)."""
     if _LIBYAML_LOADER is None:
         return None
-    if Reader.NON_PRINTABLE.search(text) or _LEFT_TO_RUAMEL_CHARACTERS.search(text):
+    if _NOT_PRINTABLE.search(text) or _LEFT_TO_RUAMEL_CHARACTERS.search(text):
         return None
     try:
         return _nodes(yaml.parse(text, Loader=_LIBYAML_LOADER))
