@@ -272,6 +272,16 @@ def test_plain_scalars_are_typed_as_ruamel_yaml_types_them_whatever_their_first_
                     feeds_file_yaml._plain(value)
 
 
+def test_without_libyaml_every_file_is_read_by_ruamel_yaml(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(feeds_file_yaml, "_LIBYAML_LOADER", None)  # PyYAML built without it
+    assert libyaml_nodes(USUAL) is None
+    path = tmp_path / "feeds.yaml"
+    path.write_text(USUAL)
+    assert [spec.url for spec in load_feeds(path)][1] == "https://example.org/rss"
+
+
 def test_characters_yaml_refuses_are_the_ones_ruamel_yaml_refuses() -> None:
     assert feeds_file_yaml._NOT_PRINTABLE.pattern == Reader.NON_PRINTABLE.pattern
 
