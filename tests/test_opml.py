@@ -251,11 +251,11 @@ def test_a_broken_feeds_file_is_not_touched(tmp_path: Path) -> None:
 
 def test_a_comment_the_yaml_editor_cannot_keep_stops_the_import_cleanly(tmp_path: Path) -> None:
     feeds_file = write(tmp_path / "feeds.yaml", COMMENT_RUAMEL_CANNOT_PLACE)
-    refusal = (
-        r"^import-opml: the feeds file holds a comment .* cannot keep, so it was left unchanged"
-    )
-    with pytest.raises(ConfigError, match=refusal):
+    with pytest.raises(ConfigError) as refused:
         import_opml(write(tmp_path / "i.opml", INOREADER), feeds_file)
+    message = str(refused.value)
+    assert message.startswith(f"import-opml: the feeds file {feeds_file} holds a comment ")
+    assert "so it was left unchanged" in message
     assert feeds_file.read_text() == COMMENT_RUAMEL_CANNOT_PLACE
 
 

@@ -173,13 +173,13 @@ def import_opml(opml_path: Path, feeds_file: Path) -> ImportResult:
         merged = (
             merge_json(text, added)
             if feeds_file.suffix.lower() == ".json"
-            else merge_yaml(text, added)
+            else merge_yaml(text, added, feeds_file)
         )
         replace_checked(target, merged, original, action="import-opml", display=feeds_file)
     return ImportResult(tuple(added), tuple(present), document.skipped)
 
 
-def merge_yaml(text: str, added: Sequence[OpmlFeed]) -> str:
+def merge_yaml(text: str, added: Sequence[OpmlFeed], feeds_file: Path) -> str:
     """The YAML feeds file with ``added`` appended; comments, order and quoting are kept."""
     yaml = YAML(typ="rt")
     yaml.preserve_quotes = True
@@ -191,9 +191,9 @@ def merge_yaml(text: str, added: Sequence[OpmlFeed]) -> str:
         document = yaml.load(text) if text.strip() else None
     except NotImplementedError as exc:  # ruamel.yaml's round trip on some comment layouts
         raise ConfigError(
-            "import-opml: the feeds file holds a comment between a key and its value that the "
-            "YAML editor cannot keep, so it was left unchanged. Move it onto the key's line or "
-            "a line of its own, then import again."
+            f"import-opml: the feeds file {feeds_file} holds a comment between a key and its "
+            "value that the YAML editor cannot keep, so it was left unchanged. Move it onto the "
+            "key's line or a line of its own, then import again."
         ) from exc
     if document is None:
         document = CommentedMap()
