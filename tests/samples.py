@@ -1,5 +1,5 @@
-"""Real bytes for tests: RSS/Atom documents in any encoding, a genuine PNG image, and hostile
-servers and bodies (endless, dripping, resetting, compression bombs)."""
+"""Real bytes for tests: RSS/Atom documents in any encoding, a genuine PNG image, hostile
+servers and bodies (endless, dripping, resetting, compression bombs), and odd feeds files."""
 
 from __future__ import annotations
 
@@ -256,3 +256,10 @@ def compression_bomb(encoding: str, size: int = 256 * 2**20) -> bytes:
         parts = [writer.compress(block) for _ in range(size // len(block))]
         return b"".join(parts) + writer.flush()
     raise ValueError(encoding)
+
+
+COMMENT_RUAMEL_CANNOT_PLACE = (
+    "feeds:\n  - url: # the address\n\n       # below\n      https://example.com/feed.xml\n\n"
+)
+"""A comment after ``url:``, the value two lines below: ruamel.yaml's round trip raises
+NotImplementedError ("overlap in comment") on it, libyaml reads it."""

@@ -22,7 +22,7 @@ from feedcollector.feeds_edit import (
 from feedcollector.feeds_yaml import NewEntry, UnsafeEdit, yaml_append, yaml_remove
 from feedcollector.models import FeedSpec
 
-from .test_feeds_file_yaml import COMMENT_RUAMEL_CANNOT_PLACE
+from .samples import COMMENT_RUAMEL_CANNOT_PLACE
 
 COMMENTED = """\
 # My subscriptions: keep this header

@@ -1,9 +1,9 @@
 """The feeds file's YAML reader: libyaml's events for the usual file, ruamel.yaml for the rest.
 
 ruamel.yaml's round trip is the reference: whatever the libyaml reading accepts must come out
-as the same nodes (values, lines, columns), and whatever it declines goes to ruamel.yaml, which
-words the errors. Documents are generated from a seeded random source, so a failure names the
-document and reproduces.
+as the same nodes (values, lines, columns, quoting, flow style), and whatever it declines goes
+to ruamel.yaml, which words the errors. Documents are generated from a seeded random source, so
+a failure names the document and reproduces.
 """
 
 from __future__ import annotations
@@ -23,11 +23,7 @@ from feedcollector.feeds_file import Node
 from feedcollector.feeds_file_yaml import COMMENT_FIX, libyaml_nodes, parse_yaml, ruamel_nodes
 from feedcollector.models import FeedSpec
 
-COMMENT_RUAMEL_CANNOT_PLACE = (
-    "feeds:\n  - url: # the address\n\n       # below\n      https://example.com/feed.xml\n\n"
-)
-"""A comment after ``url:``, the value two lines below: ruamel.yaml's round trip raises
-NotImplementedError ("overlap in comment") on it, libyaml reads it."""
+from .samples import COMMENT_RUAMEL_CANNOT_PLACE
 
 
 def _reference(text: str) -> Node | ConfigError:

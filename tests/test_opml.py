@@ -18,9 +18,8 @@ from feedcollector.models import FeedSpec
 from feedcollector.opml import OpmlFeed, export_opml, import_opml, read_opml
 
 from .feedserver import FeedServer
-from .samples import Entry, rss, write_project
+from .samples import COMMENT_RUAMEL_CANNOT_PLACE, Entry, rss, write_project
 from .test_cli import feedcollector
-from .test_feeds_file_yaml import COMMENT_RUAMEL_CANNOT_PLACE
 
 NOW = datetime(2026, 3, 2, 9, 0, 0, tzinfo=UTC)
 
