@@ -9,6 +9,8 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from feedcollector.config import load_feeds
 from feedcollector.errors import ConfigError
@@ -19,7 +21,9 @@ from feedcollector.feeds_edit import (
     remove_feed,
     replace_checked,
 )
-from feedcollector.feeds_yaml import NewEntry, UnsafeEdit, yaml_append, yaml_remove
+from feedcollector.feeds_file import Node
+from feedcollector.feeds_file_yaml import parse_yaml
+from feedcollector.feeds_yaml import NewEntry, UnsafeEdit, _scalar, yaml_append, yaml_remove
 from feedcollector.models import FeedSpec
 
 from .samples import COMMENT_RUAMEL_CANNOT_PLACE
@@ -117,6 +121,25 @@ def test_remove_takes_exactly_the_entry_lines() -> None:
     )
     alone = "feeds:\n  -\n    url: https://x.example/a\n  - https://x.example/b\n"
     assert yaml_remove(alone, "https://x.example/a")[0] == "feeds:\n  - https://x.example/b\n"
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=st.text(), quote=st.sampled_from(["", "'", '"']))
+def test_any_text_is_written_so_that_the_loader_reads_it_back(value: str, quote: str) -> None:
+    """Titles come from users and OPML files: line ends of any kind (NEL, LS), controls, a
+    byte order mark, quotes, leading blanks. Each is written in the file's quoting when YAML
+    can hold it so, else double-quoted with escapes."""
+    loaded = parse_yaml(f"k: {_scalar(value, quote)}\n", "feeds.yaml")
+    assert loaded.value == {"k": Node(value, 1, 1)}
+
+
+@pytest.mark.parametrize("title", ["a\x85b", "a\u2028b", "a\x7fb", "a\x9fb", "a\ufeffb", "a\nb"])
+def test_a_title_yaml_cannot_hold_as_written_is_escaped(tmp_path: Path, title: str) -> None:
+    feeds = write(tmp_path / "feeds.yaml", "feeds:\n  - url: 'https://a.example/feed'\n")
+    add_feed(feeds, NewEntry("https://b.example/feed", title=title))
+    assert load_feeds(feeds)[1].title == title
+    remove_feed(feeds, "https://a.example/feed")  # and the file stays editable
+    assert [spec.title for spec in load_feeds(feeds)] == [title]
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ from feedcollector.models import FeedSpec
 from feedcollector.opml import OpmlFeed, export_opml, import_opml, read_opml
 
 from .feedserver import FeedServer
-from .samples import COMMENT_RUAMEL_CANNOT_PLACE, Entry, rss, write_project
+from .samples import Entry, rss, write_project
 from .test_cli import feedcollector
 
 NOW = datetime(2026, 3, 2, 9, 0, 0, tzinfo=UTC)
@@ -248,14 +248,44 @@ def test_a_broken_feeds_file_is_not_touched(tmp_path: Path) -> None:
     assert feeds_file.read_text() == "feeds:\n  - url: not a url\n"
 
 
-def test_a_comment_the_yaml_editor_cannot_keep_stops_the_import_cleanly(tmp_path: Path) -> None:
-    feeds_file = write(tmp_path / "feeds.yaml", COMMENT_RUAMEL_CANNOT_PLACE)
+def test_import_appends_and_leaves_every_other_line_as_it_was(tmp_path: Path) -> None:
+    """Odd spacing, a comment between a key and its value (ruamel.yaml's round trip cannot
+    even read that one back), quotes, trailing blanks: all kept byte for byte."""
+    existing = (
+        "# my feeds\n"
+        "feeds:\n"
+        "    -   url:   https://a.example/feed     # spaced\n"
+        '        title:  "A: the first"\n'
+        "    -   url: 'https://c.example/atom'\n"
+        "        interval: 1h   \n"
+        "    - url: # the address\n\n"
+        "         # below\n"
+        "        https://example.com/feed.xml\n"
+        "# the end\n"
+    )
+    feeds_file = write(tmp_path / "feeds.yaml", existing)
+    import_opml(write(tmp_path / "i.opml", INOREADER), feeds_file)
+    appended = (  # in the style of the last entry, as `add` writes one
+        "    # News (imported from OPML)\n"
+        "    - url: https://example.org/search?q=rss&format=atom\n"
+        "      title: Search & Find\n"
+        "    - url: https://lwn.net/headlines/rss\n"
+        "      title: LWN\n"
+    )
+    assert feeds_file.read_text() == existing.replace("# the end\n", appended + "# the end\n")
+    assert len(load_feeds(feeds_file)) == 5
+
+
+def test_a_layout_the_editor_does_not_edit_stops_the_import(tmp_path: Path) -> None:
+    text = "feeds: [https://a.example/feed]\n"
+    feeds_file = write(tmp_path / "feeds.yaml", text)
     with pytest.raises(ConfigError) as refused:
         import_opml(write(tmp_path / "i.opml", INOREADER), feeds_file)
-    message = str(refused.value)
-    assert message.startswith(f"import-opml: the feeds file {feeds_file} holds a comment ")
-    assert "so it was left unchanged" in message
-    assert feeds_file.read_text() == COMMENT_RUAMEL_CANNOT_PLACE
+    assert str(refused.value).startswith(
+        f"import-opml: the feeds file {feeds_file} cannot be edited safely "
+        '("feeds" is written as a [flow, list]), so it was left unchanged.'
+    )
+    assert feeds_file.read_text() == text
 
 
 def test_export_is_opml_2_and_round_trips(tmp_path: Path) -> None:

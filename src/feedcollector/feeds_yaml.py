@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .errors import ConfigError
@@ -37,6 +38,8 @@ class NewEntry:
     url: str
     title: str | None = None
     interval: str | None = None
+    comment: str | None = None
+    """One line of comment written above the entry (``import-opml`` names OPML folders so)."""
 
 
 class UnsafeEdit(ConfigError):
@@ -82,12 +85,22 @@ def _members(node: Node) -> dict[str, Node]:
 
 
 def _scalar(value: str, quote: str) -> str:
-    """``value`` as a YAML scalar: in the file's quoting when it has one, plain when safe."""
-    if quote == "'":
+    """``value`` as a YAML scalar: in the file's quoting when it has one, plain when safe;
+    double-quoted with escapes when it holds a character YAML cannot keep as written."""
+    if quote == "'" and not _ESCAPE_IN_YAML_RE.search(value) and "\n" not in value:
         return "'" + value.replace("'", "''") + "'"
-    if quote == '"' or not _plain_is_safe(value):
-        return json.dumps(value, ensure_ascii=False)
+    if quote or not _plain_is_safe(value):
+        return _ESCAPE_IN_YAML_RE.sub(_escape, json.dumps(value, ensure_ascii=False))
     return value
+
+
+_ESCAPE_IN_YAML_RE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\ufeff\ufffe\uffff]")
+"""Characters a YAML scalar cannot hold as written: not printable in YAML 1.2 (C0 and C1
+controls, DEL, U+FFFE/U+FFFF), read as line ends (CR, NEL, LS, PS), or a byte order mark."""
+
+
+def _escape(found: re.Match[str]) -> str:
+    return f"\\u{ord(found.group()):04x}"
 
 
 def _plain_is_safe(value: str) -> bool:
@@ -116,11 +129,12 @@ class Style:
 def entry_lines(entry: NewEntry, style: Style) -> list[str]:
     url = _scalar(entry.url, style.quote)
     dash = " " * style.dash_indent + "-"
+    lines = [] if entry.comment is None else [" " * style.dash_indent + "# " + entry.comment]
     if style.bare and entry.title is None and entry.interval is None:
-        return [f"{dash} {url}"]
+        return [*lines, f"{dash} {url}"]
     gap = " " * max(style.key_column - style.dash_indent - 1, 1)
     indent = " " * (style.dash_indent + 1 + len(gap))
-    lines = [f"{dash}{gap}url: {url}"]
+    lines.append(f"{dash}{gap}url: {url}")
     if entry.interval is not None:
         lines.append(f"{indent}interval: {_scalar(entry.interval, '')}")
     if entry.title is not None:
@@ -183,6 +197,12 @@ def _style(lines: list[str], feeds: list[Node]) -> Style:
 
 def yaml_append(text: str, entry: NewEntry) -> tuple[str, int]:
     """The YAML text with ``entry`` after the last feed; and the 1-based line it starts on."""
+    return yaml_append_all(text, [entry])
+
+
+def yaml_append_all(text: str, entries: Sequence[NewEntry]) -> tuple[str, int]:
+    """The YAML text with ``entries`` after the last feed, in that order; and the 1-based line
+    the first one (or its comment) starts on."""
     document = _document(text)
     feeds = _feeds_sequence(document)
     lines = text.split("\n")
@@ -193,7 +213,8 @@ def yaml_append(text: str, entry: NewEntry) -> tuple[str, int]:
     else:
         start = _item_start(lines, feeds, len(feeds) - 1)
         at = _item_end(lines, start, _document_end(lines))
-    new = entry_lines(entry, Style() if feeds is None else _style(lines, feeds))
+    style = Style() if feeds is None else _style(lines, feeds)
+    new = [line for entry in entries for line in entry_lines(entry, style)]
     return "\n".join([*lines[: at + 1], *new, *lines[at + 1 :]]) + "\n", at + 2
 
 

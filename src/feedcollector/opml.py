@@ -2,11 +2,12 @@
 
 Import merges an OPML file (Feedly, Inoreader, NetNewsWire, ... nested folders included) into
 the feeds file, the single source of truth: new feeds are appended, feeds already there are
-skipped (URLs compared the way the feeds file compares them), and the existing file keeps its
-comments, order and formatting (ruamel.yaml round trip; JSON feeds files are rewritten with
-two-space indentation). The title a reader gave a feed becomes its ``title:``, and for YAML a
-comment names the reader's folder. The merged file is checked by the feeds-file loader before
-it replaces the old one, so an import never leaves a file the collector cannot read.
+skipped (URLs compared the way the feeds file compares them). They are written as ``add``
+writes one (:mod:`.feeds_yaml`: after the last entry, in the file's own style, nothing else
+in the file touched; JSON keeps its key order and indentation). The title a reader gave a feed
+becomes its ``title:``, and for YAML a comment names the reader's folder. The merged file is
+checked by the feeds-file loader before it replaces the old one (it must list the old feeds
+and the new ones, nothing else), so an import never leaves a file the collector cannot read.
 
 Export writes OPML 2.0 of the feeds file. The XML is read with lxml first (no network, no
 external entities) so malformed OPML gets a message with its line; listparser then reads the
@@ -15,7 +16,6 @@ outlines.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -25,21 +25,19 @@ from pathlib import Path
 
 import listparser
 from lxml import etree
-from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from .config_values import Problem, check_http_url, config_error
 from .database import Database
 from .errors import ConfigError
-from .feeds_edit import read_feeds_text, replace_checked
+from .feeds_edit import json_entry, json_rewrite, read_feeds_text, replace_checked
 from .feeds_file import _duplicate_key as feed_url_key
 from .feeds_file import load_feeds
+from .feeds_yaml import NewEntry, UnsafeEdit, yaml_append_all
 from .models import FeedSpec
 from .safe_text import xml_chars
 
 EXPORT_TITLE = "feedcollector subscriptions"
 _REEXPORT = "Export the OPML file again from your reader, or fix it there."
-_FIRST_DASH_RE = re.compile(r"^( *)- ", re.MULTILINE)
 _NOT_YAML_PRINTABLE_RE = re.compile(
     "[^\t\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]"
 )
@@ -170,80 +168,50 @@ def import_opml(opml_path: Path, feeds_file: Path) -> ImportResult:
     existing = load_feeds(target) if text.strip() else []
     added, present = plan_import(existing, document.feeds)
     if added:
-        merged = (
-            merge_json(text, added)
-            if feeds_file.suffix.lower() == ".json"
-            else merge_yaml(text, added, feeds_file)
+        entries = _new_entries(added)
+        try:
+            merged = (
+                json_rewrite(text, lambda feeds: _extend_json(feeds, entries))
+                if feeds_file.suffix.lower() == ".json"
+                else yaml_append_all(text, entries)[0]
+            )
+        except UnsafeEdit as exc:
+            raise ConfigError(
+                f"import-opml: the feeds file {feeds_file} cannot be edited safely ({exc}), so "
+                "it was left unchanged. Change that (the feeds list as a block list, one entry "
+                "per line), then import again."
+            ) from exc
+        expected = [*existing, *(FeedSpec(entry.url, title=entry.title) for entry in entries)]
+        replace_checked(
+            target, merged, original, action="import-opml", display=feeds_file, expect=expected
         )
-        replace_checked(target, merged, original, action="import-opml", display=feeds_file)
     return ImportResult(tuple(added), tuple(present), document.skipped)
 
 
-def merge_yaml(text: str, added: Sequence[OpmlFeed], feeds_file: Path) -> str:
-    """The YAML feeds file with ``added`` appended; comments, order and quoting are kept."""
-    yaml = YAML(typ="rt")
-    yaml.preserve_quotes = True
-    yaml.width = 4096
-    dash = _FIRST_DASH_RE.search(text)
-    offset = len(dash.group(1)) if dash else 2
-    yaml.indent(mapping=2, sequence=offset + 2, offset=offset)
-    try:
-        document = yaml.load(text) if text.strip() else None
-    except NotImplementedError as exc:  # ruamel.yaml's round trip on some comment layouts
-        raise ConfigError(
-            f"import-opml: the feeds file {feeds_file} holds a comment between a key and its "
-            "value that the YAML editor cannot keep, so it was left unchanged. Move it onto the "
-            "key's line or a line of its own, then import again."
-        ) from exc
-    if document is None:
-        document = CommentedMap()
-    if document.get("feeds") is None:
-        document["feeds"] = CommentedSeq()
-    feeds = document["feeds"]
+def _new_entries(added: Sequence[OpmlFeed]) -> list[NewEntry]:
+    """The entries to append, each OPML folder named once in a comment above its first feed
+    (written in YAML only: JSON has no comments)."""
+    entries: list[NewEntry] = []
     folder: tuple[str, ...] = ()
     for feed in added:
-        entry = CommentedMap()
-        entry["url"] = feed.url
-        if feed.title:
-            entry["title"] = feed.title
-        feeds.append(entry)
+        comment = None
         if feed.folder and feed.folder != folder:
             label = " / ".join(_comment_text(name) for name in feed.folder)
-            feeds.yaml_set_comment_before_after_key(
-                len(feeds) - 1, before=f"{label} (imported from OPML)", indent=offset
-            )
+            comment = f"{label} (imported from OPML)"
+        entries.append(NewEntry(feed.url, title=feed.title, comment=comment))
         folder = feed.folder
-    out = _StringSink()
-    yaml.dump(document, out)
-    return out.text
+    return entries
+
+
+def _extend_json(feeds: list[object], entries: Sequence[NewEntry]) -> None:
+    values = [json_entry(entry, feeds) for entry in entries]
+    feeds.extend(values)
 
 
 def _comment_text(name: str) -> str:
     """A folder name fit for a one-line YAML comment: line breaks of any kind (CR, NEL, LS)
     would end the comment, and C0/C1 controls are characters YAML refuses."""
     return _NOT_YAML_PRINTABLE_RE.sub("", " ".join(name.split()))
-
-
-def merge_json(text: str, added: Sequence[OpmlFeed]) -> str:
-    """The JSON feeds file with ``added`` appended (key order kept; JSON has no comments)."""
-    document = json.loads(text) if text.strip() else {}
-    feeds = document.get("feeds") or []
-    for feed in added:
-        feeds.append({"url": feed.url, **({"title": feed.title} if feed.title else {})})
-    document["feeds"] = feeds
-    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
-
-
-class _StringSink:
-    def __init__(self) -> None:
-        self.parts: list[str] = []
-
-    def write(self, data: str | bytes) -> None:
-        self.parts.append(data.decode("utf-8") if isinstance(data, bytes) else data)
-
-    @property
-    def text(self) -> str:
-        return "".join(self.parts)
 
 
 # --- export -------------------------------------------------------------------------------
