@@ -8,6 +8,7 @@ a failure names the document and reproduces.
 
 from __future__ import annotations
 
+import contextlib
 import random
 from pathlib import Path
 
@@ -177,6 +178,52 @@ def test_libyaml_reads_odd_files_as_ruamel_yaml_does_or_leaves_them(seed: int) -
     texts = [_odd_feeds_file(rng) for _ in range(500)]
     taken = sum(_check_agreement(text) for text in texts if text.strip())
     assert taken > 30
+
+
+TAGGED = [
+    *("!!bool maybe", "!!int 0x", "!!set {a, b}", "!!binary aGk=", "!!omap [a: 1]", "!foo x"),
+    *("!!pairs [a: 1, a: 2]", "!!timestamp 2001-12-14", "!!float x", "? [a]", "{? [a]: b}"),
+    *("? - {a: b}", "&x y", "*x", "*nowhere", "!!python/name:os.system", "[1, {a: b}]"),
+]
+MUTATIONS = [*":-#'\"\n \t[]{}&*!|>%@`,?\\\r\x85\u2028\ufeff\x00\x7f", "url: ", "  - ", "feeds:"]
+
+
+def _mutated(rng: random.Random) -> str:
+    """A feeds file with a few characters inserted or deleted."""
+    text = list(_feeds_file(rng))
+    for _ in range(rng.randint(1, 4)):
+        at = rng.randrange(len(text) + 1)
+        if rng.random() < 0.3 and text:
+            del text[min(at, len(text) - 1)]
+        else:
+            text.insert(at, rng.choice(MUTATIONS))
+    return "".join(text)
+
+
+def _tagged(rng: random.Random) -> str:
+    """A feeds file with a tagged or complex value where a feed, a URL, a title or a key goes."""
+    value = rng.choice(TAGGED)
+    return rng.choice(
+        [
+            f"feeds:\n  - {value}\n",
+            f"feeds:\n  - url: {value}\n",
+            f"feeds:\n  - url: https://a.example/\n    title: {value}\n",
+            f"feeds: {value}\n",
+            f"feeds:\n  - url: https://a.example/\n    {value}: 1\n",
+        ]
+    )
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_any_document_loads_or_is_a_config_error(tmp_path: Path, seed: int) -> None:
+    """Never a traceback from the YAML libraries, whatever the file holds."""
+    rng = random.Random(seed)
+    path = tmp_path / "feeds.yaml"
+    for _ in range(300):
+        text = rng.choice([_feeds_file, _odd_feeds_file, _mutated, _tagged])(rng)
+        path.write_text(text, encoding="utf-8")
+        with contextlib.suppress(ConfigError):
+            load_feeds(path)
 
 
 # --- what goes which way ------------------------------------------------------------------

@@ -29,7 +29,7 @@ from lxml import etree
 from .config_values import Problem, check_http_url, config_error
 from .database import Database
 from .errors import ConfigError
-from .feeds_edit import json_entry, json_rewrite, read_feeds_text, replace_checked
+from .feeds_edit import entry_spec, json_entry, json_rewrite, read_feeds_text, replace_checked
 from .feeds_file import _duplicate_key as feed_url_key
 from .feeds_file import load_feeds
 from .feeds_yaml import NewEntry, UnsafeEdit, yaml_append_all
@@ -181,7 +181,7 @@ def import_opml(opml_path: Path, feeds_file: Path) -> ImportResult:
                 "it was left unchanged. Change that (the feeds list as a block list, one entry "
                 "per line), then import again."
             ) from exc
-        expected = [*existing, *(FeedSpec(entry.url, title=entry.title) for entry in entries)]
+        expected = [*existing, *map(entry_spec, entries)]
         replace_checked(
             target, merged, original, action="import-opml", display=feeds_file, expect=expected
         )
