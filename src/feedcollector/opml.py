@@ -178,8 +178,7 @@ def import_opml(opml_path: Path, feeds_file: Path) -> ImportResult:
         except UnsafeEdit as exc:
             raise ConfigError(
                 f"import-opml: the feeds file {feeds_file} cannot be edited safely ({exc}), so "
-                "it was left unchanged. Change that (the feeds list as a block list, one entry "
-                "per line), then import again."
+                "it was left unchanged. Change that, then import again."
             ) from exc
         expected = [*existing, *map(entry_spec, entries)]
         replace_checked(
