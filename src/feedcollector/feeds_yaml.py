@@ -1,4 +1,5 @@
-"""Text-level editing of a YAML feeds file: the entry appended or removed is the only change.
+"""Text-level editing of a YAML feeds file: the entries appended (``add``, ``import-opml``) or
+the entry removed are the only change.
 
 A new entry follows the file's own style (dash indentation, bare URL or ``url:`` mapping, key
 column, quoting of the URL) after the last entry, before trailing comments; a removed entry
