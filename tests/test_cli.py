@@ -98,6 +98,22 @@ def test_fetch_all_and_fetch_url_ignore_the_schedule(
     assert (len(feed_server.hits("/a")), len(feed_server.hits("/b"))) == (2, 3)
 
 
+@pytest.mark.parametrize(
+    "command",
+    [["remove"], ["restore", "--feed"], ["fetch"], ["items", "--feed"]],
+    ids=["remove", "restore", "fetch", "items"],
+)
+def test_an_address_urllib_cannot_split_is_an_error_not_a_traceback(
+    tmp_path: Path, command: list[str]
+) -> None:
+    config = write_project(tmp_path, ["https://a.example/feed"])
+    result = feedcollector("--config", str(config), *command, "http://[::1", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.count("error:") == 1
+    assert "http://[::1" in result.stderr
+
+
 def test_fetch_refuses_urls_outside_the_feeds_file(feed_server: FeedServer, tmp_path: Path) -> None:
     a = feed_server.route("/a", body=rss([Entry("a", guid="a")]))
     config = write_project(tmp_path, [a])

@@ -11,7 +11,7 @@ from urllib.parse import urljoin, urlsplit
 
 from selectolax.lexbor import LexborHTMLParser
 
-from .feeds_file import _duplicate_key as feed_url_key
+from .feeds_file import feed_url_key
 
 FEED_TYPES = {
     "application/rss+xml": "RSS",
@@ -61,7 +61,6 @@ def _joined(base: str, href: str) -> str | None:
     urllib refuses (``http://[``, a host NFKC turns into a slash): pages are untrusted."""
     try:
         url = urljoin(base, href.strip())
-        feed_url_key(url)
         web = urlsplit(url).scheme in ("http", "https")
     except ValueError:
         return None

@@ -257,7 +257,7 @@ def _feed_specs(
         spec = _entry_spec(entry, problems, default_interval)
         if spec is None:
             continue
-        key = _duplicate_key(spec.url)
+        key = feed_url_key(spec.url)
         if key in first_line:
             what = (
                 f'the feed "{spec.url}" on line {entry.line} is already listed on line '
@@ -274,9 +274,15 @@ def _feed_specs(
     return specs
 
 
-def _duplicate_key(url: str) -> str:
-    """Scheme and host ignore case: "HTTPS://Example.com/x" repeats "https://example.com/x"."""
-    parts = urlsplit(url)
+def feed_url_key(url: str) -> str:
+    """How the feeds file compares addresses: scheme and host ignore case
+    ("HTTPS://Example.com/x" repeats "https://example.com/x"). Text urllib cannot split (a
+    bracket left open, as a typed command argument may have) is compared as written: the file
+    lists no such address."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
     return parts._replace(scheme=parts.scheme.lower(), netloc=parts.netloc.lower()).geturl()
 
 

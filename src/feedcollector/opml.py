@@ -30,8 +30,7 @@ from .config_values import Problem, check_http_url, config_error
 from .database import Database
 from .errors import ConfigError
 from .feeds_edit import entry_spec, json_entry, json_rewrite, read_feeds_text, replace_checked
-from .feeds_file import _duplicate_key as feed_url_key
-from .feeds_file import load_feeds
+from .feeds_file import feed_url_key, load_feeds
 from .feeds_yaml import NewEntry, UnsafeEdit, yaml_append_all
 from .models import FeedSpec
 from .safe_text import xml_chars

@@ -28,7 +28,7 @@ from .backups import PREFIX as BACKUP_PREFIX
 from .backups import backup_time, feed_backups, read_backup
 from .database import Database, Statement
 from .errors import TOO_LARGE, ConfigError, DatabaseError, ObjectStoreError, ParseError
-from .feeds_file import _duplicate_key as feed_url_key
+from .feeds_file import feed_url_key
 from .images import object_key
 from .models import FeedSpec, ItemRecord
 from .objectstore import ObjectStore
