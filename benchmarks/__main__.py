@@ -1,6 +1,6 @@
 """``python -m benchmarks``: the whole suite, printed as the tables of docs/performance.md.
 
-    .venv/bin/python -m benchmarks            # full: 1k and 10k feeds (about 5 minutes on 2 cores)
+    .venv/bin/python -m benchmarks            # full: 1k and 10k feeds (about 6-7 minutes on 2 cores)
     .venv/bin/python -m benchmarks --quick    # the same at small sizes (about 30 seconds)
 
 Options pick the sizes (``--feeds 1000,10000 --items 20``...) and skip parts (``--skip-node``,
