@@ -84,7 +84,7 @@ def load_feeds(
     if kind == "json":
         root = _parse_json(text, display)
     else:
-        from .feeds_file_yaml import parse_yaml  # on use: ruamel.yaml is 30 ms of start-up
+        from .feeds_file_yaml import parse_yaml  # on use: the YAML libraries, 40 ms
 
         root = parse_yaml(text, display)
     return _feed_specs(root, display, kind, default_interval)

@@ -77,7 +77,7 @@ def add(
     /atom.xml, ...). Each candidate is fetched and parsed like a collected feed. The entry is
     appended to the feeds file in its own style, comments and order kept.
     """
-    from ..feeds_edit import AlreadySubscribed, add_feed, find_feed  # on use: ruamel.yaml
+    from ..feeds_edit import AlreadySubscribed, add_feed, find_feed  # on use: the YAML libraries
     from ..feeds_yaml import NewEntry
 
     settings = load_command_settings(ctx)
@@ -139,8 +139,8 @@ def remove(
 
 def _remove_or_suggest(feeds_file: Path, url: str) -> EditResult:
     """:func:`.feeds_edit.remove_feed`, whose error for a URL the file does not list names the
-    close ones it does. The file is read once for both (10k entries take 0.7 s a read)."""
-    from ..feeds_edit import NotInFeedsFile, remove_feed  # on use: ruamel.yaml
+    close ones it does. The file is read once for both (a few tenths of a second at 10k entries)."""
+    from ..feeds_edit import NotInFeedsFile, remove_feed  # on use: the YAML libraries
 
     try:
         return remove_feed(feeds_file, url)
@@ -220,7 +220,7 @@ def import_opml_command(
     file: Annotated[Path, typer.Argument(help="OPML exported by another reader.")],
 ) -> None:
     """Add the subscriptions of an OPML file to the feeds file (comments and order kept)."""
-    from ..opml import import_opml  # on use: listparser, ruamel.yaml
+    from ..opml import import_opml  # on use: listparser, the YAML libraries
 
     settings = load_command_settings(ctx)
     result = guard(lambda: import_opml(file, settings.feeds_file))
@@ -240,7 +240,7 @@ def export_opml_command(
     ] = None,
 ) -> None:
     """Write the feeds file as OPML 2.0, for other readers."""
-    from ..opml import export_opml  # on use: listparser, ruamel.yaml
+    from ..opml import export_opml  # on use: listparser, the YAML libraries
 
     settings = load_command_settings(ctx)
     specs = guard(lambda: load_feeds(settings.feeds_file))
