@@ -326,7 +326,7 @@ def test_without_libyaml_every_file_is_read_by_ruamel_yaml(
 
 
 def test_characters_yaml_refuses_are_the_ones_ruamel_yaml_refuses() -> None:
-    assert feeds_file_yaml._NOT_PRINTABLE.pattern == Reader.NON_PRINTABLE.pattern
+    assert feeds_file_yaml.NOT_PRINTABLE.pattern == Reader.NON_PRINTABLE.pattern
 
 
 # --- ruamel.yaml's comment limit ----------------------------------------------------------

@@ -166,7 +166,7 @@ one that starts otherwise (most URLs and titles) is text without asking the reso
 version lookup is the slow part of a call. (A key None in the resolver's table would mean rules
 for any first character, and so does a ruamel.yaml without that table: then every scalar is
 asked.)"""
-_NOT_PRINTABLE = re.compile("[^\t\n\r\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+NOT_PRINTABLE = re.compile("[^\t\n\r\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 """The characters YAML 1.2 does not allow in a document (as ruamel.yaml's reader checks)."""
 _STR, _NULL, _BOOL = "tag:yaml.org,2002:str", "tag:yaml.org,2002:null", "tag:yaml.org,2002:bool"
 _LEFT_TO_RUAMEL_CHARACTERS = re.compile("[\t\x85\u2028\u2029\ufeff]")
@@ -191,7 +191,7 @@ def libyaml_nodes(text: str) -> Node | None:
     (ruamel.yaml words those)."""
     if _LIBYAML_LOADER is None:
         return None
-    if _NOT_PRINTABLE.search(text) or _LEFT_TO_RUAMEL_CHARACTERS.search(text):
+    if NOT_PRINTABLE.search(text) or _LEFT_TO_RUAMEL_CHARACTERS.search(text):
         return None
     try:
         return _nodes(yaml.parse(text, Loader=_LIBYAML_LOADER))

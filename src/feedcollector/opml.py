@@ -31,15 +31,13 @@ from .database import Database
 from .errors import ConfigError
 from .feeds_edit import entry_spec, json_entry, json_rewrite, read_feeds_text, replace_checked
 from .feeds_file import feed_url_key, load_feeds
+from .feeds_file_yaml import NOT_PRINTABLE
 from .feeds_yaml import NewEntry, UnsafeEdit, yaml_append_all
 from .models import FeedSpec
 from .safe_text import xml_chars
 
 EXPORT_TITLE = "feedcollector subscriptions"
 _REEXPORT = "Export the OPML file again from your reader, or fix it there."
-_NOT_YAML_PRINTABLE_RE = re.compile(
-    "[^\t\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]"
-)
 _POSITION_RE = re.compile(r", line (?P<line>\d+), column (?P<column>\d+)$")
 
 
@@ -208,8 +206,9 @@ def _extend_json(feeds: list[object], entries: Sequence[NewEntry]) -> None:
 
 def _comment_text(name: str) -> str:
     """A folder name fit for a one-line YAML comment: line breaks of any kind (CR, NEL, LS)
-    would end the comment, and C0/C1 controls are characters YAML refuses."""
-    return _NOT_YAML_PRINTABLE_RE.sub("", " ".join(name.split()))
+    would end the comment (``split`` takes them all), and C0/C1 controls are characters YAML
+    refuses."""
+    return NOT_PRINTABLE.sub("", " ".join(name.split()))
 
 
 # --- export -------------------------------------------------------------------------------
