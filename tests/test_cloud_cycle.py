@@ -830,6 +830,7 @@ def assert_refused_then_backed_off(s: Shape, feed_server: FeedServer, url: str, 
     assert error in row["last_error"]
     assert (row["last_fetched_at"], row["lease_owner"]) == (None, None)
     assert s.count("items") == 0
+    assert s.keys("content/") == [], "the spilled HTML of refused items belongs to no row"
     s.clock.advance(minutes=1)
     assert s.cycle().feeds == 0
     assert len(feed_server.hits("/feed")) == 1
@@ -842,7 +843,8 @@ def test_a_row_too_big_for_d1_backs_off_the_feed_instead_of_retrying_every_cycle
     """A title over D1's row limit fails the feed's batch with SQLITE_TOOBIG whatever the
     retry: it was taken for an outage (aborted, nothing counted), so the feed was fetched
     and refused again on every cycle, forever."""
-    body = rss([Entry("small", guid="a"), Entry("T" * 3_000_000, guid="huge")])
+    spilled = Entry("spilled", guid="b", content="<p>" + "x" * INLINE_CONTENT_LIMIT + "</p>")
+    body = rss([Entry("small", guid="a"), spilled, Entry("T" * 3_000_000, guid="huge")])
     url = feed_server.route("/feed", body=body)
     assert_refused_then_backed_off(cloud_shape([url]), feed_server, url, "SQLITE_TOOBIG")
 
@@ -852,7 +854,9 @@ def test_a_batch_over_the_workers_body_limit_backs_off_the_feed(
     feed_server: FeedServer, tmp_path: Path, s3_server: S3Bucket
 ) -> None:
     """Many small items add up past the Worker's request limit (413, not an outage)."""
-    body = rss([Entry(f"item {n}", guid=f"g{n}", description="<p>x</p>") for n in range(2000)])
+    spilled = Entry("spilled", guid="big", content="<p>" + "x" * INLINE_CONTENT_LIMIT + "</p>")
+    entries = [Entry(f"item {n}", guid=f"g{n}", description="<p>x</p>") for n in range(2000)]
+    body = rss([spilled, *entries])
     url = feed_server.route("/feed", body=body)
     write_feeds(tmp_path, [url])
     with cloud.run_d1_proxy(max_body_bytes=100_000) as proxy:

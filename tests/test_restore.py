@@ -28,6 +28,7 @@ from feedcollector.restore import (
     restore_targets,
 )
 from feedcollector.schedule import feed_id_for
+from feedcollector.spill import INLINE_CONTENT_LIMIT, content_key
 
 from . import test_retention
 from .feedserver import FeedServer
@@ -400,13 +401,15 @@ def test_restore_gives_guids_whose_md5_share_8_digits_their_own_objects_again(
 def test_a_backup_whose_items_d1_refuses_as_too_large_is_skipped_not_fatal(pair: Pair) -> None:
     """D1 refuses a 3 MB title on every run (413): the restore stopped there with a database
     error, leaving every later backup and feed unreplayed. The backup is skipped instead, and
-    its other items still come back from the backups that list them too."""
+    its other items still come back from the backups that list them too, and the HTML it
+    spilled to the object store is deleted again."""
     url = "https://blog.example.org/feed.xml"
     feed_id = feed_id_for(url)
     huge = Entry("T" * 3_000_000, guid="urn:huge")
+    spilled = Entry("S", guid="urn:spilled", content="<p>" + "x" * INLINE_CONTENT_LIMIT + "</p>")
     backups = [
         rss([Entry("A", guid="urn:a")]),
-        rss([Entry("A", guid="urn:a"), huge, Entry("B", guid="urn:b")]),
+        rss([Entry("A", guid="urn:a"), huge, spilled, Entry("B", guid="urn:b")]),
         rss([Entry("B", guid="urn:b"), Entry("C", guid="urn:c")]),
     ]
 
@@ -421,7 +424,9 @@ def test_a_backup_whose_items_d1_refuses_as_too_large_is_skipped_not_fatal(pair:
     guids = [row["guid"] for row in pair.rows("SELECT guid FROM items ORDER BY guid")]
     if pair.name == "embedded":  # SQLite takes a value of a billion bytes
         assert (report.backups, report.backups_unreadable) == (3, 0)
-        assert guids == ["urn:a", "urn:b", "urn:c", "urn:huge"]
+        assert guids == ["urn:a", "urn:b", "urn:c", "urn:huge", "urn:spilled"]
+        assert pair.keys("content/") == [content_key(feed_id, "urn:spilled")]
     else:
         assert (report.backups, report.backups_unreadable) == (3, 1)
         assert guids == ["urn:a", "urn:b", "urn:c"]
+        assert pair.keys("content/") == [], "the skipped backup's spilled HTML belongs to no row"

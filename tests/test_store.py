@@ -469,8 +469,8 @@ def test_a_refetch_over_the_budget_spills_only_the_items_it_will_insert(
         plan = await spill.plan_batch_spill(db, feed.id, records, **limits)
         sent = sum(len(r.content_html.encode()) for r in plan.records if r.content_html)
         assert sent <= limits["batch_budget"]
-        stored = await spill.write_spilled(objects, db, feed.id, feed.url, plan)
-        return await store_items.save_items(db, feed, stored, success())
+        async with spill.spilled_records(objects, db, feed.id, feed.url, plan) as stored:
+            return await store_items.save_items(db, feed, stored, success())
 
     old = [sized(f"old{n}", 700) for n in range(10)]
     assert run(fetch(old)) == 10
@@ -491,6 +491,71 @@ def test_a_refetch_over_the_budget_spills_only_the_items_it_will_insert(
 
 async def object_keys(objects: LocalObjectStore) -> list[str]:
     return [key async for key in objects.list("content/")]
+
+
+class RefusingBatches:
+    """A real database whose batches fail with the given error kind (D1's refusal of a row
+    or a request over its size limit is ``too_large``; an outage has none)."""
+
+    def __init__(self, inner: Database, kind: str | None) -> None:
+        self.inner = inner
+        self.kind = kind
+
+    async def query(self, sql: str, params: Sequence[SqlValue] = ()) -> list[Row]:
+        return await self.inner.query(sql, params)
+
+    async def batch(self, statements: Sequence[Statement]) -> list[list[Row]]:
+        raise DatabaseError("database: refused", kind=self.kind)
+
+    async def exec(self, sql: str) -> None:
+        await self.inner.exec(sql)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+@pytest.mark.parametrize(("kind", "left"), [("too_large", ["reused"]), (None, ["new", "reused"])])
+def test_objects_spilled_for_a_batch_refused_as_too_large_are_deleted_again(
+    db: Database, tmp_path: Path, kind: str | None, left: list[str]
+) -> None:
+    """A batch refused as too large stores nothing, and is refused on every try: the objects
+    written for it would belong to no row. Those it reused stay; after any other failure
+    (the batch may have been stored) every object stays, for the retry to reuse."""
+    run(store.sync_feeds(db, [FeedSpec("https://a.example/")], NOW))
+    (feed,) = claim(db)
+    objects = LocalObjectStore(tmp_path / "objects")
+    records = [sized("new", 3000), sized("reused", 3000), sized("small", 10)]
+    plan = spill.plan_spill(feed.id, records, inline_limit=2000)
+    run(objects.put(spill.content_key(feed.id, "reused"), b"left by an earlier try"))
+
+    async def refused() -> None:
+        refusing = RefusingBatches(db, kind)
+        async with spill.spilled_records(objects, refusing, feed.id, feed.url, plan) as stored:
+            await store_items.save_items(refusing, feed, stored, success())
+
+    with pytest.raises(DatabaseError):
+        run(refused())
+    assert run(object_keys(objects)) == sorted(spill.content_key(feed.id, g) for g in left)
+
+
+def test_a_refused_batch_keeps_the_objects_a_row_names_meanwhile(
+    db: Database, tmp_path: Path
+) -> None:
+    """Another collector (a restore, say) may store a row naming the object between this
+    batch's write and its refusal: that object is the row's now and stays."""
+    run(store.sync_feeds(db, [FeedSpec("https://a.example/")], NOW))
+    (feed,) = claim(db)
+    objects = LocalObjectStore(tmp_path / "objects")
+    plan = spill.plan_spill(feed.id, [sized("big", 3000), sized("other", 3000)], inline_limit=2000)
+
+    async def refused_after_another_stored_one() -> None:
+        async with spill.spilled_records(objects, db, feed.id, feed.url, plan) as stored:
+            await store_items.save_items(db, feed, stored[:1], success())
+            raise DatabaseError("database: refused", kind="too_large")
+
+    with pytest.raises(DatabaseError):
+        run(refused_after_another_stored_one())
+    assert run(object_keys(objects)) == [spill.content_key(feed.id, "big")]
 
 
 def test_rows_the_batch_will_ignore_are_sent_without_their_html() -> None:

@@ -49,7 +49,7 @@ from .schedule import (
     deferred_until,
     posting_stats,
 )
-from .spill import plan_batch_spill, write_spilled
+from .spill import plan_batch_spill, spilled_records
 from .timestamps import format_timestamp, parse_timestamp
 
 log = logging.getLogger("feedcollector")
@@ -173,25 +173,23 @@ async def refresh_feed(
         stats = posting_stats((i.pub_date for i in parsed.items if i.pub_date), fetched_at)
         ttl = min(parsed.ttl_minutes * 60, MAX_STORED_SECONDS) if parsed.ttl_minutes else None
         outcome.next_fetch_at = outcomes.next_fetch(collector, outcome, response.hints, ttl, stats)
-        plan = await plan_batch_spill(collector.db, feed.id, records)
-        stored = await write_spilled(collector.objects, collector.db, feed.id, feed.url, plan)
-        new_items = await store_items.save_items(
-            collector.db,
-            feed,
-            stored,
-            store.FetchSuccess(
-                title=parsed.title,
-                etag=response.etag,
-                last_modified=response.last_modified,
-                fetched_at=fetched_at,
-                next_fetch_at=outcome.next_fetch_at,
-                status=response.status,
-                feed_ttl_seconds=ttl,
-                post_gap_seconds=outcomes.whole_seconds(stats.gap) if stats else None,
-                newest_item_at=format_timestamp(stats.newest) if stats else None,
-                body_digest=digest,
-            ),
+        success = store.FetchSuccess(
+            title=parsed.title,
+            etag=response.etag,
+            last_modified=response.last_modified,
+            fetched_at=fetched_at,
+            next_fetch_at=outcome.next_fetch_at,
+            status=response.status,
+            feed_ttl_seconds=ttl,
+            post_gap_seconds=outcomes.whole_seconds(stats.gap) if stats else None,
+            newest_item_at=format_timestamp(stats.newest) if stats else None,
+            body_digest=digest,
         )
+        plan = await plan_batch_spill(collector.db, feed.id, records)
+        async with spilled_records(
+            collector.objects, collector.db, feed.id, feed.url, plan
+        ) as to_store:
+            new_items = await store_items.save_items(collector.db, feed, to_store, success)
         outcome.state = "stored"
         outcome.items = len(records)
         outcome.new_items = new_items

@@ -34,7 +34,7 @@ from .models import FeedSpec, ItemRecord
 from .objectstore import ObjectStore
 from .pipeline import read_feed_body
 from .schedule import feed_id_for, interval_seconds_of
-from .spill import plan_batch_spill, write_spilled
+from .spill import plan_batch_spill, spilled_records
 from .store import MAX_PARAMS, chunked, placeholders
 from .store_items import inserted_ids, item_statements
 from .timestamps import format_timestamp
@@ -225,18 +225,18 @@ async def _restore_feed(
             continue
         fresh = [record for record in records if record.guid not in replayed]
         plan = await plan_batch_spill(db, target.feed_id, fresh)
-        stored = await write_spilled(objects, db, target.feed_id, target.url, plan)
-        statements = item_statements(
-            target.feed_id, stored, format_timestamp(taken), return_ids=True
-        )
-        statements.append(
-            Statement(
-                "UPDATE feeds SET title = ? WHERE id = ? AND title IS NULL",
-                (parsed.title, target.feed_id),
-            )
-        )
         try:
-            results = await db.batch(statements)
+            async with spilled_records(objects, db, target.feed_id, target.url, plan) as stored:
+                statements = item_statements(
+                    target.feed_id, stored, format_timestamp(taken), return_ids=True
+                )
+                statements.append(
+                    Statement(
+                        "UPDATE feeds SET title = ? WHERE id = ? AND title IS NULL",
+                        (parsed.title, target.feed_id),
+                    )
+                )
+                results = await db.batch(statements)
         except DatabaseError as exc:
             if exc.kind != TOO_LARGE:
                 raise

@@ -15,7 +15,9 @@ Only an item the batch will insert is ever spilled: ``INSERT OR IGNORE`` keeps a
 stored for its GUID (inline HTML, no ``content_key``), so an object written for it would belong
 to no row and outlive every cleanup (see :func:`plan_batch_spill`).
 
-The object is written before the batch, so a stored row never points at a missing object. An
+The object is written before the batch, so a stored row never points at a missing object; a
+batch the database refuses as too large (it stores nothing, and refuses the same on every try)
+has the objects written for it deleted again (:func:`spilled_records`). An
 existing object is never overwritten: content is immutable once stored, and a re-fetch of a
 feed without validators does not upload the same megabytes again. Two GUIDs of a feed may share
 their md5's first 8 hex digits: when the key is held by ANOTHER item (its row names it, or an
@@ -28,10 +30,12 @@ still extracted (from the full HTML, before spilling).
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from .database import Database
+from .errors import TOO_LARGE, DatabaseError, StorageError
 from .images import guid_digest
 from .models import ItemRecord
 from .objectstore import ObjectStore
@@ -189,13 +193,38 @@ async def present_guids(db: Database, feed_id: str, guids: Sequence[str]) -> set
     return found
 
 
-async def write_spilled(
+@asynccontextmanager
+async def spilled_records(
     objects: ObjectStore,
     db: Database,
     feed_id: str,
     feed_url: str,
     plan: SpillPlan,
-) -> tuple[ItemRecord, ...]:
+) -> AsyncIterator[tuple[ItemRecord, ...]]:
+    """Write the plan's objects (:func:`_write_objects`) and yield the records to store.
+
+    Should storing them raise a :class:`.DatabaseError` of kind ``too_large`` (nothing was
+    stored, and every retry is refused alike), the objects written just now are deleted
+    before the error goes on: a feed refused cycle after cycle, or a backup that restore
+    skips, would otherwise leave objects no row names, which no cleanup finds. Any other
+    failure keeps them: the batch may have been stored after all, and a retry reuses them.
+    """
+    records, written = await _write_objects(objects, db, feed_id, feed_url, plan)
+    try:
+        yield records
+    except DatabaseError as exc:
+        if exc.kind == TOO_LARGE and written:
+            await _discard(objects, db, feed_url, written)
+        raise
+
+
+async def _write_objects(
+    objects: ObjectStore,
+    db: Database,
+    feed_id: str,
+    feed_url: str,
+    plan: SpillPlan,
+) -> tuple[tuple[ItemRecord, ...], list[str]]:
     """Put each spilled HTML of a :func:`plan_batch_spill` plan under its key unless an object
     is already there (never replaced).
 
@@ -205,12 +234,13 @@ async def write_spilled(
     That costs one indexed query per spilled item; an object left by this same item (a retry,
     a replay) is reused. No tombstoned item is in such a plan: the batch would not insert it,
     so its object would belong to no row (retention deleted the item and its object; the feed
-    still lists it).
+    still lists it). Also returns the keys of the objects it created (not those it reused).
     """
     if not plan.spilled:
-        return plan.records
+        return plan.records, []
     taken: set[str] = set()
     moved: dict[str, str] = {}
+    written: list[str] = []
     for content in plan.spilled:
         key = await _owned_key(db, feed_id, content, taken)
         taken.add(key)
@@ -227,6 +257,7 @@ async def write_spilled(
             )
             continue
         await objects.put(key, content.data, CONTENT_TYPE)
+        written.append(key)
         log.info(
             "store: item %r of feed %s is too big to store inline (%s); HTML spilled to %s "
             "(content_html NULL, content_key set)",
@@ -235,10 +266,34 @@ async def write_spilled(
             content.reason,
             key,
         )
-    return tuple(
+    records = tuple(
         record._replace(content_key=moved[record.guid]) if record.guid in moved else record
         for record in plan.records
     )
+    return records, written
+
+
+async def _discard(objects: ObjectStore, db: Database, feed_url: str, keys: list[str]) -> None:
+    """Delete the objects of a refused batch that no row names (another collector's restore
+    of the same item may have stored a row naming one meanwhile). Failing to is logged, not
+    raised: the refusal is what the caller acts on."""
+    try:
+        named: set[str] = set()
+        for chunk in chunked(keys):
+            rows = await db.query(
+                f"SELECT content_key FROM items WHERE content_key IN ({placeholders(len(chunk))})",  # noqa: S608
+                tuple(chunk),
+            )
+            named.update(row["content_key"] for row in rows)
+        await objects.delete_many([key for key in keys if key not in named])
+    except StorageError as exc:
+        log.warning(
+            "store: the spilled HTML of feed %s written for its refused items could not be "
+            "deleted (%s); these objects belong to no item: %s",
+            feed_url,
+            exc,
+            ", ".join(keys),
+        )
 
 
 async def _owned_key(db: Database, feed_id: str, content: SpilledContent, taken: set[str]) -> str:
