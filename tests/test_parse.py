@@ -18,6 +18,7 @@ from feedcollector.errors import LenientParseNeeded, ParseError
 from feedcollector.html import absolutize, resolve_url
 from feedcollector.models import ParsedFeed, ParsedItem
 from feedcollector.parse import FEED_SIGNS, parse_feed
+from feedcollector.parse_fallback import whole_items
 from feedcollector.timestamps import format_timestamp
 
 from .conftest import CORPUS
@@ -855,12 +856,52 @@ def test_items_left_beside_a_closed_channel_are_read_in_document_order() -> None
     ]
 
 
-def test_truncated_atom_falls_back() -> None:
+def test_truncated_atom_falls_back_and_leaves_out_the_cut_entry() -> None:
     data = atom('<entry><id>e1</id><title>A</title><link href="/a"/></entry><entry><title>B')
     feed = parse_feed(data[: -len(b"</feed>")], BASE_URL)
-    assert feed.format == "atom-fallback"
-    assert feed.items[0].guid == "e1"
-    assert feed.items[0].link == "http://site.example/a"
+    assert (feed.format, feed.cut_off) == ("atom-fallback", True)
+    assert [(item.guid, item.link) for item in feed.items] == [("e1", "http://site.example/a")]
+
+
+WHOLE = b"<rss><channel><title>T</title><item><guid>a</guid></item><ITEM><guid>b</guid></ITEM>"
+
+
+@pytest.mark.parametrize(
+    ("document", "kept"),
+    [
+        (WHOLE + b"<item><guid>c</guid><description>cut he", WHOLE),
+        (WHOLE + b'<item rdf:about="x">', WHOLE),
+        (
+            WHOLE.replace(b"item>", b"atom:entry>").replace(b"ITEM>", b"atom:entry>")
+            + b"<atom:entry>",
+            WHOLE.replace(b"item>", b"atom:entry>").replace(b"ITEM>", b"atom:entry>"),
+        ),
+        (WHOLE + b"<item><guid>c</guid></item></channel>", None),  # whole
+        (WHOLE + b"<item><guid>c</guid></channel></rss>", None),  # an unclosed item, then the end
+        (WHOLE + b"<item/>", None),
+        (WHOLE + b"<items>", None),
+        (b"<rss><channel><item><guid>a</guid><item><guid>b", None),  # items closed nowhere
+        (b"<rss><channel><item><guid>a</guid><description>cut", None),  # no whole item before
+    ],
+)
+def test_a_document_is_cut_back_to_its_last_whole_item_only_when_it_ends_inside_one(
+    document: bytes, kept: bytes | None
+) -> None:
+    assert whole_items(document) == kept
+
+
+def test_a_cut_off_feed_reads_its_whole_items_and_not_the_cut_one() -> None:
+    """feedparser reads a cut item as far as it goes: stored, it kept its missing text for
+    good (items are never updated), or came back whole under its real GUID later."""
+    data = rss(
+        "<item><guid>a</guid><title>A</title><description>whole</description></item>"
+        "<item><title>B</title><description>cut in the mid"
+    )
+    cut = data[: data.index(b"mid") + 3]
+    assert [item.title for item in feedparser.parse(cut).entries] == ["A", "B"]
+    feed = parse_feed(cut, BASE_URL)
+    assert (feed.cut_off, [item.guid for item in feed.items]) == (True, ["a"])
+    assert parse_feed(data, BASE_URL).cut_off is False
 
 
 def test_external_entities_are_never_resolved(tmp_path: Path) -> None:

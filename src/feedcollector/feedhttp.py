@@ -9,6 +9,7 @@ decoders of :mod:`.httpbody`. Cookies are not kept: a feed fetch carries no sess
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import socket
@@ -24,6 +25,7 @@ from .content_coding import ACCEPT_ENCODING
 from .httpbody import (
     TransferError,
     caused_by,
+    ends_at_close,
     read_limited,
     root_cause,
     unreachable_endpoint,
@@ -132,14 +134,40 @@ async def open_feed_response(
 async def read_feed_body(
     response: aiohttp.ClientResponse, *, max_bytes: int, timeout_s: float
 ) -> bytes:
-    """The whole body, decompressed and bounded (see :func:`.httpbody.read_limited`)."""
+    """The whole body, decompressed and bounded (see :func:`.httpbody.read_limited`).
+
+    A body that only the connection's close ends (no length, not chunked) is refused when
+    the connection was reset instead of closed: aiohttp ends such a body alike either way,
+    and a cut feed would be stored as a whole one, its cut item for good.
+    """
     url = str(response.url)
+    closed = _closed(response) if ends_at_close(response.headers) else None
     try:
-        return await read_limited(
+        body = await read_limited(
             response.content.iter_any(), url, response.headers, max_bytes=max_bytes
         )
     except aiohttp.ClientError as exc:
         raise describe_aiohttp_error(exc, url, timeout_s) from exc
+    lost = closed.exception() if closed is not None and closed.done() else None
+    if lost is not None:
+        raise TransferError(
+            "connect",
+            f"the connection to {response.url.host} broke before {url} ended ({root_cause(lost)}); "
+            "without a Content-Length only a clean close ends the body, so it may be cut "
+            "(the next fetch tries again)",
+        )
+    return body
+
+
+def _closed(response: aiohttp.ClientResponse) -> asyncio.Future[None] | None:
+    """The future aiohttp completes when the answer's connection goes: with an exception
+    when it was lost (a reset), not closed."""
+    connection = response.connection
+    protocol = connection.protocol if connection is not None else None
+    closed = protocol.closed if protocol is not None else None
+    if closed is not None:  # read here or below: an unread exception is logged as a leak
+        closed.add_done_callback(lambda done: done.cancelled() or done.exception())
+    return closed
 
 
 def describe_aiohttp_error(

@@ -190,7 +190,7 @@ async def read_limited(
         raise TransferError(
             "protocol", f"{url} sent a body that is not valid {', '.join(encodings)} data ({exc})"
         ) from exc
-    if not decoder.finished and _ends_at_close(headers):
+    if not decoder.finished and ends_at_close(headers):
         raise TransferError(
             "protocol",
             f"{url} ended before its {', '.join(encodings)} data did (the connection closed "
@@ -199,7 +199,7 @@ async def read_limited(
     return b"".join(parts)
 
 
-def _ends_at_close(headers: Mapping[str, str]) -> bool:
+def ends_at_close(headers: Mapping[str, str]) -> bool:
     """Whether the body's end is only the connection closing (no Content-Length, not chunked),
     so a cut connection looks like a whole body: only a compressed stream left unfinished
     tells. Otherwise the client checks the length, and an unfinished stream is what the

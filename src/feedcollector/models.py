@@ -121,6 +121,9 @@ class ParsedFeed:
     """RSS ``<ttl>`` or ``sy:updatePeriod``/``sy:updateFrequency``, in minutes, if given."""
     items_dropped: int = 0
     """Items beyond ``MAX_ITEMS_PER_FEED`` that were not read (the pipeline warns)."""
+    cut_off: bool = False
+    """The document ends inside an item, which was left out (the pipeline warns; see
+    :func:`.parse_fallback.whole_items`)."""
 
 
 @dataclass(frozen=True, slots=True)

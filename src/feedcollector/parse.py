@@ -8,7 +8,9 @@ Three tries, cheapest first:
    Atom URI) goes to step 3, which matches local names in any namespace;
 2. the same after :func:`.parse_fallback.repair_xml` (C0 controls, undefined HTML entities,
    stray ``&``, undeclared namespace prefixes);
-3. feedparser's lenient parser, mapped through the same rules (format gets ``-fallback``).
+3. feedparser's lenient parser, mapped through the same rules (format gets ``-fallback``);
+   a document cut off inside an item is read up to its last whole item
+   (:func:`.parse_fallback.whole_items`).
 
 A body starting with ``{`` is read as JSON Feed (C0 controls removed first). Anything that is
 not a feed raises :class:`~feedcollector.errors.ParseError`; no other exception escapes.
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import re
 import threading
+from dataclasses import replace
 from typing import cast
 
 from lxml import etree
@@ -30,7 +33,7 @@ from .decode import without_controls
 from .errors import LenientParseNeeded, ParseError
 from .feed_links import feed_links
 from .models import ParsedFeed
-from .parse_fallback import parse_with_feedparser, repair_xml
+from .parse_fallback import parse_with_feedparser, repair_xml, whole_items
 from .parse_json import parse_json_feed
 from .parse_xml import NotAFeedRoot, ReadByLocalNames, feed_from_tree
 from .safe_text import one_line
@@ -99,7 +102,10 @@ def _read_leniently(document: bytes, base_url: str, why: str, *, lenient: bool) 
         raise ParseError(f"parse: not a feed ({found})")
     if not lenient:
         raise LenientParseNeeded(f"parse: {why}; {len(document)} bytes for the lenient parser")
-    return parse_with_feedparser(document, base_url)
+    whole = whole_items(document)
+    if whole is None:
+        return parse_with_feedparser(document, base_url)
+    return replace(parse_with_feedparser(whole, base_url), cut_off=True)
 
 
 FEED_SIGNS = re.compile(

@@ -11,7 +11,8 @@ DOCTYPE:
   declared on the root element (well-known prefixes get their real URI).
 
 If the repaired bytes still do not parse, :func:`parse_with_feedparser` reads them leniently
-and maps feedparser's result through the same rules as the fast path. Its limits: an Atom
+and maps feedparser's result through the same rules as the fast path (a document that ends
+inside an item first loses that item: :func:`whole_items`). Its limits: an Atom
 ``id`` that is relative under an ``xml:base`` comes back resolved by feedparser, and entries
 inside badly broken markup may be lost (feedparser's own recovery decides).
 """
@@ -125,6 +126,37 @@ def _declare_missing_prefixes(data: bytes) -> bytes:
         for prefix in sorted(missing)
     )
     return data[: root.end()] + declarations + data[root.end() :]
+
+
+_ITEM_START_RE = re.compile(rb"<(?:[A-Za-z_][\w.-]*:)?(?:item|entry)(?=[\s/>])[^>]*>", re.I)
+_END_RE = re.compile(
+    rb"</(?:[A-Za-z_][\w.-]*:)?(?P<name>item|entry|channel|rss|feed|rdf)\s*>", re.I
+)
+
+
+def whole_items(data: bytes) -> bytes | None:
+    """``data`` up to the end of its last whole item when it ends inside the item after it
+    (a body cut off in transfer: the server closed the connection early), else None.
+
+    feedparser reads a cut item as far as it goes: stored, it would keep its missing text
+    for good (items are never updated), or come back a second time, whole, under its real
+    GUID. Left out, it is stored from the next whole body. Nothing is cut from a document
+    that closes its items nowhere (some never do), nor from one whose channel or root
+    closes after its last item.
+    """
+    starts = list(_ITEM_START_RE.finditer(data))
+    if not starts or starts[-1].group().endswith(b"/>"):
+        return None
+    last_start = starts[-1]
+    last_item_end = None
+    for end in _END_RE.finditer(data):
+        if end.start() > last_start.start():
+            return None  # the item, its channel or the document closes after it: not cut
+        if end["name"].lower() in (b"item", b"entry"):
+            last_item_end = end
+    if last_item_end is None:
+        return None
+    return data[: last_item_end.end()]
 
 
 def parse_with_feedparser(data: bytes, base_url: str) -> ParsedFeed:

@@ -268,6 +268,13 @@ def read_feed_body(
             MAX_ITEMS_PER_FEED,
             parsed.items_dropped,
         )
+    if parsed.cut_off:
+        log.warning(
+            "parse: feed %s ends inside an item (the body was cut off in transfer?); the %d "
+            "whole items before it are read, the cut one waits for a whole body",
+            feed_url,
+            len(parsed.items),
+        )
     for item in undated[:UNDATED_LOGGED]:
         log.warning(
             "parse: unreadable pubDate %r in feed %s, item %r: stored with the fetch time",
