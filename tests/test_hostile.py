@@ -596,6 +596,41 @@ def _first_two_items(cycle: Cycle, url: str) -> None:
     assert "Item 3" not in titles(cycle, url), "the cut item waits for a whole body"
 
 
+# Each of these took seconds to minutes of one thread (and bodies up to 2 MiB are read on the
+# event loop, so the whole collector stood still): a regex that read the rest of the body
+# again from every tag, or tried every way of splitting a run of comments.
+
+
+@case("comments-before-a-root-that-is-no-feed", error=r"^parse: not a feed \(root element <x>\)")
+def _comments_before_a_root(world: World) -> str:
+    """Exponential: each comment more doubled the time (30: minutes)."""
+    return world.serve("/hostile", b"<!-- a -->" * 30 + b"<x/>", "application/xml")
+
+
+@case("tags-left-open-in-item-html")
+def _open_tags_in_html(world: World) -> str:
+    """Quadratic: 130 KB took 24 s."""
+    return world.serve(
+        "/hostile",
+        raw_rss(
+            f"<item><guid>o</guid><description>{'&lt;a href=x ' * 40_000}</description></item>"
+        ),
+    )
+
+
+@case("internal-subsets-left-open-in-a-broken-document")
+def _open_doctype_subsets(world: World) -> str:
+    """Quadratic in the repair step: 88 KB took 2.7 s."""
+    item = "<item><guid>d</guid><title>a & b</title></item>"
+    return world.serve("/hostile", raw_rss(item) + b"<!DOCTYPE [" * 60_000)
+
+
+@case("title-tags-left-open-in-an-html-page", error=r"^parse: not a feed \(an HTML page\)")
+def _open_title_tags(world: World) -> str:
+    """Quadratic in naming the page: every ``<title`` read the page's head to its end."""
+    return world.serve("/hostile", b"<html><head>" + b"<title " * 30_000, "text/html")
+
+
 @case("truncated-document", check=_first_two_items)
 def _truncated(world: World) -> str:
     body = rss([Entry(f"Item {n}", guid=f"t{n}", description="x" * 200) for n in (1, 2, 3)])

@@ -159,7 +159,8 @@ def unknown_key_problem(shape: SettingsShape, section: str | None, key: str, tex
     return Problem(f'unknown key "{key}" {where}', fix, line=line)
 
 
-_TABLE_HEADER = re.compile(r"\s*\[\s*([^\[\]]+?)\s*\]\s*(?:#.*)?$")
+_TABLE_HEADER = re.compile(r"\s*\[([^\[\]]*+)\]\s*(?:#.*)?$")
+"""Possessive: a lazy name beside optional spaces took quadratic time on a long unclosed line."""
 _ASSIGNMENT = re.compile(
     r"\s*((?:[A-Za-z0-9_-]+|\"[^\"]*\"|'[^']*')(?:\s*\.\s*(?:[A-Za-z0-9_-]+|\"[^\"]*\"|'[^']*'))*)\s*="
 )

@@ -117,9 +117,11 @@ FEED_SIGNS = re.compile(
 case, with any prefix), or a namespace that makes it call the document RSS or Atom. Without
 any of them it finds no version and no entries, and refuses the document."""
 _HTML_START = re.compile(
-    rb"(?:\s|<\?xml[^>]*>|<!--.*?-->)*<(?:!doctype\s+html|html|head|body)[\s>]", re.I | re.S
+    rb"(?:\s|<\?xml[^>]*>|<!--.*?-->)*+<(?:!doctype\s+html|html|head|body)[\s>]", re.I | re.S
 )
-_HTML_TITLE = re.compile(rb"<title[^>]*>([^<]{1,300})", re.I)
+"""Possessive (``*+``): a comment is never re-read as reaching past its ``-->``, which made
+a document of a few dozen comments take exponential time to refuse."""
+_HTML_TITLE = re.compile(rb"<title[^>]{0,300}>([^<]{1,300})", re.I)
 HTML_HEAD_BYTES = 256 * 1024
 """Where a page's title and feed links are looked for (they belong in its head)."""
 TITLE_SHOWN = 80

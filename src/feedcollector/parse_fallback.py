@@ -64,7 +64,7 @@ FEEDPARSER_HEADERS = {"content-type": "application/xml; charset=utf-8"}
 _REPAIR_RE = re.compile(
     rb"<!\[CDATA\[.*?(?:\]\]>|\Z)"
     rb"|<!--.*?(?:-->|\Z)"
-    rb"|<!DOCTYPE[^\[>]*(?:\[.*?\])?\s*(?:>|\Z)"
+    rb"|<!DOCTYPE[^\[>]*(?:\[.*?(?:\]|\Z))?\s*(?:>|\Z)"  # unclosed: to the end, read once
     rb"|&(?:#(?P<dec>[0-9]{1,8});|#[xX](?P<hex>[0-9a-fA-F]{1,8});|(?P<name>[A-Za-z_][\w.-]*);)?",
     re.DOTALL,
 )
@@ -72,7 +72,7 @@ _ENTITY_DECLARATION_RE = re.compile(rb"<!ENTITY\s+([A-Za-z_][\w.-]*)")
 _DECLARED_PREFIX_RE = re.compile(rb"xmlns:([A-Za-z_][\w.-]*)\s*=")
 _USED_PREFIX_RE = re.compile(rb"</?([A-Za-z_][\w.-]*):[A-Za-z_]|\s([A-Za-z_][\w.-]*):[\w.-]+\s*=")
 _ROOT_TAG_RE = re.compile(
-    rb"(?:\s|<\?.*?\?>|<!--.*?-->|<!DOCTYPE[^\[>]*(?:\[.*?\])?\s*>)*<[A-Za-z_][\w.:-]*",
+    rb"(?:\s|<\?.*?\?>|<!--.*?-->|<!DOCTYPE[^\[>]*(?:\[.*?\])?\s*>)*+<[A-Za-z_][\w.:-]*",
     re.DOTALL,
 )
 
@@ -128,7 +128,7 @@ def _declare_missing_prefixes(data: bytes) -> bytes:
     return data[: root.end()] + declarations + data[root.end() :]
 
 
-_ITEM_START_RE = re.compile(rb"<(?:[A-Za-z_][\w.-]*:)?(?:item|entry)(?=[\s/>])[^>]*>", re.I)
+_ITEM_START_RE = re.compile(rb"<(?:[A-Za-z_][\w.-]*:)?(?:item|entry)(?=[\s/>])[^>]*+(?:>|\Z)", re.I)
 _END_RE = re.compile(
     rb"</(?:[A-Za-z_][\w.-]*:)?(?P<name>item|entry|channel|rss|feed|rdf)\s*>", re.I
 )

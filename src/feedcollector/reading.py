@@ -25,6 +25,7 @@ import nh3
 from .config_values import parse_duration
 from .database import Database, Row, SqlValue
 from .errors import ObjectNotFoundError
+from .html import MARKUP_RE, RAW_TEXT_ELEMENTS
 from .objectstore import ObjectStore
 from .store import MAX_PARAMS, placeholders
 from .timestamps import format_timestamp
@@ -38,18 +39,8 @@ ones are read after it, grouped up to :data:`CONTENT_GROUP_CHARS`. A page of 200
 900 KiB inline each could be 180 MB, past D1's 50 MB query result limit (and the Worker's
 memory); this way no answer of a listing is over about 16 MB."""
 CONTENT_GROUP_CHARS = 4 * 2**20
-MAX_QUOTED_VALUE = 1 << 20
-"""An attribute value longer than this ends the tag match (bounds the cost of a stray quote)."""
-RAW_TEXT_ELEMENTS = frozenset({"script", "style", "textarea", "title", "xmp"})
 DROPPED_WITH_SRC = frozenset({"srcset", "data-srcset", "sizes"})
 
-_MARKUP_RE = re.compile(
-    r"<!--.*?(?:-->|\Z)"
-    r"|<[!?/][^>]*(?:>|\Z)"
-    r"|<(?P<name>[a-zA-Z][^\s/>]*)"
-    rf"(?P<attrs>(?:[^>\"']|\"[^\"]{{0,{MAX_QUOTED_VALUE}}}\"|'[^']{{0,{MAX_QUOTED_VALUE}}}')*)>",
-    re.DOTALL,
-)
 _ATTR_RE = re.compile(
     r"\s*(?P<name>[^\s\"'>/=]+)"
     r"(?:\s*=\s*(?:\"(?P<dq>[^\"]*)\"|'(?P<sq>[^']*)'|(?P<uq>[^\s>]+)))?"
@@ -166,7 +157,7 @@ def replace_image_sources(content_html: str, replacements: Mapping[str, str]) ->
     pieces: list[str] = []
     done = 0
     position = 0
-    while (match := _MARKUP_RE.search(content_html, position)) is not None:
+    while (match := MARKUP_RE.search(content_html, position)) is not None:
         position = match.end()
         name = (match["name"] or "").lower()
         if name == "img":
