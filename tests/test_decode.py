@@ -484,6 +484,48 @@ def test_damaged_utf8_keeps_its_good_characters() -> None:
     assert item_description(result.data) == ZH_SIMPLIFIED.replace("北京", "北京\ufffd")
 
 
+def test_a_word_paste_in_a_utf8_feed_costs_two_characters_not_every_accent() -> None:
+    """Two windows-1252 curly quotes beside six good accents: detection picked a Thai code
+    page that read every "é" as two letters, and nothing warned."""
+    body = (
+        rss("Caf\u00e9 " * 6, declared="utf-8")
+        .encode()
+        .replace(b"</title>", b"\x93x\x94</title>", 1)
+    )
+    result = decode_feed(body, "application/rss+xml; charset=utf-8")
+    assert (result.encoding, result.replaced) == ("utf-8", 2)
+    assert item_description(result.data) == "Caf\u00e9 " * 6
+
+
+@pytest.mark.parametrize(
+    ("declared", "content_type"),
+    [("iso-8859-1", None), ("utf-8", "text/xml; charset=iso-8859-1"), ("windows-1252", None)],
+)
+def test_valid_utf8_overrules_a_single_byte_label(declared: str, content_type: str | None) -> None:
+    """A server-wide ``AddDefaultCharset ISO-8859-1`` (or a CMS's leftover declaration) on a
+    UTF-8 feed: read as labelled, "é" became "Ã©" everywhere."""
+    text = "Caf\u00e9 \u2018quoted\u2019 S\u00e3o Paulo"
+    result = decode_feed(rss(text, declared=declared).encode(), content_type)
+    assert (result.encoding, result.source) == ("utf-8", "detected")
+    assert item_description(result.data) == text
+
+
+def test_a_double_byte_label_yields_to_utf8_only_on_plain_evidence() -> None:
+    """A few characters of GBK can be valid UTF-8 by chance; a Chinese paragraph cannot."""
+    few = rss("\u00e9t\u00e9", declared="gbk").encode()
+    assert decode_feed(few, None).encoding == "gb18030"
+    many = rss(ZH_SIMPLIFIED, declared="gbk").encode()
+    result = decode_feed(many, None)
+    assert (result.encoding, result.source) == ("utf-8", "detected")
+    assert item_description(result.data) == ZH_SIMPLIFIED
+
+
+def test_a_windows_1252_body_labelled_utf8_is_not_read_as_damaged_utf8() -> None:
+    text = "Caf\u00e9 d\u00e9j\u00e0 vu, na\u00efve fa\u00e7ade"
+    result = decode_feed(rss(text, declared="utf-8").encode("cp1252"), None)
+    assert (result.encoding != "utf-8", result.source, result.replaced) == (True, "detected", 0)
+
+
 def test_damaged_gbk_is_not_read_as_another_code_page() -> None:
     body = rss(ZH_SIMPLIFIED * 3, declared="gbk").encode("gbk") + b"<!-- \x81 -->"
     result = decode_feed(body, None)

@@ -11,12 +11,16 @@ Order of evidence (seed section 5, with the BOM in front):
    UTF-8 (``default`` when nothing was declared); then charset-normalizer, limited to the
    encodings browsers know (:mod:`.decode_detect`).
 
+Valid UTF-8 with non-ASCII characters overrules a label of another encoding (a single-byte
+one always; a double-byte one given sixteen such characters): labels are often a server's
+default, and no other text forms such sequences by chance (:func:`_utf8_beats`).
+
 Labels map as browsers map them (:mod:`.decode_labels`: ``gb2312`` -> gb18030,
 ``latin1``/``us-ascii`` -> windows-1252, ``big5`` -> big5hkscs, ``shift_jis`` -> cp932,
 ``euc-kr`` -> cp949...); a label that names no text encoding, or one the bytes cannot be in (a
 UTF-16 label on single-byte bytes and the reverse), is ignored. A candidate must decode the
 whole body strictly. When none does, a BOM still wins (with replacement characters), and a
-candidate that decodes almost everything (many good non-ASCII characters per bad byte) is read
+candidate that decodes almost everything (enough good non-ASCII characters per bad byte) is read
 with replacement before detection is asked, since detection would trade a few bad bytes for
 mojibake everywhere; the last resort is the first candidate (or UTF-8) with replacement. Lossy
 readings report ``detected`` and how many byte sequences they replaced; the caller warns,
@@ -31,6 +35,7 @@ here: libxml2 refuses them, and the parse stage's repair step removes them
 from __future__ import annotations
 
 import codecs
+import functools
 import re
 
 from .decode_detect import detected_codecs
@@ -43,7 +48,16 @@ from .models import DecodedFeed
 _HEAD_BYTES = 4096
 """How much of the body is searched for the XML declaration (room for UTF-32)."""
 _LOSSY_RATIO = 4
-"""A lossy reading needs this many good non-ASCII characters per replaced byte sequence."""
+"""A lossy reading needs this many good non-ASCII characters per replaced byte sequence;
+UTF-8 needs one (:data:`_LOSSY_UTF8_RATIO`)."""
+_LOSSY_UTF8_RATIO = 1
+"""Text in another encoding read as UTF-8 is mostly invalid (a windows-1252 "é" never is, a
+GBK or Shift_JIS character one time in ten): a UTF-8 feed with a Word paste of two curly
+quotes and six good accents is UTF-8 with two bad bytes, where detection picked a code page
+that turned every accent to mojibake."""
+_UTF8_OVER_WIDE_LABEL = 16
+"""Non-ASCII characters of valid UTF-8 that overrule a double-byte label (GBK, Shift_JIS,
+Big5...): a handful of such characters can be valid UTF-8 by chance, sixteen cannot."""
 
 _BOMS: tuple[tuple[bytes, str], ...] = (
     (b"\x00\x00\xfe\xff", "utf-32be"),
@@ -111,6 +125,8 @@ def _read(
 ) -> tuple[str, bytes, str, int]:
     """Codec, UTF-8 bytes, source and replaced sequences: strict readings first, lossy ones
     only after them."""
+    if bom_codec is None and wide is None and candidates and _utf8_beats(payload, candidates):
+        return _UTF8, payload, "detected", 0
     for codec, source in candidates:
         data = _decode_strict(payload, codec)
         if data is not None:
@@ -137,6 +153,30 @@ def _read(
     fallback = candidates[0][0] if candidates else _UTF8
     data, replaced = _decode_lossy(payload, fallback)
     return fallback, data, "detected", replaced
+
+
+def _utf8_beats(payload: bytes, candidates: list[tuple[str, str]]) -> bool:
+    """Whether ``payload`` is plainly UTF-8 though the label names another encoding.
+
+    Valid UTF-8 with multi-byte characters is strong evidence, and labels are often a
+    server's default (Apache's ``AddDefaultCharset ISO-8859-1``) or a CMS's leftover: read
+    as labelled, every "é" became "Ã©". Text in a single-byte encoding never forms such
+    sequences by chance (it would have to be mojibake already); a few characters of a
+    double-byte one may, so a double-byte label needs :data:`_UTF8_OVER_WIDE_LABEL` of them.
+    """
+    first = candidates[0][0]
+    if first == _UTF8 or payload.isascii() or not _is_clean_utf8(payload):
+        return False
+    if _single_byte(first):
+        return True
+    text = payload.decode(_UTF8)
+    return len(text) - len(text.encode("ascii", "ignore")) >= _UTF8_OVER_WIDE_LABEL
+
+
+@functools.cache
+def _single_byte(codec: str) -> bool:
+    """Whether ``codec`` reads one byte as one character (no lead bytes)."""
+    return len(bytes(range(256)).decode(codec, "replace")) == 256
 
 
 def _sniff_bom(body: bytes) -> tuple[str | None, int]:
@@ -264,7 +304,7 @@ def _decode_mostly(payload: bytes, codec: str) -> tuple[bytes, int] | None:
     text = payload.decode(codec, "replace")
     replaced = text.count("\ufffd")
     good = len(text) - len(text.encode("ascii", "ignore")) - replaced
-    if good < _LOSSY_RATIO * replaced:
+    if good < (_LOSSY_UTF8_RATIO if codec == _UTF8 else _LOSSY_RATIO) * replaced:
         return None
     return _utf8(text), replaced
 
