@@ -430,3 +430,102 @@ def test_a_backup_whose_items_d1_refuses_as_too_large_is_skipped_not_fatal(pair:
         assert (report.backups, report.backups_unreadable) == (3, 1)
         assert guids == ["urn:a", "urn:b", "urn:c"]
         assert pair.keys("content/") == [], "the skipped backup's spilled HTML belongs to no row"
+
+
+IMG = "https://img.example.org"
+
+
+def images_of(guid: str, *names: str) -> Entry:
+    """An item whose content shows the named images, in that order."""
+    return Entry(guid, guid=guid, content="".join(f'<img src="{IMG}/{n}.png">' for n in names))
+
+
+def archive_images(pair: Pair, feed_id: str, guid: str, count: int) -> None:
+    """Objects at positions 0..count-1 of the item, as its image stage stored them."""
+
+    async def put() -> None:
+        for position in range(count):
+            await pair.objects.put(object_key(feed_id, guid, position, "png"), png(position + 2))
+
+    pair.run(put())
+
+
+def replay(pair: Pair, url: str, *bodies: bytes) -> RestoreReport:
+    """Keep ``bodies`` as the feed's backups an hour apart, then restore from them."""
+    feed_id = feed_id_for(url)
+
+    async def go() -> RestoreReport:
+        for hour, body in enumerate(bodies):
+            await pair.objects.put(backup_key(feed_id, START + timedelta(hours=hour)), body)
+        return await restore_from_backups(
+            pair.db, pair.objects, [FeedSpec(url)], now=START + timedelta(days=1)
+        )
+
+    return pair.run(go())
+
+
+def image_tasks(pair: Pair) -> list[tuple[object, ...]]:
+    rows = pair.rows(
+        "SELECT i.guid, t.original_url, t.status, t.r2_key FROM image_tasks t "
+        "JOIN items i ON i.id = t.item_id ORDER BY i.guid, t.position"
+    )
+    return [
+        (r["guid"], str(r["original_url"]).rsplit("/", 1)[1], r["status"], r["r2_key"])
+        for r in rows
+    ]
+
+
+def test_an_item_edited_since_its_expired_first_backup_gets_no_wrong_images(pair: Pair) -> None:
+    """Stored as [a, b] (objects 0 = a, 1 = b), edited to [new, a, b], first backup expired:
+    the replay of the edited version linked new.png's task to a's object and a.png's to b's,
+    marked success for good. Now all three are downloaded anew."""
+    url = "https://blog.example.org/feed.xml"
+    archive_images(pair, feed_id_for(url), "urn:x", 2)
+    report = replay(pair, url, rss([images_of("urn:x", "new", "a", "b")]))
+    assert (report.items_recovered, report.images_relinked) == (1, 0)
+    assert image_tasks(pair) == [
+        ("urn:x", "new.png", "pending", None),
+        ("urn:x", "a.png", "pending", None),
+        ("urn:x", "b.png", "pending", None),
+    ]
+    again = pair.run(
+        restore_from_backups(pair.db, pair.objects, [FeedSpec(url)], now=START + timedelta(days=1))
+    )
+    assert again.images_relinked == 0, "nor by a second run, which finds its tasks pending"
+
+
+def test_only_items_new_after_a_replayed_backup_are_trusted_with_a_partial_folder(
+    pair: Pair,
+) -> None:
+    """An item first listed by a later backup was stored from that body: its archived images
+    are linked even when one failed to download. One of the first backup replayed may come
+    from an expired version: linked only when its objects are exactly 0..n-1."""
+    url = "https://blog.example.org/feed.xml"
+    feed_id = feed_id_for(url)
+    for guid, count in (("urn:new", 2), ("urn:old", 2), ("urn:whole", 2)):
+        archive_images(pair, feed_id, guid, count)
+    first = [images_of("urn:old", "a", "b", "c"), images_of("urn:whole", "a", "b")]
+    report = replay(pair, url, rss(first), rss([*first, images_of("urn:new", "a", "b", "c")]))
+    assert (report.items_recovered, report.images_relinked) == (3, 4)
+    key = object_key
+    assert image_tasks(pair) == [
+        ("urn:new", "a.png", "success", key(feed_id, "urn:new", 0, "png")),
+        ("urn:new", "b.png", "success", key(feed_id, "urn:new", 1, "png")),
+        ("urn:new", "c.png", "pending", None),
+        ("urn:old", "a.png", "pending", None),
+        ("urn:old", "b.png", "pending", None),
+        ("urn:old", "c.png", "pending", None),
+        ("urn:whole", "a.png", "success", key(feed_id, "urn:whole", 0, "png")),
+        ("urn:whole", "b.png", "success", key(feed_id, "urn:whole", 1, "png")),
+    ]
+
+
+def test_an_item_new_after_an_unreadable_backup_is_not_trusted(pair: Pair) -> None:
+    """The unreadable backup may have listed it in an older version, stored then."""
+    url = "https://blog.example.org/feed.xml"
+    archive_images(pair, feed_id_for(url), "urn:x", 2)
+    before = rss([Entry("Y", guid="urn:y")])
+    after = rss([Entry("Y", guid="urn:y"), images_of("urn:x", "new", "a", "b")])
+    report = replay(pair, url, before, b"<html>maintenance</html>", after)
+    assert (report.backups_unreadable, report.items_recovered, report.images_relinked) == (1, 2, 0)
+    assert [row[2] for row in image_tasks(pair)] == ["pending"] * 3

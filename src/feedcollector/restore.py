@@ -12,8 +12,9 @@ Restore never touches a feed's schedule or validators (``last_fetched_at``, ETag
 creates the row of a feeds-file feed the database lacks, and fills in a missing title. It is
 idempotent: the insert ignores known GUIDs, so a second run recovers nothing. Tombstoned items
 stay deleted. A recovered item's images that are already archived under their deterministic
-keys are linked to those objects again instead of being downloaded anew. Within a feed, a backup
-identical to the previous one is skipped, and GUIDs already replayed are not sent again.
+keys are linked to those objects again instead of being downloaded anew, when the positions can
+be trusted (see :func:`_relink_images`). Within a feed, a backup identical to the previous one
+is skipped, and GUIDs already replayed are not sent again.
 """
 
 from __future__ import annotations
@@ -193,6 +194,9 @@ async def _restore_feed(
 ) -> None:
     previous: bytes | None = None
     replayed: set[str] = set()
+    # The backup before this one was replayed here: an item it lacked was first stored from
+    # this body, so its archived images sit at this body's positions (see _relink_images).
+    follows_replayed = False
     async for backup in feed_backups(objects, target.feed_id):
         taken, key = backup.taken, backup.key
         if since is not None and taken < since:
@@ -200,6 +204,7 @@ async def _restore_feed(
         try:
             body, content_type = await read_backup(objects, backup)
         except ObjectStoreError as exc:  # this file (expired meanwhile, a broken link...)
+            follows_replayed = False
             report.backups += 1
             report.backups_unreadable += 1
             log.warning("restore: %s of %s cannot be read, skipped: %s", key, target.url, exc)
@@ -219,6 +224,7 @@ async def _restore_feed(
                 body, content_type, target.url, target.url, taken, warn=False
             )
         except ParseError as exc:
+            follows_replayed = False
             report.backups_unreadable += 1
             log.info("restore: %s of %s is not readable, skipped: %s", key, target.url, exc)
             tick()
@@ -240,6 +246,7 @@ async def _restore_feed(
         except DatabaseError as exc:
             if exc.kind != TOO_LARGE:
                 raise
+            follows_replayed = False
             report.backups_unreadable += 1  # refused on every run: not an outage to stop at
             log.warning(
                 "restore: %s of %s holds items the database refuses as too large, skipped: %s",
@@ -254,11 +261,14 @@ async def _restore_feed(
         report.items_recovered += len(new_ids)
         recovered = [r for r in stored if r.id in new_ids and r.image_urls]
         earlier = [r for r in stored if r.id not in new_ids and r.image_urls]
+        certain = recovered if follows_replayed else []
+        uncertain = [] if follows_replayed else recovered
         if earlier:  # stored before this run: an interrupted restore left their images unlinked
-            recovered += await _stored_with_pending_images(db, target.feed_id, earlier)
+            uncertain += await _stored_with_pending_images(db, target.feed_id, earlier)
         report.images_relinked += await _relink_images(
-            db, objects, target.feed_id, recovered, taken
+            db, objects, target.feed_id, certain, uncertain, taken
         )
+        follows_replayed = True
         tick()
 
 
@@ -286,10 +296,22 @@ async def _relink_images(
     db: Database,
     objects: ObjectStore,
     feed_id: str,
-    records: Sequence[ItemRecord],
+    certain: Sequence[ItemRecord],
+    uncertain: Sequence[ItemRecord],
     taken: datetime,
 ) -> int:
     """Mark the new tasks whose image is already archived as ``success`` with that key.
+
+    Objects are keyed by position only (the original URL was in the lost database), so a
+    position names the right image only if the item was stored from the version replayed.
+    ``certain`` items were absent from the previous backup replayed, so this very body was
+    stored at fetch time: all their archived objects are linked. ``uncertain`` ones (from the
+    first backup replayed, or stored before this run) may have been stored from an older,
+    expired version (an image inserted before the others shifts every position): they are
+    linked only when their objects are exactly positions 0..n-1 for their n image URLs, else
+    their tasks stay pending and are downloaded anew (overwriting the objects). An edit that
+    keeps the count (an image replaced or moved) can still link an uncertain item's task to
+    another image of it.
 
     The item's full-md5 folder (used when its short key belonged to another item, see
     :func:`.store_images.image_key`) is looked at first, then the short one; an object
@@ -298,25 +320,40 @@ async def _relink_images(
     """
     statements: list[Statement] = []
     stamp = format_timestamp(taken)
-    for record in records:
-        for full in (True, False):
-            folder = object_key(feed_id, record.guid, 0, "x", full=full).rsplit("/", 1)[0] + "/"
-            async for key in objects.list(folder):
-                position = key[len(folder) :].split(".", 1)[0]
-                if not position.isdecimal() or int(position) >= len(record.image_urls):
-                    continue
-                statements.append(
-                    Statement(
-                        "UPDATE image_tasks SET status = 'success', r2_key = ?, updated_at = ? "
-                        "WHERE item_id = ? AND position = ? AND status = 'pending' "
-                        "AND NOT EXISTS (SELECT 1 FROM image_tasks o WHERE o.r2_key = ? "
-                        "AND o.item_id <> ?) RETURNING id",
-                        (key, stamp, record.id, int(position), key, record.id),
-                    )
+    for record, trusted in [(r, True) for r in certain] + [(r, False) for r in uncertain]:
+        archived = await _archived_images(objects, feed_id, record)
+        positions = {position for _, position in archived}
+        if not trusted and positions != set(range(len(record.image_urls))):
+            continue
+        for key, position in archived:
+            if position >= len(record.image_urls):
+                continue
+            statements.append(
+                Statement(
+                    "UPDATE image_tasks SET status = 'success', r2_key = ?, updated_at = ? "
+                    "WHERE item_id = ? AND position = ? AND status = 'pending' "
+                    "AND NOT EXISTS (SELECT 1 FROM image_tasks o WHERE o.r2_key = ? "
+                    "AND o.item_id <> ?) RETURNING id",
+                    (key, stamp, record.id, position, key, record.id),
                 )
+            )
     if not statements:
         return 0
     return sum(1 for rows in await db.batch(statements) if rows)
+
+
+async def _archived_images(
+    objects: ObjectStore, feed_id: str, record: ItemRecord
+) -> list[tuple[str, int]]:
+    """The item's image objects with their positions, full-md5 folder first, then short."""
+    archived: list[tuple[str, int]] = []
+    for full in (True, False):
+        folder = object_key(feed_id, record.guid, 0, "x", full=full).rsplit("/", 1)[0] + "/"
+        async for key in objects.list(folder):
+            position = key[len(folder) :].split(".", 1)[0]
+            if position.isdecimal():
+                archived.append((key, int(position)))
+    return archived
 
 
 async def _backup_feed_ids(objects: ObjectStore) -> set[str]:
