@@ -705,6 +705,35 @@ def test_forced_fetch_ignores_the_schedule(
     assert (len(feed_server.hits("/a")), len(feed_server.hits("/b"))) == (2, 3)
 
 
+def test_fetches_within_one_second_keep_a_backup_each(
+    feed_server: FeedServer, project: Callable[..., Project]
+) -> None:
+    """A backup's key holds whole seconds: ``fetch`` run twice in a row replaced the first
+    body's backup with the second's, and left the first's Content-Type beside it, so a
+    restore read the second body in the first one's charset."""
+    route = Route(
+        body=rss([Entry("\u043a\u043e\u0442", guid="a")], encoding="koi8-r", declare=False),
+        headers={"Content-Type": "application/rss+xml; charset=KOI8-R"},
+    )
+    url = feed_server.route("/feed", route)
+    p = project([url])
+    p.cycle(force=True)
+    route.body = rss([Entry("\u043a\u043e\u0442", guid="a"), Entry("b", guid="b")])
+    route.headers = {"Content-Type": "application/rss+xml"}
+    p.cycle(force=True)
+    feed_id = feed_id_for(url)
+    first, second = (
+        f"backups/{feed_id}/2026-03-02T09:00:00Z",
+        f"backups/{feed_id}/2026-03-02T09:00:01Z",
+    )
+    assert p.keys("backups") == [f"{first}.content-type", f"{first}.xml", f"{second}.xml"]
+    assert p.object(f"{second}.xml") == route.body
+    assert p.rows("SELECT guid, created_at FROM items ORDER BY guid") == [
+        {"guid": "a", "created_at": "2026-03-02T09:00:00Z"},
+        {"guid": "b", "created_at": "2026-03-02T09:00:01Z"},
+    ]
+
+
 def test_an_unexpected_error_fails_only_its_feed_and_is_recorded(
     feed_server: FeedServer,
     project: Callable[..., Project],

@@ -54,6 +54,7 @@ from .timestamps import format_timestamp, parse_timestamp
 
 log = logging.getLogger("feedcollector")
 
+ONE_SECOND = timedelta(seconds=1)
 NOT_TRIED_RETRY = timedelta(minutes=1)
 """When a feed not requested because its host took no connection earlier in the cycle is due
 again: a minute (``run``'s poll), so a dead host is tried about once a minute, not once a
@@ -120,7 +121,7 @@ async def refresh_feed(
     knows it already), and is not sent while a Retry-After runs, nor to an endpoint in
     ``unreachable`` (see :func:`fetch_feed`)."""
     began = time.monotonic()
-    fetched_at = collector.clock()
+    fetched_at = after_last_fetch(collector.clock(), feed)
     outcome = FeedOutcome(feed=feed, fetched_at=fetched_at)
     source = feed.moved_to or feed.url
     if host is None:
@@ -213,6 +214,17 @@ async def refresh_feed(
             feed.url,
         )
         return await outcomes.fail_unexpected(collector, outcome, exc, began)
+
+
+def after_last_fetch(now: datetime, feed: Feed) -> datetime:
+    """``now``, or one second after the feed's last fetch when that is the same second: a
+    backup's key holds whole seconds, and a second fetch within one (``fetch`` run twice in
+    a row) replaced the first one's backup, and could leave its ``.content-type`` beside
+    the other body."""
+    last = outcomes.moment(feed.last_fetched_at)
+    if last is None or now >= last + ONE_SECOND:
+        return now
+    return last + ONE_SECOND
 
 
 async def _read_feed_body_quickly(
