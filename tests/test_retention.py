@@ -22,6 +22,7 @@ from feedcollector.database import Database
 from feedcollector.images import object_key
 from feedcollector.models import Feed, FeedSpec, ItemRecord
 from feedcollector.objectstore import ObjectStore
+from feedcollector.restore import restore_from_backups
 from feedcollector.retention import (
     CleanupReport,
     ItemCursor,
@@ -45,6 +46,7 @@ from feedcollector.tombstones import FeedListing, tombstones_to_drop
 
 from . import cloud
 from .cloud import S3Bucket, d1_database, run_d1_proxy
+from .samples import Entry, rss
 from .stepping import SteppingDatabase
 
 s3_server = cloud.s3_server
@@ -58,6 +60,7 @@ BACKUP_CUTOFF = NOW - timedelta(days=BACKUP_DAYS)
 FEED_URL = "https://blog.example.org/feed.xml"
 FEED_ID = feed_id_for(FEED_URL)
 SECOND = timedelta(seconds=1)
+HOUR = timedelta(hours=1)
 
 
 @dataclass
@@ -331,9 +334,45 @@ def test_old_tombstones_go_unless_the_newest_backup_still_lists_the_item(pair: P
     report = pair.run(
         run_cleanup(pair.db, pair.objects, now=NOW, item_days=ITEM_DAYS, backup_days=BACKUP_DAYS)
     )
-    remaining = pair.rows("SELECT guid FROM item_tombstones ORDER BY guid")
-    assert [r["guid"] for r in remaining] == ["recent", "still-listed", "unknown"]
+    remaining = pair.rows("SELECT guid, deleted_at FROM item_tombstones ORDER BY guid")
+    assert [(r["guid"], r["deleted_at"]) for r in remaining] == [
+        ("recent", format_timestamp(ITEM_CUTOFF)),
+        ("still-listed", format_timestamp(ITEM_CUTOFF - SECOND)),
+        ("unknown", format_timestamp(ITEM_CUTOFF - SECOND)),
+    ]
     assert (report.tombstones_dropped, report.tombstones_kept) == (2, 2)
+
+
+def test_a_tombstone_outlives_the_backups_a_restore_replays(pair: Pair) -> None:
+    """``restore`` replays the backups of the last ``item_days``: a tombstone dropped the day
+    its feed stopped listing the item let a restore bring the expired item back from the
+    backups of the days before."""
+    listing = rss([Entry("Old", guid="old"), Entry("New", guid="new")])
+
+    async def seed() -> None:
+        await store.sync_feeds(pair.db, [FeedSpec(FEED_URL)], NOW - timedelta(days=800))
+        await pair.db.query(
+            "INSERT INTO item_tombstones (feed_id, guid, deleted_at) VALUES (?, ?, ?)",
+            (FEED_ID, "old", format_timestamp(ITEM_CUTOFF - SECOND)),
+        )
+        await pair.objects.put(backup_key(FEED_ID, ITEM_CUTOFF - SECOND), listing)
+        await pair.objects.put(backup_key(FEED_ID, NOW - timedelta(days=100)), listing)
+        await pair.objects.put(backup_key(FEED_ID, NOW - HOUR), rss([Entry("New", guid="new")]))
+
+    pair.run(seed())
+    cleanup = {"item_days": ITEM_DAYS, "backup_days": ITEM_DAYS + 30}
+    report = pair.run(run_cleanup(pair.db, pair.objects, now=NOW, **cleanup))
+    assert (report.tombstones_dropped, report.tombstones_kept) == (0, 1)
+    restored = pair.run(
+        restore_from_backups(
+            pair.db, pair.objects, [FeedSpec(FEED_URL)], now=NOW, item_days=ITEM_DAYS
+        )
+    )
+    assert restored.items_recovered == 1
+    assert pair.rows("SELECT guid FROM items") == [{"guid": "new"}]
+    later = NOW + timedelta(days=81)  # the last backup listing "old" is past item_days now
+    report = pair.run(run_cleanup(pair.db, pair.objects, now=later, **cleanup))
+    assert {"guid": "old"} not in pair.rows("SELECT guid FROM item_tombstones")
 
 
 def test_a_backup_from_the_future_or_one_unreadable_decides_no_tombstone(pair: Pair) -> None:

@@ -83,9 +83,14 @@ def test_an_expired_item_its_feed_still_lists_is_not_ingested_again(
     assert (report.items, report.tombstones_dropped, report.tombstones_kept) == (1, 0, 2)
     assert sqlite_rows(database, "SELECT COUNT(*) FROM items") == [(0,)]
 
-    # the feed drops A: a day later its tombstone goes, B's stays, C's is not old enough
+    # the feed drops A: its tombstone stays while a backup a restore would replay lists A
+    # (restore replays the last item_days of backups), then goes; B's stays, C's is too new
     feed_server.route("/feed.xml", body=rss([b, c], link=base))
     clock.now += timedelta(days=1)
+    report = collect_and_clean(config, clock)
+    assert report is not None
+    assert (report.tombstones_dropped, report.tombstones_kept) == (0, 2)
+    clock.now += timedelta(days=31)  # the backups listing A are past backup_days (30)
     report = collect_and_clean(config, clock)
     assert report is not None
     assert (report.tombstones_dropped, report.tombstones_kept) == (1, 1)

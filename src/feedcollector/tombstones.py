@@ -8,7 +8,11 @@ tombstone (``store_items.item_statements``). This goes beyond the seed.
 
 Tombstones expire too, or they would grow forever. One that is older than ``item_days`` is
 checked against its feed's newest raw backup (the feed's current content, also when it has
-answered 304 since): it is dropped unless that backup still lists the GUID. When the feed has
+answered 304 since) and its oldest backup of the last ``item_days``: it is dropped unless one
+of them still lists the GUID. The oldest one counts because ``restore`` replays the backups of
+the last ``item_days``: a tombstone dropped the day its feed stopped listing the item let a
+restore bring the expired item back from the days before (an item listed, dropped and listed
+again in between is not looked for). When the feed has
 no readable backup (failing or unchanged for longer than the backups are kept) it is kept,
 since we cannot tell. A feed removed from the feeds file (or unknown) cannot re-ingest, so its
 old tombstones are dropped; putting it back may bring back items it still lists.
@@ -28,6 +32,7 @@ from .errors import ObjectStoreError, ParseError
 from .objectstore import ObjectStore
 from .parse import parse_feed
 from .store import chunked, placeholders
+from .timestamps import parse_timestamp
 
 log = logging.getLogger("feedcollector")
 
@@ -42,7 +47,8 @@ class FeedListing:
     subscribed: bool
     """The feed is active in the feeds file, so it is fetched and could re-ingest."""
     listed: frozenset[str] | None
-    """GUIDs of its newest readable backup; None when there is none (then keep everything)."""
+    """GUIDs of its newest backup and of its oldest one since the items cutoff; None when
+    there is none or one cannot be read (then keep everything)."""
 
 
 def tombstones_to_drop(guids: Sequence[str], listing: FeedListing) -> list[str]:
@@ -81,7 +87,7 @@ async def expire_tombstones(
         if not rows:
             return TombstoneSweep(dropped, kept)
         for row in rows:
-            listing = await feed_listing(db, objects, row["feed_id"], now)
+            listing = await feed_listing(db, objects, row["feed_id"], now, since=before)
             sweep = await _sweep_feed(
                 db, row["feed_id"], listing, before=before, dry_run=dry_run, page_size=page_size
             )
@@ -91,9 +97,10 @@ async def expire_tombstones(
 
 
 async def feed_listing(
-    db: Database, objects: ObjectStore, feed_id: str, now: datetime
+    db: Database, objects: ObjectStore, feed_id: str, now: datetime, *, since: str
 ) -> FeedListing:
-    """Whether the feed is subscribed, and the GUIDs its newest backup lists (if readable).
+    """Whether the feed is subscribed, and the GUIDs its newest backup lists, with those of
+    its oldest backup taken at or after ``since`` (if readable).
 
     Backups stamped after ``now`` (written while the clock was ahead) are not the newest: one
     that no longer listed an item dropped its tombstone while today's copy still lists it."""
@@ -101,21 +108,28 @@ async def feed_listing(
     if not rows or not rows[0]["active"]:
         return FeedListing(subscribed=False, listed=None)
     url = rows[0]["url"]
+    oldest: StoredBackup | None = None
     newest: StoredBackup | None = None
+    start = parse_timestamp(since)
     async for backup in feed_backups(objects, feed_id):
         if backup.taken <= now:
             newest = backup
+            if oldest is None and backup.taken >= start:
+                oldest = backup
     if newest is None:
         return FeedListing(subscribed=True, listed=None)
-    try:
-        body, content_type = await read_backup(objects, newest)
-        parsed = parse_feed(decode_feed(body, content_type).data, url)
-    except (ObjectStoreError, ParseError) as exc:  # one unreadable file: nothing dropped
-        log.info(
-            "cleanup: cannot read %s (%s); the tombstones of %s are kept", newest.key, exc, url
-        )
-        return FeedListing(subscribed=True, listed=None)
-    return FeedListing(subscribed=True, listed=frozenset(item.guid for item in parsed.items))
+    listed: set[str] = set()
+    for backup in {newest.key: newest, **({oldest.key: oldest} if oldest else {})}.values():
+        try:
+            body, content_type = await read_backup(objects, backup)
+            parsed = parse_feed(decode_feed(body, content_type).data, url)
+        except (ObjectStoreError, ParseError) as exc:  # one unreadable file: nothing dropped
+            log.info(
+                "cleanup: cannot read %s (%s); the tombstones of %s are kept", backup.key, exc, url
+            )
+            return FeedListing(subscribed=True, listed=None)
+        listed.update(item.guid for item in parsed.items)
+    return FeedListing(subscribed=True, listed=frozenset(listed))
 
 
 async def _sweep_feed(
