@@ -93,6 +93,25 @@ def test_200_returns_raw_body_validators_and_content_type(feed_server: FeedServe
     assert result.elapsed_s >= 0
 
 
+def always_not_modified(request: BaseHTTPRequestHandler) -> None:
+    """A cache in front of the server that answers 304 whatever the request carried."""
+    request.send_response(304)
+    request.end_headers()
+
+
+def test_a_304_to_an_unconditional_request_is_a_protocol_failure(
+    feed_server: FeedServer,
+) -> None:
+    """Taken as "unchanged", it left a feed never read looking healthy, with no items."""
+    url = feed_server.route("/feed", handler=always_not_modified)
+    error = fetch_error(url)
+    assert (error.kind, error.status, error.url) == ("protocol", 304, url)
+    assert "304 Not Modified to an unconditional request" in str(error)
+    assert "will retry with backoff" in str(error)
+    assert fetch(url, etag=ETAG).not_modified, "asked with a validator, a 304 answers it"
+    assert fetch(url, last_modified=LAST_MODIFIED).not_modified
+
+
 def test_conditional_request_sends_validators_and_304_has_empty_body(
     feed_server: FeedServer,
 ) -> None:
@@ -247,6 +266,73 @@ def test_429_mentions_retry_after(feed_server: FeedServer) -> None:
     assert "120" in str(error)
 
 
+def raw_answer(head: bytes) -> Callable[[BaseHTTPRequestHandler], None]:
+    """Sends ``head`` (status line and header lines) byte for byte, then an empty body."""
+
+    def answer(request: BaseHTTPRequestHandler) -> None:
+        request.wfile.write(head + b"\r\nContent-Length: 0\r\n\r\n")
+        request.wfile.flush()
+
+    return answer
+
+
+ESCAPES = b"\x1b]0;PWNED\x07\x1b[2J\x1b[31m\x9b1m"
+"""Set the terminal's title, clear the screen, turn it red (C0, then a C1 CSI byte)."""
+
+
+def assert_one_safe_line(message: str) -> None:
+    assert not [char for char in message if ord(char) < 0x20 or 0x7F <= ord(char) <= 0x9F]
+
+
+def test_a_reason_phrase_reaches_the_message_as_one_bounded_line(
+    feed_server: FeedServer,
+) -> None:
+    """The reason phrase is the server's text: an escape sequence in it drove the terminal
+    the log went to."""
+    reason = b"Not " + ESCAPES + b"here\tat all " + b"x" * 500
+    url = feed_server.route("/feed", handler=raw_answer(b"HTTP/1.1 404 " + reason))
+    message = str(fetch_error(url))
+    assert_one_safe_line(message)
+    assert "HTTP 404 Not ]0;PWNED [2J [31m\ufffd1mhere at all xxx" in message
+    quoted = message.split("HTTP 404 ", 1)[1].split(f" from {url}", 1)[0]
+    assert len(quoted) == QUOTED_CHARS
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_a_retry_after_reaches_the_message_as_one_bounded_line(
+    feed_server: FeedServer, status: int
+) -> None:
+    head = b"HTTP/1.1 %d Busy\r\nRetry-After: 120" % status + ESCAPES + b"x" * 500
+    message = str(fetch_error(feed_server.route("/feed", handler=raw_answer(head))))
+    assert_one_safe_line(message)
+    assert "Retry-After '120 ]0;PWNED [2J [31m\ufffd1mxxx" in message
+    assert "x" * QUOTED_CHARS not in message
+
+
+@pytest.mark.parametrize("status", [429, 503])
+@pytest.mark.parametrize("retry_after", ["-5", "120.5", "soon"])
+def test_a_retry_after_in_neither_form_is_said_to_be_ignored(
+    feed_server: FeedServer, status: int, retry_after: str
+) -> None:
+    """It is ignored, so the message must not read as a wait the collector honours."""
+    url = feed_server.route("/feed", status=status, headers={"Retry-After": retry_after})
+    message = str(fetch_error(url))
+    assert "asks to wait" not in message
+    assert f"its Retry-After '{retry_after}' is neither seconds nor an HTTP-date, ignored" in (
+        message
+    )
+
+
+def test_an_error_from_a_redirect_target_names_the_url_that_answered() -> None:
+    """A 429 there asks that host to wait, not the feed's own."""
+    with FeedServer() as feeds, FeedServer() as limiter:
+        limited = limiter.route("/limited", status=429, headers={"Retry-After": "60"})
+        start = feeds.route("/feed", status=302, headers={"Location": limited})
+        error = fetch_error(start)
+    assert (error.status, error.url) == (429, limited)
+    assert "the server asks to wait 60" in str(error)
+
+
 def test_204_without_body_is_an_http_error(feed_server: FeedServer) -> None:
     def no_content(request: BaseHTTPRequestHandler) -> None:
         request.send_response(204)
@@ -255,6 +341,21 @@ def test_204_without_body_is_an_http_error(feed_server: FeedServer) -> None:
     url = feed_server.route("/feed", handler=no_content)
     error = fetch_error(url)
     assert (error.kind, error.status) == ("http", 204)
+
+
+def test_206_partial_content_is_not_taken_for_the_feed(feed_server: FeedServer) -> None:
+    """No Range is ever sent, so a part is a broken server's; stored, it was half a feed."""
+    url = feed_server.route(
+        "/feed",
+        status=206,
+        body=GUARDIAN_FEED[:100],
+        headers={"Content-Range": f"bytes 0-99/{len(GUARDIAN_FEED)}"},
+    )
+    error = fetch_error(url)
+    assert (error.kind, error.status) == ("protocol", 206)
+    assert "HTTP 206 Partial Content" in str(error)
+    assert "no Range was asked for" in str(error)
+    assert "Range" not in feed_server.hits("/feed")[0].headers
 
 
 def test_other_2xx_with_a_body_is_accepted(feed_server: FeedServer) -> None:
@@ -293,6 +394,16 @@ def test_garbage_instead_of_http_is_a_protocol_error(feed_server: FeedServer) ->
 
     error = fetch_error(feed_server.route("/feed", handler=garbage))
     assert error.kind == "protocol"
+
+
+def test_a_bad_message_is_worded_without_aiohttps_own_400(feed_server: FeedServer) -> None:
+    """aiohttp's parser error reads "400, message: ...", a status the server never sent."""
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 4"
+    error = fetch_error(feed_server.route("/feed", handler=raw_answer(head)))
+    assert error.kind == "protocol"
+    assert "127.0.0.1 broke the HTTP protocol for" in str(error)
+    assert "(Duplicate Content-Length: b'Content-Length: 4' ^)" in str(error)
+    assert "400" not in str(error)
 
 
 def test_long_headers_are_read_and_endless_ones_refused(feed_server: FeedServer) -> None:
@@ -591,6 +702,13 @@ def test_redirect_to_ftp_is_refused(feed_server: FeedServer) -> None:
     error = fetch_error(start)
     assert error.kind == "scheme"
     assert "ftp://files.example/feed.xml" in str(error)
+
+
+def test_redirect_to_a_url_yarl_cannot_split_is_a_redirect_error(feed_server: FeedServer) -> None:
+    """yarl raised IndexError on it, which failed the feed as a bug."""
+    error = fetch_error(redirect(feed_server, "/feed", "http://]a[@/feed.xml"))
+    assert error.kind == "redirect"
+    assert "redirects to an invalid URL 'http://]a[@/feed.xml'" in str(error)
 
 
 def test_redirect_without_location(feed_server: FeedServer) -> None:

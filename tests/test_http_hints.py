@@ -12,6 +12,7 @@ from feedcollector.http_hints import (
     freshness,
     http_date,
     permanent_target,
+    readable_retry_after,
     response_hints,
     retry_after,
 )
@@ -71,6 +72,24 @@ def test_retry_after_both_forms_and_what_is_ignored(
     header: str, expected: timedelta | None
 ) -> None:
     assert retry_after(ResponseHints(retry_after=header), NOW) == expected
+
+
+@pytest.mark.parametrize(
+    ("header", "readable"),
+    [
+        ("120", True),
+        (" 0 ", True),
+        (http(NOW - timedelta(minutes=5)), True),
+        ("-5", False),
+        ("120.5", False),
+        ("+5", False),
+        ("soon", False),
+        ("", False),
+    ],
+)
+def test_only_the_two_forms_of_retry_after_are_readable(header: str, readable: bool) -> None:
+    """Zero and a past date are read (and then ignored); anything else is not read at all."""
+    assert readable_retry_after(header) is readable
 
 
 def test_retry_after_dates_count_from_the_servers_own_clock() -> None:

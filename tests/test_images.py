@@ -31,6 +31,7 @@ from feedcollector.netguard import (
     forbidden_reason,
     parse_ip_literal,
 )
+from feedcollector.safe_text import QUOTED_CHARS
 
 from .feedserver import FeedServer
 
@@ -227,6 +228,21 @@ def test_jpeg_through_a_redirect(feed_server: FeedServer) -> None:
 def test_404_is_refused_with_the_status(feed_server: FeedServer) -> None:
     error = refused(feed_server.url("/missing.png"))
     assert "HTTP 404" in str(error)
+
+
+def test_a_reason_phrase_reaches_the_error_as_one_bounded_line(feed_server: FeedServer) -> None:
+    """The server's words go to the log and the task's last_error: no escape sequence (this
+    one would set the terminal's title and clear it) and no more than a log line quotes."""
+
+    def escaping_reason(request: BaseHTTPRequestHandler) -> None:
+        reason = b"Gone \x1b]0;PWNED\x07\x1b[2J\x9b1m\tfor good " + b"x" * 500
+        request.wfile.write(b"HTTP/1.1 404 " + reason + b"\r\nContent-Length: 0\r\n\r\n")
+        request.wfile.flush()
+
+    message = str(refused(feed_server.route("/a.png", handler=escaping_reason)))
+    assert not [char for char in message if ord(char) < 0x20 or 0x7F <= ord(char) <= 0x9F]
+    assert "HTTP 404 Gone ]0;PWNED [2J" in message
+    assert "x" * QUOTED_CHARS not in message
 
 
 def test_html_instead_of_an_image_is_refused(feed_server: FeedServer) -> None:

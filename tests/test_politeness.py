@@ -48,6 +48,42 @@ def test_host_keys() -> None:
     assert host_key("http://[::1]:9000/feed") == "::1:9000"
 
 
+def test_host_keys_name_the_host_as_the_request_is_sent() -> None:
+    """One server spelled two ways got two gates, and two requests at once."""
+    assert host_key("http://bücher.example/a") == "xn--bcher-kva.example"
+    assert host_key("https://BÜCHER.example:443/b") == host_key("http://xn--bcher-kva.example/")
+    assert host_key("http://１２７.０.０.１:8080/feed") == "127.0.0.1:8080"
+    assert host_key("http://ＥＸＡＭＰＬＥ.org/") == "example.org"
+
+
+@pytest.mark.parametrize(
+    ("url", "key"),
+    [
+        ("http://feeds.example:99999/", "http://feeds.example:99999/"),
+        ("http://[bad/", "http://[bad/"),
+        ("http://]a[@", "http://]a[@"),
+        ("not a url", ""),
+        ("", ""),
+    ],
+)
+def test_odd_urls_still_get_a_host_key(url: str, key: str) -> None:
+    assert host_key(url) == key
+
+
+def test_one_server_spelled_two_ways_gets_one_request_at_a_time(tmp_path: Path) -> None:
+    log = BusyLog()
+    with FeedServer() as server:
+        ascii_url = log.feed(server, "/a", feed_body("a"), delay_s=0.3)
+        full_width = log.feed(server, "/b", feed_body("b"), delay_s=0.3).replace(
+            "127.0.0.1", "１２７.０.０.１"
+        )
+        p = polite_project(tmp_path, [ascii_url, full_width], host_gap="500ms")
+        assert p.cycle().stored == 2
+    first, second = log.of(server)
+    assert log.most_at_once() == 1
+    assert second.start - first.end >= 0.5 - SLACK_S, "the gap holds between the spellings"
+
+
 def test_one_request_per_host_with_a_gap_while_other_hosts_flow(
     tmp_path: Path,
 ) -> None:
@@ -134,6 +170,38 @@ def test_429_with_an_http_date_defers_the_whole_host_and_survives_a_restart(
         report = p.cycle()
         assert (report.stored, report.unchanged) == (4, 1), "the host's four; the other's again"
         assert len(limited.requests) == 5
+
+
+def test_a_429_from_a_redirect_target_defers_that_host_not_the_feeds(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The host that answered 429 asked to wait: the feed's own host did not, and is asked
+    as before, in this process and in the next one."""
+    with FeedServer() as feeds, FeedServer() as limiter:
+        limited = limiter.route("/limited", status=429, headers={"Retry-After": "3600"})
+        detour = feeds.route("/detour", status=302, headers={"Location": limited})
+        own = feeds.route("/own", body=feed_body("own"))
+        neighbour = limiter.route("/neighbour", body=feed_body("neighbour"))
+        p = polite_project(tmp_path, [detour, own, neighbour], host_gap="200ms", concurrency=1)
+        register(p)
+        claim_first(p, [detour], START - timedelta(hours=1))
+        with caplog.at_level(logging.INFO, logger="feedcollector"):
+            report = p.cycle()
+
+        assert (report.failed, report.stored, report.deferred) == (1, 1, 1)
+        assert [r.path for r in limiter.requests] == ["/limited"], "its neighbour waits"
+        assert [r.path for r in feeds.requests] == ["/detour", "/own"]
+        limiter_key = f"127.0.0.1:{limiter.port}"
+        assert f"fetch: {limiter_key} rate-limits this collector (HTTP 429)" in caplog.text
+        assert f"fetch: 127.0.0.1:{feeds.port} rate-limits" not in caplog.text
+        (row,) = p.rows("SELECT rate_limited_by FROM feeds WHERE url = ?", detour)
+        assert row == {"rate_limited_by": limited}
+
+        # A new process: the deferral read back from the database names the same host.
+        report = p.cycle(urls=[own, neighbour], force=True)
+        assert (report.deferred, report.unchanged) == (1, 1)
+        assert [r.path for r in limiter.requests] == ["/limited"]
+        assert [r.path for r in feeds.requests] == ["/detour", "/own", "/own"]
 
 
 def test_503_retry_after_in_seconds_defers_only_that_feed(

@@ -355,13 +355,15 @@ def test_gone_moved_and_retry_after_through_d1(
     rows = {
         r["url"]: r
         for r in s.rows(
-            "SELECT url, gone_at, moved_to, retry_after_until, next_fetch_at FROM feeds"
+            "SELECT url, gone_at, moved_to, retry_after_until, rate_limited_by, next_fetch_at "
+            "FROM feeds"
         )
     }
     hour = stamp(START + timedelta(hours=1))
     assert rows[gone]["gone_at"] == stamp(START)
     assert rows[old]["moved_to"] == new
     assert (rows[limited]["retry_after_until"], rows[limited]["next_fetch_at"]) == (hour, hour)
+    assert rows[limited]["rate_limited_by"] == limited, "the host D1 names to the next cycle"
 
     assert s.cycle(urls=[limited], force=True).deferred == 1
     assert len(feed_server.hits("/busy")) == 1

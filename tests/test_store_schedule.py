@@ -82,7 +82,7 @@ def test_live_rate_limits_and_moves(db: Database) -> None:
     run(store_schedule.record_move(db, ids[A], "https://a2.example/feed"))
     limits = run(store_schedule.live_rate_limits(db, NOW))
     assert limits == [
-        store_schedule.HostDeferral(A, "https://a2.example/feed", format_timestamp(hour))
+        store_schedule.HostDeferral("https://a2.example/feed", format_timestamp(hour))
     ]
     assert run(store_schedule.live_rate_limits(db, hour)) == [], "over once it ran out"
     assert run(store_schedule.feed_urls(db, [ids[C], ids[A]])) == [A, C]

@@ -37,12 +37,16 @@ class FetchError(FeedCollectorError):
         kind: str = "error",
         status: int | None = None,
         hints: ResponseHints | None = None,
+        url: str | None = None,
     ) -> None:
         super().__init__(message)
         self.kind = kind
         self.status = status
         self.hints = hints
         """The refusing answer's headers (Retry-After...), when there was an answer."""
+        self.url = url
+        """The URL that gave the refusing answer, when there was one: after a redirect, not
+        the feed's, and its host is the one a 429 asks to wait."""
 
 
 class ParseError(FeedCollectorError):

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 
 import aiohttp
 import yarl
+from aiohttp.http_exceptions import HttpProcessingError
 
 from .content_coding import ACCEPT_ENCODING
 from .httpbody import (
@@ -31,6 +32,7 @@ from .httpbody import (
     unreachable_endpoint,
 )
 from .redirects import RedirectChain, require_web_scheme
+from .safe_text import QUOTED_CHARS, one_line
 
 FEED_ACCEPT = (
     "application/rss+xml, application/atom+xml, application/xml;q=0.9, text/xml;q=0.9, */*;q=0.8"
@@ -204,7 +206,22 @@ def describe_aiohttp_error(
         return TransferError("protocol", f"{url!r} is not a usable URL ({exc})")
     if isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)):
         return TransferError("connect", f"the connection to {host} broke during {url} ({root})")
-    return TransferError("protocol", f"{host} broke the HTTP protocol for {url} ({root})")
+    complaint = _parser_complaint(exc) or root
+    return TransferError("protocol", f"{host} broke the HTTP protocol for {url} ({complaint})")
+
+
+def _parser_complaint(exc: BaseException) -> str | None:
+    """What aiohttp's HTTP parser found wrong, on one line. Its error reads ``400, message:
+    ...``, as if the server had answered 400: that is aiohttp's own code for a bad message
+    (the server sent no such status), so only the message is kept."""
+    seen: list[BaseException] = []
+    link: BaseException | None = exc
+    while link is not None and link not in seen:
+        if isinstance(link, HttpProcessingError) and link.message.strip():
+            return one_line(link.message, QUOTED_CHARS)
+        seen.append(link)
+        link = link.__cause__ or link.__context__
+    return None
 
 
 def _parse_url(url: str) -> yarl.URL:
@@ -236,7 +253,7 @@ def _valid_url(make: Callable[[], yarl.URL], kind: str, what: str) -> yarl.URL:
     try:
         url = make()
         no_host = url.scheme in ("http", "https") and not url.host
-    except (ValueError, TypeError) as exc:  # idna's errors are UnicodeErrors
+    except (ValueError, TypeError, IndexError) as exc:  # idna: UnicodeError; yarl: IndexError
         raise TransferError(kind, f"{what} ({exc})") from exc
     if no_host:
         raise TransferError(kind, f"{what} (it names no host)")

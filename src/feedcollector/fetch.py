@@ -28,9 +28,10 @@ from .feedhttp import (
     read_feed_body,
     validator,
 )
-from .http_hints import permanent_target, response_hints
+from .http_hints import permanent_target, readable_retry_after, response_hints
 from .httpbody import TransferError, Unreachable, refuse_unreachable, remember_unreachable
 from .models import FetchedFeed
+from .safe_text import QUOTED_CHARS, one_line
 
 MIB = 1024 * 1024
 
@@ -79,6 +80,7 @@ async def fetch_feed(
         headers["If-None-Match"] = etag
     if last_modified := validator(last_modified):
         headers["If-Modified-Since"] = last_modified
+    conditional = bool(headers)
     if limits.user_agent:
         headers["User-Agent"] = limits.user_agent
     started = time.monotonic()
@@ -96,7 +98,7 @@ async def fetch_feed(
             )
             try:
                 return await _read_feed_response(
-                    response, url, limits, started, permanent_target(hops)
+                    response, url, limits, started, permanent_target(hops), conditional=conditional
                 )
             finally:
                 response.release()
@@ -117,13 +119,25 @@ async def _read_feed_response(
     limits: FetchLimits,
     started: float,
     permanent_url: str | None,
+    *,
+    conditional: bool,
 ) -> FetchedFeed:
+    """``conditional``: the request carried validators, so a 304 answers it."""
     status = response.status
     reason = header_text(response.reason or "")
     final_url = str(response.url)
     etag = validator(response.headers.get("ETag"))
     last_modified = validator(response.headers.get("Last-Modified"))
     hints = response_hints(response.headers)
+    if status == 304 and not conditional:
+        raise FetchError(
+            f"fetch: {final_url} answered 304 Not Modified to an unconditional request (no "
+            "If-None-Match or If-Modified-Since was sent, so there is no copy it can mean; a "
+            "broken cache in front of the server?): nothing stored, will retry with backoff",
+            kind="protocol",
+            status=304,
+            url=final_url,
+        )
     if status == 304:
         return FetchedFeed(
             url=url,
@@ -137,7 +151,17 @@ async def _read_feed_response(
         )
     if not 200 <= status < 300:
         error = feed_status_error(status, reason, final_url, response.headers)
-        raise FetchError(f"fetch: {error.detail}", kind=error.kind, status=status, hints=hints)
+        raise FetchError(
+            f"fetch: {error.detail}", kind=error.kind, status=status, hints=hints, url=final_url
+        )
+    if status == 206:
+        raise FetchError(
+            f"fetch: HTTP 206 {status_text(status, reason)} from {final_url} is a part of the "
+            "feed, though no Range was asked for; nothing stored, will retry with backoff",
+            kind="protocol",
+            status=206,
+            url=final_url,
+        )
     body = await read_feed_body(
         response, max_bytes=limits.max_body_bytes, timeout_s=limits.timeout_s
     )
@@ -187,11 +211,11 @@ def feed_status_error(
     elif status in (401, 403):
         hint = "access denied; the feed needs credentials or blocks this client"
     elif status == 429:
-        retry_after = header_text(headers.get("Retry-After", ""))
-        wait = f", the server asks to wait {retry_after}" if retry_after else ""
-        hint = f"rate limited{wait}; this host's feeds wait"
-    elif status == 503 and headers.get("Retry-After"):
-        hint = f"unavailable, the server asks to wait {header_text(headers['Retry-After'])}"
+        wait = _retry_after_words(headers)
+        hint = f"rate limited, {wait}" if wait else "rate limited"
+        hint += "; this host's feeds wait"
+    elif status == 503 and (wait := _retry_after_words(headers)):
+        hint = f"unavailable, {wait}"
     elif status >= 500:
         hint = "the server is failing; will retry with backoff"
     else:
@@ -203,9 +227,23 @@ def feed_status_error(
     )
 
 
+def _retry_after_words(headers: Mapping[str, str]) -> str | None:
+    """What the answer's Retry-After says, quoted safely, or None without one. Text in neither
+    of its forms is called ignored, since it is: quoting it as a wait would claim it honoured."""
+    text = headers.get("Retry-After", "")
+    if not text.strip():
+        return None
+    quoted = one_line(header_text(text), QUOTED_CHARS)
+    if readable_retry_after(text):
+        return f"the server asks to wait {quoted}"
+    return f"its Retry-After {quoted!r} is neither seconds nor an HTTP-date, ignored"
+
+
 def status_text(status: int, reason_phrase: str) -> str:
-    """The server's reason phrase, or the standard one when it sent none."""
-    if reason_phrase:
+    """The server's reason phrase on one safe line (it is the server's text: an escape
+    sequence in it would drive the terminal the log goes to), or the standard one when it
+    sent none."""
+    if reason_phrase := one_line(reason_phrase, QUOTED_CHARS):
         return reason_phrase
     try:
         return HTTPStatus(status).phrase

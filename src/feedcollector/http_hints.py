@@ -62,6 +62,14 @@ def _server_now(hints: ResponseHints, now: datetime) -> datetime:
     return http_date(hints.date) or now
 
 
+def readable_retry_after(text: str) -> bool:
+    """Whether a Retry-After is in one of its two forms, delta-seconds or an HTTP-date: any
+    other text (``-5``, ``120.5``, ``soon``) is ignored, and a message must not quote it as a
+    wait the collector honours."""
+    text = text.strip()
+    return _DELTA_SECONDS.fullmatch(text) is not None or http_date(text) is not None
+
+
 def retry_after(hints: ResponseHints | None, now: datetime) -> timedelta | None:
     """How long the server asked us to wait, or None: no header, garbage, zero or a past date."""
     if hints is None or hints.retry_after is None:

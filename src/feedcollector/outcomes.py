@@ -41,12 +41,13 @@ def honour_refusal(
     status: int | None,
     now: datetime,
 ) -> timedelta | None:
-    """The (capped) Retry-After of a 429/503, or None; a 429 also makes the feed's host wait
-    in this process, for the Retry-After or ``RATE_LIMIT_PAUSE`` without one."""
+    """The (capped) Retry-After of a 429/503, or None; a 429 also makes the host that answered
+    it wait in this process, for the Retry-After or ``RATE_LIMIT_PAUSE`` without one. That is
+    the host of :func:`refused_by`: after a redirect to another host, not the feed's own."""
     hints = exc.hints if isinstance(exc, FetchError) and status in (429, 503) else None
     asked = capped_retry_after(collector.schedule_policy, retry_after(hints, now))
     if status == 429:
-        host = host_key(feed.moved_to or feed.url)
+        host = host_key(refused_by(feed, exc))
         until = now + (asked or RATE_LIMIT_PAUSE)
         collector.hosts.defer(host, until)
         log.info(
@@ -55,6 +56,13 @@ def honour_refusal(
             format_timestamp(until),
         )
     return asked
+
+
+def refused_by(feed: Feed, exc: FetchError | ParseError) -> str:
+    """The URL whose answer refused the fetch: a redirect's target when the chain left the
+    feed's URL, else where the feed is fetched from."""
+    answered = exc.url if isinstance(exc, FetchError) else None
+    return answered or feed.moved_to or feed.url
 
 
 async def defer(
@@ -188,6 +196,8 @@ async def fail(
     feed, now = outcome.feed, outcome.fetched_at
     failures = feed.consecutive_failures + 1
     asked = honour_refusal(collector, feed, exc, status, now)
+    if status == 429:  # before the failure: one recorded without it defers the wrong host
+        await store_schedule.record_rate_limiter(collector.db, feed.id, refused_by(feed, exc))
     outcome.state = "failed"
     outcome.error = str(exc)
     outcome.error_kind = exc.kind if isinstance(exc, FetchError) else "parse"

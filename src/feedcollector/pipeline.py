@@ -90,7 +90,7 @@ async def run_cycle(
     if sync:
         await sync_feeds_file(collector, report.started)
     for limit in await store_schedule.live_rate_limits(collector.db, report.started):
-        collector.hosts.defer(host_key(limit.moved_to or limit.url), parse_timestamp(limit.until))
+        collector.hosts.defer(host_key(limit.asked_by), parse_timestamp(limit.until))
     if collector.observer is not None and not force:
         report.feeds_due = await store.count_due_feeds(collector.db, report.started)
     lease = feed_lease(collector)

@@ -162,6 +162,12 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
             "CREATE INDEX IF NOT EXISTS items_created_at ON items (created_at, id)",
         ),
     ),
+    (
+        12,
+        "feeds.rate_limited_by: the URL that answered the last 429 (a redirect's target may be "
+        "on another host), so every process defers the host that asked",
+        ("ALTER TABLE feeds ADD COLUMN rate_limited_by TEXT",),
+    ),
 )
 
 

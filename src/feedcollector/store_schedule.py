@@ -63,23 +63,30 @@ async def release_feeds(db: Database, feed_ids: Sequence[str], owner: str) -> No
         )
 
 
+async def record_rate_limiter(db: Database, feed_id: str, url: str) -> None:
+    """The URL that answered the feed's 429: after a redirect to another host, its host is
+    the one that asked to wait, not the feed's."""
+    await db.query("UPDATE feeds SET rate_limited_by = ? WHERE id = ?", (url, feed_id))
+
+
 @dataclass(frozen=True, slots=True)
 class HostDeferral:
-    """A feed whose host answered 429 with a Retry-After that has not run out."""
+    """A 429 whose Retry-After has not run out."""
 
-    url: str
-    moved_to: str | None
+    asked_by: str
+    """The URL that answered it (a redirect's target may be on another host than the feed's;
+    for a 429 recorded before that was kept, where the feed is fetched from)."""
     until: str
 
 
 async def live_rate_limits(db: Database, now: datetime) -> list[HostDeferral]:
     """The 429 Retry-Afters still running, so a new process keeps honouring them per host."""
     rows = await db.query(
-        "SELECT url, moved_to, retry_after_until FROM feeds "
-        "WHERE last_status = 429 AND retry_after_until > ?",
+        "SELECT COALESCE(rate_limited_by, moved_to, url) AS asked_by, retry_after_until "
+        "FROM feeds WHERE last_status = 429 AND retry_after_until > ?",
         (format_timestamp(now),),
     )
-    return [HostDeferral(row["url"], row["moved_to"], row["retry_after_until"]) for row in rows]
+    return [HostDeferral(row["asked_by"], row["retry_after_until"]) for row in rows]
 
 
 async def feed_urls(db: Database, feed_ids: Sequence[str]) -> list[str]:
