@@ -233,6 +233,11 @@ def test_backups_older_than_item_days_are_not_replayed(drill: Drill) -> None:
     drill.clock.now = START + timedelta(days=1, hours=1, minutes=30)
     report, _ = drill.restore(item_days=1)
     assert report.backups == 4, "the two feeds' backups of the last 24 hours only"
+    assert report.backups_before == 4
+    assert (
+        "4 backups taken before 2026-03-02T10:30:00Z were not replayed (what they hold is older "
+        "than item_days (1) and has expired)"
+    ) in report.summary(), "else '0 items from 0 backups' says nothing of why"
     assert len(drill.items()) == 5
     assert drill.rows("SELECT DISTINCT created_at FROM items") == [("2026-03-02T11:00:00Z",)]
 

@@ -63,6 +63,10 @@ class RestoreReport:
     items_recovered: int = 0
     images_relinked: int = 0
     unknown_feed_folders: int = 0
+    backups_before: int = 0
+    """Backups taken before ``replayed_from``, not replayed."""
+    replayed_from: str | None = None
+    why_not_older: str = ""
 
     def summary(self) -> str:
         text = (
@@ -71,6 +75,11 @@ class RestoreReport:
             f"{self.backups_unreadable} unreadable); {self.images_relinked} images linked to "
             f"their archived objects; {self.feeds_created} feed rows created"
         )
+        if self.backups_before:
+            text += (
+                f"; {self.backups_before} backups taken before {self.replayed_from} were not "
+                f"replayed ({self.why_not_older})"
+            )
         if self.unknown_feed_folders:
             text += (
                 f"; {self.unknown_feed_folders} backup folders belong to feeds in neither the "
@@ -141,12 +150,19 @@ async def restore_from_backups(
     have expired, and once their tombstones are gone (backups are kept longer than items
     when ``backup_days`` is larger) a replay brought them back, images downloaded anew, for
     the next cleanup to delete again."""
+    why = "--since"
     if item_days is not None:
         kept_from = now - timedelta(days=item_days)
-        since = kept_from if since is None else max(since, kept_from)
+        if since is None or kept_from > since:
+            since = kept_from
+            why = f"what they hold is older than item_days ({item_days}) and has expired"
     rows = await db.query("SELECT id, url FROM feeds")
     targets = restore_targets(specs, {row["url"]: row["id"] for row in rows}, feed_url)
-    report = RestoreReport(feeds=len(targets))
+    report = RestoreReport(
+        feeds=len(targets),
+        replayed_from=format_timestamp(since) if since is not None else None,
+        why_not_older=why,
+    )
     for done, target in enumerate(targets, start=1):
 
         def tick(feed_done: bool = False, url: str = target.url, done: int = done) -> None:
@@ -200,6 +216,7 @@ async def _restore_feed(
     async for backup in feed_backups(objects, target.feed_id):
         taken, key = backup.taken, backup.key
         if since is not None and taken < since:
+            report.backups_before += 1
             continue
         try:
             body, content_type = await read_backup(objects, backup)
