@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import socket
 import sqlite3
+import subprocess
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -732,6 +734,45 @@ def test_fetches_within_one_second_keep_a_backup_each(
         {"guid": "a", "created_at": "2026-03-02T09:00:00Z"},
         {"guid": "b", "created_at": "2026-03-02T09:00:01Z"},
     ]
+
+
+def test_a_manual_fetch_names_who_holds_a_feed_it_skips(
+    feed_server: FeedServer, project: Callable[..., Project], caplog: pytest.LogCaptureFixture
+) -> None:
+    """After a collector was killed, ``fetch`` said for 15 minutes that another collector was
+    fetching the feed right now, with no collector running."""
+    urls = [feed_server.route(f"/{n}", body=rss([Entry("a", guid="a")])) for n in range(2)]
+    p = project(urls)
+    p.cycle()
+    gone = f"{socket.gethostname()}:{_ended_pid()}:0f0f0f0f"
+    until = "2026-03-02T09:14:00Z"
+    p.execute(
+        "UPDATE feeds SET lease_owner = ?, lease_until = ? WHERE url = ?", gone, until, urls[0]
+    )
+    p.execute(
+        "UPDATE feeds SET lease_owner = ?, lease_until = ? WHERE url = ?",
+        "elsewhere:1:ab",
+        until,
+        urls[1],
+    )
+    with caplog.at_level(logging.WARNING):
+        assert p.cycle(force=True).feeds == 0
+    messages = [r.getMessage() for r in caplog.records]
+    assert (
+        f"fetch: {urls[0]} skipped: its lease until {until} belongs to collector {gone} of this "
+        "machine, whose process has stopped (killed before it let go); the feed is free when "
+        "the lease runs out"
+    ) in messages
+    assert (
+        f"fetch: {urls[1]} skipped: collector elsewhere:1:ab holds it until {until} (fetching it "
+        "now, or stopped before it let go)"
+    ) in messages
+
+
+def _ended_pid() -> int:
+    process = subprocess.Popen(["true"])
+    process.wait()
+    return process.pid
 
 
 def test_an_unexpected_error_fails_only_its_feed_and_is_recorded(

@@ -85,4 +85,5 @@ def test_live_rate_limits_and_moves(db: Database) -> None:
         store_schedule.HostDeferral("https://a2.example/feed", format_timestamp(hour))
     ]
     assert run(store_schedule.live_rate_limits(db, hour)) == [], "over once it ran out"
-    assert run(store_schedule.feed_urls(db, [ids[C], ids[A]])) == [A, C]
+    held = run(store_schedule.held_feeds(db, [ids[C], ids[A]]))
+    assert [feed.url for feed in held] == [A, C]

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Sequence
 from datetime import datetime, timedelta
 
 from . import store, store_schedule
-from .collector import Collector
+from .collector import Collector, owner_has_stopped
 from .config import load_feeds
 from .feeds_file import feeds_file_digest
 from .models import Feed
@@ -95,6 +95,19 @@ async def forced_pages(
         )
         taken = {feed.id for feed in page}
         busy = [feed_id for feed_id in chunk if feed_id not in taken]
-        for url in await store_schedule.feed_urls(collector.db, busy) if busy else ():
-            log.warning("fetch: %s is being fetched by another collector right now; skipped", url)
+        for held in await store_schedule.held_feeds(collector.db, busy) if busy else ():
+            log.warning("fetch: %s skipped: %s", held.url, _holder(held))
         yield page
+
+
+def _holder(held: store_schedule.HeldFeed) -> str:
+    """Who holds the feed, in words: a collector killed while it held feeds leaves their
+    leases to run out, and "another collector is fetching it" sent its user looking for a
+    process that was not there."""
+    until = f" until {held.until}" if held.until else ""
+    if held.owner and owner_has_stopped(held.owner):
+        return (
+            f"its lease{until} belongs to collector {held.owner} of this machine, whose process "
+            "has stopped (killed before it let go); the feed is free when the lease runs out"
+        )
+    return f"collector {held.owner} holds it{until} (fetching it now, or stopped before it let go)"

@@ -31,6 +31,22 @@ def _owner_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
+def owner_has_stopped(owner: str) -> bool:
+    """Whether the collector that took a lease as ``owner`` (see :func:`_owner_id`) ran on
+    this machine and its process is gone: its leases only wait to run out."""
+    host, _, rest = owner.partition(":")
+    pid = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid.isdecimal():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OverflowError):  # another user's process; a pid no system has
+        return False
+    return False
+
+
 @dataclass
 class Collector:
     """Settings, backends and HTTP clients of one collector process."""

@@ -89,13 +89,23 @@ async def live_rate_limits(db: Database, now: datetime) -> list[HostDeferral]:
     return [HostDeferral(row["asked_by"], row["retry_after_until"]) for row in rows]
 
 
-async def feed_urls(db: Database, feed_ids: Sequence[str]) -> list[str]:
-    """The URLs of these feeds (to name the ones a manual fetch could not take)."""
-    urls: list[str] = []
+@dataclass(frozen=True, slots=True)
+class HeldFeed:
+    """A feed another collector holds: who (``host:pid:nonce``) and until when."""
+
+    url: str
+    owner: str | None
+    until: str | None
+
+
+async def held_feeds(db: Database, feed_ids: Sequence[str]) -> list[HeldFeed]:
+    """Who holds these feeds (to name the ones a manual fetch could not take)."""
+    held: list[HeldFeed] = []
     for chunk in chunked(feed_ids):
         rows = await db.query(
-            f"SELECT url FROM feeds WHERE id IN ({placeholders(len(chunk))}) ORDER BY url",  # noqa: S608
+            "SELECT url, lease_owner, lease_until FROM feeds "  # noqa: S608
+            f"WHERE id IN ({placeholders(len(chunk))}) ORDER BY url",
             tuple(chunk),
         )
-        urls += [row["url"] for row in rows]
-    return urls
+        held += [HeldFeed(row["url"], row["lease_owner"], row["lease_until"]) for row in rows]
+    return held
