@@ -253,6 +253,40 @@ def test_items_of_a_description_alone_get_a_guid_each(broken: bool) -> None:
     assert titled.guid == md5("T")
 
 
+RDF = (
+    b'<?xml version="1.0"?><rdf:RDF xmlns:rdf="http://www.w3.org/1999/02/22-rdf-syntax-ns#"'
+    b' xmlns="http://purl.org/rss/1.0/"><channel rdf:about="http://site.example/">'
+    b"<title>R</title><link>http://site.example/</link></channel>"
+    b'<item rdf:about="urn:x:1"><title>One</title><link>http://site.example/1</link></item>'
+    b"</rdf:RDF>"
+)
+
+
+@pytest.mark.parametrize(
+    ("document", "guid", "link"),
+    [
+        (
+            rss(
+                "<item><title>Episode</title><pubDate>Mon, 02 Mar 2026 08:00:00 GMT</pubDate>"
+                '<enclosure url="/e.mp3" length="1" type="audio/mpeg"/></item>'
+            ),
+            md5("Episode" + "Mon, 02 Mar 2026 08:00:00 GMT"),
+            None,
+        ),
+        (RDF, "http://site.example/1", "http://site.example/1"),
+    ],
+    ids=["rss enclosure", "rdf:about"],
+)
+def test_both_paths_give_an_item_the_same_guid_and_link(
+    document: bytes, guid: str, link: str | None
+) -> None:
+    """A feed well-formed one day and broken the next stored its items again: feedparser
+    took an RSS <enclosure> for the item's link (and GUID), and rdf:about for its GUID."""
+    for data in (document, document + b"<"):
+        (item,) = parse_feed(data, BASE_URL).items
+        assert (item.guid, item.link) == (guid, link), data[-1:]
+
+
 @pytest.mark.parametrize("broken", [False, True], ids=["fast path", "feedparser"])
 def test_an_rss_item_without_link_takes_its_atom_link(broken: bool) -> None:
     """Both paths read it as feedparser does (the alternate, else the first), so a feed that

@@ -128,6 +128,8 @@ def _declare_missing_prefixes(data: bytes) -> bytes:
     return data[: root.end()] + declarations + data[root.end() :]
 
 
+_REL_ENCLOSURE_RE = re.compile(rb"""\srel\s*=\s*["']\s*enclosure""", re.I)
+"""A ``<link rel="enclosure">`` (Atom's, or an ``atom:link`` in RSS); ``<enclosure>`` has no rel."""
 _ITEM_START_RE = re.compile(rb"<(?:[A-Za-z_][\w.-]*:)?(?:item|entry)(?=[\s/>])[^>]*+(?:>|\Z)", re.I)
 _END_RE = re.compile(
     rb"</(?:[A-Za-z_][\w.-]*:)?(?P<name>item|entry|channel|rss|feed|rdf)\s*>", re.I
@@ -177,13 +179,22 @@ def parse_with_feedparser(data: bytes, base_url: str) -> ParsedFeed:
         raise ParseError(f"parse: not a feed ({reason or 'no channel or feed element'})")
     feed = _key(result, "feed") or {}
     feed_link, default_base = feed_base(_string(_key(feed, "link")), base_url)
+    format_name = _format_name(version)
+    linked_enclosures = format_name == "atom" or _REL_ENCLOSURE_RE.search(data) is not None
     return ParsedFeed(
         title=_stripped(_string(_key(feed, "title"))),
         link=feed_link,
         items=tuple(
-            _entry(entry, default_base, base_url) for entry in entries[:MAX_ITEMS_PER_FEED]
+            _entry(
+                entry,
+                default_base,
+                base_url,
+                linked_enclosures=linked_enclosures,
+                rdf=format_name == "rdf",
+            )
+            for entry in entries[:MAX_ITEMS_PER_FEED]
         ),
-        format=_format_name(version) + "-fallback",
+        format=format_name + "-fallback",
         items_dropped=max(0, len(entries) - MAX_ITEMS_PER_FEED),
         ttl_minutes=ttl_minutes(
             _string(_key(feed, "ttl")),
@@ -193,7 +204,20 @@ def parse_with_feedparser(data: bytes, base_url: str) -> ParsedFeed:
     )
 
 
-def _entry(entry: dict[str, Any], default_base: str, base_url: str) -> ParsedItem:
+def _entry(
+    entry: dict[str, Any],
+    default_base: str,
+    base_url: str,
+    *,
+    linked_enclosures: bool,
+    rdf: bool,
+) -> ParsedItem:
+    """One entry, with the GUID and link the fast path would give the same item: a feed that
+    is well-formed one day and broken the next must not store its items again under other
+    GUIDs. So an RSS ``<enclosure>`` is no link (feedparser lists it among the links beside
+    ``<link rel="enclosure">``, which the fast path does read: ``linked_enclosures`` says the
+    document has such links), and an RSS 1.0 item's ``rdf:about`` is no GUID (feedparser's
+    ``id``; the fast path reads ``<guid>``, then the link)."""
     contents = _key(entry, "content")
     content_detail = contents[0] if isinstance(contents, list) and contents else None
     summary_detail = _key(entry, "summary_detail")
@@ -208,8 +232,8 @@ def _entry(entry: dict[str, Any], default_base: str, base_url: str) -> ParsedIte
     return finish_item(
         RawEntry(
             title=_string(_key(entry, "title")),
-            link=_alternate_link(_key(entry, "links")),
-            guid=_string(_key(entry, "id")),
+            link=_alternate_link(_key(entry, "links"), enclosures=linked_enclosures),
+            guid=None if rdf else _string(_key(entry, "id")),
             content=content,
             description=summary,
             dates=dates,
@@ -227,11 +251,14 @@ def _key(mapping: object, key: str) -> Any:
     return dict.get(mapping, key) if isinstance(mapping, dict) else None
 
 
-def _alternate_link(links: object) -> str | None:
+def _alternate_link(links: object, *, enclosures: bool) -> str | None:
     """The href :func:`.parse_common.choose_link` picks, as the fast path does (never
-    feedparser's guid-as-link)."""
+    feedparser's guid-as-link); ``enclosures``: whether a ``rel="enclosure"`` link counts
+    (an Atom one is a ``<link>``, an RSS ``<enclosure>`` is not)."""
     if not isinstance(links, list):
         return None
+    if not enclosures:
+        links = [link for link in links if _string(_key(link, "rel")) != "enclosure"]
     chosen = choose_link(links, lambda link, name: _string(_key(link, name)))
     return None if chosen is None else _string(_key(chosen, "href"))
 
