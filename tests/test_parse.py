@@ -914,8 +914,11 @@ WHOLE = b"<rss><channel><title>T</title><item><guid>a</guid></item><ITEM><guid>b
         (WHOLE + b"<item><guid>c</guid></channel></rss>", None),  # an unclosed item, then the end
         (WHOLE + b"<item/>", None),
         (WHOLE + b"<items>", None),
-        (b"<rss><channel><item><guid>a</guid><item><guid>b", None),  # items closed nowhere
-        (b"<rss><channel><item><guid>a</guid><description>cut", None),  # no whole item before
+        (b"<rss><channel><item><guid>a</guid><item><guid>b", b"<rss><channel><item><guid>a</guid>"),
+        (
+            b"<rss><channel><title>T</title><item><guid>a</guid><desc",
+            b"<rss><channel><title>T</title>",
+        ),
     ],
 )
 def test_a_document_is_cut_back_to_its_last_whole_item_only_when_it_ends_inside_one(
@@ -936,6 +939,8 @@ def test_a_cut_off_feed_reads_its_whole_items_and_not_the_cut_one() -> None:
     feed = parse_feed(cut, BASE_URL)
     assert (feed.cut_off, [item.guid for item in feed.items]) == (True, ["a"])
     assert parse_feed(data, BASE_URL).cut_off is False
+    first = data[: data.index(b"whole")]  # a PHP fatal error inside the first item
+    assert parse_feed(first, BASE_URL).items == ()
 
 
 def test_external_entities_are_never_resolved(tmp_path: Path) -> None:

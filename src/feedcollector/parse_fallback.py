@@ -137,28 +137,21 @@ _END_RE = re.compile(
 
 
 def whole_items(data: bytes) -> bytes | None:
-    """``data`` up to the end of its last whole item when it ends inside the item after it
-    (a body cut off in transfer: the server closed the connection early), else None.
+    """``data`` up to the start of its last item when it ends inside that item (a body cut
+    off in transfer: the server closed the connection early, or died mid-page), else None.
 
     feedparser reads a cut item as far as it goes: stored, it would keep its missing text
     for good (items are never updated), or come back a second time, whole, under its real
     GUID. Left out, it is stored from the next whole body. Nothing is cut from a document
-    that closes its items nowhere (some never do), nor from one whose channel or root
-    closes after its last item.
+    whose last item, channel or root closes after the last item starts.
     """
     starts = list(_ITEM_START_RE.finditer(data))
     if not starts or starts[-1].group().endswith(b"/>"):
         return None
-    last_start = starts[-1]
-    last_item_end = None
-    for end in _END_RE.finditer(data):
-        if end.start() > last_start.start():
-            return None  # the item, its channel or the document closes after it: not cut
-        if end["name"].lower() in (b"item", b"entry"):
-            last_item_end = end
-    if last_item_end is None:
+    cut_item = starts[-1].start()
+    if _END_RE.search(data, cut_item) is not None:
         return None
-    return data[: last_item_end.end()]
+    return data[:cut_item]
 
 
 def parse_with_feedparser(data: bytes, base_url: str) -> ParsedFeed:
