@@ -141,12 +141,17 @@ def _fraction_micro(fraction: str | None) -> int:
 
 def _parse_iso(text: str) -> datetime | None:
     """ISO 8601 / W3CDTF / RFC 3339, with a space for the T and an optional named zone; also
-    with slashes (``2024/01/02 10:00``: year first is always year, month, day)."""
+    with slashes (``2024/01/02 10:00``: year first is always year, month, day).
+
+    ``fromisoformat`` takes any character after the date for the T: ``2015-01-26+02:00`` (a
+    date with its offset) became 02:00 UTC, so after ``YYYY-MM-DD`` only a T or a space is
+    left to it."""
     try:
-        moment = datetime.fromisoformat(text)
+        odd_separator = text[4:5] == "-" and text[10:11] not in ("", "T", "t", " ")
+        moment = None if odd_separator else datetime.fromisoformat(text)
     except ValueError:
-        pass
-    else:
+        moment = None
+    if moment is not None:
         if moment.tzinfo is None:
             return moment.replace(tzinfo=UTC)
         try:
