@@ -288,6 +288,25 @@ def test_both_paths_give_an_item_the_same_guid_and_link(
 
 
 @pytest.mark.parametrize("broken", [False, True], ids=["fast path", "feedparser"])
+def test_a_permalink_guid_is_the_link_of_an_item_without_one(broken: bool) -> None:
+    """RSS 2.0: a guid is a permalink unless isPermaLink says otherwise; an item with no
+    other URL had no link at all (feedparser takes the guid)."""
+    items = (
+        "<item><title>A</title><guid>https://site.example/a</guid></item>"
+        '<item><title>B</title><guid isPermaLink="false">https://site.example/b</guid></item>'
+        "<item><title>C</title><guid>urn:uuid:1</guid></item>"
+        "<item><title>D</title><link>/d</link><guid>https://site.example/not-d</guid></item>"
+    )
+    feed = parse_feed(rss(items) + (b"<" if broken else b""), BASE_URL)
+    assert [item.link for item in feed.items] == [
+        "https://site.example/a",
+        None,
+        None,
+        "http://site.example/d",
+    ]
+
+
+@pytest.mark.parametrize("broken", [False, True], ids=["fast path", "feedparser"])
 def test_an_rss_item_without_link_takes_its_atom_link(broken: bool) -> None:
     """Both paths read it as feedparser does (the alternate, else the first), so a feed that
     turns ill-formed one day keeps its items' GUIDs; an item's own <link> comes first."""

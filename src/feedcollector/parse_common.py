@@ -122,6 +122,16 @@ def choose_link(links: Iterable[Link], attribute: Callable[[Link, str], str | No
     return first_alternate if first_alternate is not None else first
 
 
+def permalink(guid: str | None, is_permalink: bool) -> str | None:
+    """An RSS ``<guid>`` as the item's link when it has none: RSS 2.0 makes a guid a permalink
+    unless ``isPermaLink`` says otherwise, and some feeds give their items no other URL. Only
+    an absolute web URL is taken (a guid is often a tag: or urn: name despite the default)."""
+    if guid is None or not is_permalink:
+        return None
+    text = guid.strip()
+    return text if text[:8].lower().startswith(("http://", "https://")) else None
+
+
 def has_text(value: str | None) -> TypeGuard[str]:
     """Not None and not blank; ``isspace`` stops at the first visible character, while
     ``strip`` would copy a whole content body to find out."""

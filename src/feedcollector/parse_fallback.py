@@ -35,6 +35,7 @@ from .parse_common import (
     choose_link,
     feed_base,
     finish_item,
+    permalink,
     ttl_minutes,
 )
 
@@ -222,11 +223,13 @@ def _entry(
         if text
     )
     entry_base = _detail_base(content_detail, base_url) or _detail_base(summary_detail, base_url)
+    guid = None if rdf else _string(_key(entry, "id"))
+    link = _alternate_link(_key(entry, "links"), enclosures=linked_enclosures)
     return finish_item(
         RawEntry(
             title=_string(_key(entry, "title")),
-            link=_alternate_link(_key(entry, "links"), enclosures=linked_enclosures),
-            guid=None if rdf else _string(_key(entry, "id")),
+            link=link or permalink(guid, bool(_key(entry, "guidislink"))),
+            guid=guid,
             content=content,
             description=summary,
             dates=dates,

@@ -22,6 +22,7 @@ from .parse_common import (
     feed_base,
     finish_values,
     has_text,
+    permalink,
     ttl_minutes,
 )
 from .parse_tags import (
@@ -237,6 +238,8 @@ def _rss_item(
     link_text = None if link is None else text_of(link)
     if atom_links and not has_text(link_text):
         link_text = _atom_link(atom_links, chain, base_url)  # as feedparser reads it
+    if guid is not None and not has_text(link_text):  # "true" only, as feedparser reads it
+        link_text = permalink(text_of(guid), guid.get("isPermaLink", "true") == "true")
     content_html = None if content is None else markup_of(content)
     if has_text(content_html):
         description = None  # not read: the content wins
