@@ -16,6 +16,7 @@ import shutil
 import sqlite3
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,7 @@ from feedcollector.backends.sqlite import SQLiteDatabase
 from feedcollector.config import load_settings
 from feedcollector.database import Database, Statement
 from feedcollector.errors import DatabaseError, ObjectNotFoundError, ObjectStoreError
-from feedcollector.objectstore import ObjectStore
+from feedcollector.objectstore import ListedObject, ObjectStore
 from feedcollector.schema import latest_version, migrate
 
 from . import cloud
@@ -293,6 +294,59 @@ def test_list_by_prefix_in_lexical_order(object_store: Live[ObjectStore]) -> Non
         k for k in keys if k.startswith("backups/")
     )
     assert object_store.run(collect(store.list("nothing/here/"))) == []
+
+
+def test_list_with_times_lists_as_list_does_with_times_and_sizes(
+    object_store: Live[ObjectStore],
+) -> None:
+    """Same keys, same order, same prefix rules as ``list``; each with an aware UTC time of
+    its last write (S3 keeps whole seconds) and its size. The local store reads a folder's
+    keys in order: ``f1-x`` and ``f1.x`` sort before the keys of folder ``f1/``."""
+    store = object_store.backend
+    keys = [
+        "images/f1/aa/0.png",
+        "images/f1/aa/10.png",
+        "images/f1/aa/2.png",
+        "images/f1-x.png",
+        "images/f1.x/0.png",
+        "images/f10/b/0.png",
+        "images/f1/ab/0.png",
+        "content/f1/aa.html",
+        "imagesX",
+    ]
+    random.Random(3).shuffle(keys)
+    before = datetime.now(UTC) - timedelta(seconds=2)
+    for n, key in enumerate(keys):
+        object_store.run(store.put(key, b"x" * n))
+    after = datetime.now(UTC) + timedelta(seconds=2)
+
+    async def listed(prefix: str) -> list[ListedObject]:
+        return [found async for found in store.list_with_times(prefix)]
+
+    for prefix in ("images/", "images/f1", "images/f1/", "images/f1/aa/1", "", "none/"):
+        with_times = object_store.run(listed(prefix))
+        expected = sorted(key for key in keys if key.startswith(prefix))
+        assert [found.key for found in with_times] == expected, prefix
+        assert object_store.run(collect(store.list(prefix))) == expected, prefix
+        for found in with_times:
+            assert found.last_modified.utcoffset() == timedelta(0)
+            assert before <= found.last_modified <= after
+            assert found.size == keys.index(found.key)
+    object_store.run(store.put("images/f1-x.png", b"again"))
+    (rewritten,) = object_store.run(listed("images/f1-x.png"))
+    assert rewritten.size == 5
+
+
+def test_the_local_store_lists_the_files_modification_time(tmp_path: Path) -> None:
+    with live("local", lambda: LocalObjectStore(tmp_path / "objects")) as store:
+        store.run(store.backend.put("images/f/aa/0.png", b"png"))
+        old = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
+        os.utime(tmp_path / "objects/images/f/aa/0.png", (old.timestamp(), old.timestamp()))
+
+        async def listed() -> list[ListedObject]:
+            return [found async for found in store.backend.list_with_times("images/")]
+
+        assert store.run(listed()) == [ListedObject("images/f/aa/0.png", old, 3)]
 
 
 def test_delete_many_deletes_only_given_keys_and_ignores_missing(

@@ -151,6 +151,41 @@ def test_a_file_in_place_of_the_objects_folder_is_a_storage_error(tmp_path: Path
     assert feedcollector("cleanup", cwd=tmp_path).returncode == 0, "a missing folder is empty"
 
 
+def test_cleanup_orphans_deletes_old_objects_no_row_names(
+    feed_server: FeedServer, tmp_path: Path
+) -> None:
+    ok = feed_server.route("/ok", body=rss([Entry("Hello", guid="1")]))
+    config = str(write_project(tmp_path, [ok]))
+    assert feedcollector("--config", config, "run", "--once", cwd=tmp_path).returncode == 0
+    objects = tmp_path / "objects"
+    backups = sorted(objects.rglob("*.xml"))
+    old = time.time() - 3 * 86400
+    orphans = [objects / "images/gone/aa/0.png", objects / "content/gone/bb.html"]
+    young = objects / "images/gone/aa/1.png"
+    for path in [*orphans, young]:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"left behind")
+    for path in orphans:
+        os.utime(path, (old, old))
+
+    plain = feedcollector("--config", config, "cleanup", cwd=tmp_path)
+    assert plain.returncode == 0, plain.stderr
+    assert all(path.exists() for path in orphans), "only --orphans looks for them"
+    dry = feedcollector("--config", config, "cleanup", "--orphans", "--dry-run", cwd=tmp_path)
+    assert dry.returncode == 0, dry.stderr
+    assert "would delete 1 image objects and 1 content objects" in dry.stdout
+    assert "1 younger than 1d left alone" in dry.stdout
+    assert "    images/gone/aa/0.png" in dry.stdout.splitlines()
+    assert all(path.exists() for path in orphans), "a dry run deletes nothing"
+
+    done = feedcollector("--config", config, "cleanup", "--orphans", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "orphans: deleted 1 image objects and 1 content objects" in done.stdout
+    assert not any(path.exists() for path in orphans)
+    assert young.exists()
+    assert sorted(objects.rglob("*.xml")) == backups
+
+
 def test_a_bad_feeds_file_exits_2_naming_the_file_and_line(tmp_path: Path) -> None:
     (tmp_path / "feeds.yaml").write_text(
         "feeds:\n  - url: https://ok.example/feed\n  - url: not a url\n"

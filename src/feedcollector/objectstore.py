@@ -8,10 +8,22 @@ their errors into :class:`~feedcollector.errors.ObjectStoreError`.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
-from typing import Protocol
+from datetime import datetime
+from typing import NamedTuple, Protocol
 
 MAX_KEYS_PER_DELETE = 1000
 """S3 ``DeleteObjects`` (and R2) accept at most this many keys per call."""
+
+
+class ListedObject(NamedTuple):
+    """A key with what the listing says about its object (no extra request per object)."""
+
+    key: str
+    last_modified: datetime
+    """When the object was last written, aware UTC: how long it has existed, for sweeps
+    that must leave a just-written object to the row about to name it."""
+    size: int
+    """Bytes."""
 
 
 class ObjectStore(Protocol):
@@ -27,6 +39,11 @@ class ObjectStore(Protocol):
 
     def list(self, prefix: str) -> AsyncIterator[str]:
         """Yield every key under ``prefix``, in lexical order."""
+        ...
+
+    def list_with_times(self, prefix: str) -> AsyncIterator[ListedObject]:
+        """What :meth:`list` yields (same keys, same order), with each object's last-modified
+        time and size."""
         ...
 
     async def delete_many(self, keys: Sequence[str]) -> None:

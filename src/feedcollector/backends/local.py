@@ -10,10 +10,12 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 
 from ..errors import ObjectNotFoundError, ObjectStoreError
+from ..objectstore import ListedObject
 
 _TEMP_DIR = ".partial"
 _TEMP_PREFIX = ".partial-"
@@ -90,25 +92,57 @@ class LocalObjectStore:
             raise ObjectStoreError(f"storage: cannot read {path}: {exc}") from exc
 
     async def list(self, prefix: str) -> AsyncIterator[str]:
+        for key, _ in self._walk(prefix):
+            yield key
+
+    async def list_with_times(self, prefix: str) -> AsyncIterator[ListedObject]:
+        for key, entry in self._walk(prefix):
+            try:
+                found = entry.stat()
+            except FileNotFoundError:  # deleted since its folder was read
+                continue
+            except OSError as exc:
+                raise ObjectStoreError(f"storage: cannot read {entry.path}: {exc}") from exc
+            yield ListedObject(key, datetime.fromtimestamp(found.st_mtime, UTC), found.st_size)
+
+    def _walk(self, prefix: str) -> Iterator[tuple[str, os.DirEntry[str]]]:
+        """The files under ``prefix`` in key order, read a folder at a time: memory holds the
+        folders on the way down, not the millions of keys a store may have."""
         folder, _, _ = prefix.rpartition("/")
         start = self.root / folder if folder else self.root
         if not start.is_dir():
             self._check_folders(start)
             return
-        keys: list[str] = []
+        yield from self._walk_folder(str(start), f"{folder}/" if folder else "", prefix)
+
+    def _walk_folder(
+        self, path: str, base: str, prefix: str
+    ) -> Iterator[tuple[str, os.DirEntry[str]]]:
+        """Every key of a folder's files is its name plus ``/`` plus more, so sorting the
+        folder's entries by that name (``a-b`` < ``a/`` < ``a0``) gives the keys' order."""
         try:
-            for dirpath, dirnames, filenames in os.walk(start):
-                base = Path(dirpath).relative_to(self.root).as_posix()
-                if base == ".":
-                    dirnames[:] = [name for name in dirnames if name != _TEMP_DIR]
-                for name in filenames:
-                    key = name if base == "." else f"{base}/{name}"
-                    if key.startswith(prefix):
-                        keys.append(key)
+            with os.scandir(path) as scan:
+                named: list[tuple[str, os.DirEntry[str], bool]] = []
+                for entry in scan:
+                    if not base and entry.name == _TEMP_DIR:
+                        continue
+                    is_folder = entry.is_dir()
+                    if is_folder and entry.is_symlink():  # never followed
+                        continue
+                    named.append(
+                        (f"{base}{entry.name}{'/' if is_folder else ''}", entry, is_folder)
+                    )
+        except FileNotFoundError:  # removed since its parent was read: it holds nothing now
+            return
         except OSError as exc:
-            raise ObjectStoreError(f"storage: cannot list {start}: {exc}") from exc
-        for key in sorted(keys):
-            yield key
+            raise ObjectStoreError(f"storage: cannot list {path}: {exc}") from exc
+        named.sort(key=lambda item: item[0])
+        for key, entry, is_folder in named:
+            if not is_folder:
+                if key.startswith(prefix):
+                    yield key, entry
+            elif key.startswith(prefix) or prefix.startswith(key):
+                yield from self._walk_folder(entry.path, key, prefix)
 
     def _check_folders(self, start: Path) -> None:
         """A missing folder holds no objects; a file where a folder should be is a store

@@ -10,7 +10,7 @@ whole or not at all.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
-from datetime import timedelta
+from datetime import UTC, timedelta
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
@@ -19,9 +19,10 @@ from obstore.exceptions import BaseError
 from obstore.store import S3Store
 
 from ..errors import ObjectNotFoundError, ObjectStoreError
-from ..objectstore import MAX_KEYS_PER_DELETE
+from ..objectstore import MAX_KEYS_PER_DELETE, ListedObject
 
 if TYPE_CHECKING:
+    from obstore import ObjectMeta
     from obstore.store import ClientConfig, RetryConfig
 
 _OBSTORE_ERRORS = (BaseError, FileNotFoundError, ValueError)
@@ -100,6 +101,17 @@ class S3ObjectStore:
             raise self._error("get", key, exc) from exc
 
     async def list(self, prefix: str) -> AsyncIterator[str]:
+        async for meta in self._listing(prefix):
+            yield meta["path"]
+
+    async def list_with_times(self, prefix: str) -> AsyncIterator[ListedObject]:
+        async for meta in self._listing(prefix):
+            modified = meta["last_modified"]
+            if modified.tzinfo is None:
+                modified = modified.replace(tzinfo=UTC)
+            yield ListedObject(meta["path"], modified.astimezone(UTC), meta["size"])
+
+    async def _listing(self, prefix: str) -> AsyncIterator[ObjectMeta]:
         # obstore matches prefixes per path segment; the protocol means a plain string prefix,
         # so list the enclosing folder, filter, and stop once past the prefix (S3 and R2 list
         # in UTF-8 byte order, which is Python's string order).
@@ -109,7 +121,7 @@ class S3ObjectStore:
                 for meta in batch:
                     key = meta["path"]
                     if key.startswith(prefix):
-                        yield key
+                        yield meta
                     elif key > prefix:
                         return
         except _OBSTORE_ERRORS as exc:

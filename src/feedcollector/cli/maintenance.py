@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -11,10 +12,11 @@ from ..collector import Collector
 from ..config import load_feeds
 from ..dbbackup import backup_sqlite
 from ..errors import ConfigError
+from ..orphans import OrphanReport, sweep_orphans
 from ..restore import restore_from_backups
 from ..retention import record_cleanup, run_cleanup
 from .app import app, guard, load_command_settings, since_option, text_argument, with_collector
-from .progress import cleanup_callback, open_display, restore_callback
+from .progress import ProgressDisplay, cleanup_callback, open_display, restore_callback
 
 
 @app.command()
@@ -23,6 +25,14 @@ def cleanup(
     dry_run: Annotated[
         bool,
         typer.Option("--dry-run", help="Only print what would be deleted (counts, sample keys)."),
+    ] = False,
+    orphans: Annotated[
+        bool,
+        typer.Option(
+            "--orphans",
+            help="Then also delete images and spilled HTML that no row names, once a day old "
+            "(objects left by crashes, failed batches, a lost database).",
+        ),
     ] = False,
 ) -> None:
     """Delete old backups, and old items with their images ([retention] settings)."""
@@ -41,18 +51,39 @@ def cleanup(
                 dry_run=dry_run,
                 progress=cleanup_callback(display),
             )
+            if not dry_run:
+                await record_cleanup(collector.db, started_at=now)
+            swept = None
+            if orphans:
+                swept = await sweep_orphans(
+                    collector.db,
+                    collector.objects,
+                    now=now,
+                    dry_run=dry_run,
+                    progress=_orphans_callback(display),
+                )
         finally:
             display.close()
-        if not dry_run:
-            await record_cleanup(collector.db, started_at=now)
         typer.echo(report.summary())
-        for label, keys in report.samples() if dry_run else ():
+        samples = report.samples()
+        if swept is not None:
+            typer.echo(swept.summary())
+            samples.append(("orphaned objects", swept.samples))
+        for label, keys in samples if dry_run else ():
             if keys:
                 typer.echo(f"  for example, {label}:")
                 for key in keys:
                     typer.echo(f"    {key}")
 
     with_collector(settings, work)
+
+
+def _orphans_callback(display: ProgressDisplay) -> Callable[[OrphanReport], None]:
+    def update(report: OrphanReport) -> None:
+        found = report.images + report.content
+        display.update("cleanup: orphans", report.objects, None, f"{found} orphaned objects")
+
+    return update
 
 
 @app.command()

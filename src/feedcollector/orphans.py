@@ -1,0 +1,177 @@
+"""Orphaned objects: images and spilled HTML that no database row names (``cleanup --orphans``).
+
+Retention deletes objects only by the keys rows name (``image_tasks.r2_key``,
+``items.content_key``), so an object whose row never came, or went without it, would stay
+forever: an image uploaded by a process killed before it recorded the key (when its retries
+then fail, use another extension, or its item expires first), HTML spilled before a feed's
+batch that then failed and whose item the feed later dropped, the objects of items a
+``restore`` after a database loss could not bring back. This sweep lists ``images/`` and
+``content/`` and deletes every object that no row names and that is older than
+:data:`ORPHAN_MIN_AGE`. Backups are never listed.
+
+The listing streams, a chunk of at most :data:`MAX_KEYS_PER_DELETE` objects at a time: one
+database round trip asks which of the chunk's keys a row names (statements of at most
+:data:`~.store.MAX_PARAMS` keys, D1's bound, on the partial indexes of migration 8), then one
+delete removes the others. Memory holds one chunk at a million objects as at ten, and only a
+round trip separates the question from the delete.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from .config_values import format_duration
+from .database import Database, Statement
+from .errors import ConfigError, StorageError
+from .objectstore import MAX_KEYS_PER_DELETE, ListedObject, ObjectStore
+from .spill import CONTENT_PREFIX
+from .store import MAX_PARAMS, chunked, placeholders
+
+log = logging.getLogger("feedcollector")
+
+IMAGE_PREFIX = "images/"
+ORPHAN_MIN_AGE = timedelta(days=1)
+"""An unnamed object younger than this is left alone. Every writer puts its object before the
+row that names it (an image before its task's ``r2_key``, spilled HTML before its item's
+batch), minutes apart at most: a young object may be about to be named."""
+SAMPLE_SIZE = 5
+"""Orphaned keys shown by ``cleanup --orphans --dry-run``."""
+
+NAMING_COLUMNS = {
+    IMAGE_PREFIX: "SELECT r2_key AS k FROM image_tasks WHERE r2_key IN",
+    CONTENT_PREFIX: "SELECT content_key AS k FROM items WHERE content_key IN",
+}
+"""Per swept prefix, the rows that may name its objects (the start of an indexed lookup)."""
+
+
+@dataclass(slots=True)
+class OrphanReport:
+    """Counters and a few sample keys (never whole lists: memory stays flat)."""
+
+    now: datetime
+    min_age: timedelta
+    dry_run: bool = False
+    objects: int = 0
+    """Objects listed under the swept prefixes."""
+    young: int = 0
+    """Objects younger than ``min_age``, left alone whether named or not."""
+    images: int = 0
+    """Orphaned image objects (deleted, or to delete in a dry run)."""
+    content: int = 0
+    """Orphaned spilled-HTML objects."""
+    orphan_bytes: int = 0
+    progress: Callable[[OrphanReport], None] | None = None
+    samples: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        verb = "would delete" if self.dry_run else "deleted"
+        return (
+            f"cleanup{' (dry run)' if self.dry_run else ''}: orphans: {verb} "
+            f"{self.images} image objects and {self.content} content objects that no row names "
+            f"({self.orphan_bytes / 2**20:.1f} MiB), of {self.objects} objects under "
+            f"{IMAGE_PREFIX} and {CONTENT_PREFIX}; {self.young} younger than "
+            f"{format_duration(self.min_age)} "
+            "left alone (their rows may be on the way)"
+        )
+
+
+async def sweep_orphans(
+    db: Database,
+    objects: ObjectStore,
+    *,
+    now: datetime,
+    min_age: timedelta = ORPHAN_MIN_AGE,
+    dry_run: bool = False,
+    chunk_size: int = MAX_KEYS_PER_DELETE,
+    progress: Callable[[OrphanReport], None] | None = None,
+) -> OrphanReport:
+    """Delete the objects under ``images/`` and ``content/`` no row names, once ``min_age``
+    old; ``dry_run`` only counts. ``progress`` hears the report after every chunk.
+
+    A storage error stops the sweep: what it deleted so far was unnamed, so nothing is left
+    half done, and a second run goes on from what is left."""
+    if not 1 <= chunk_size <= MAX_KEYS_PER_DELETE:
+        raise ValueError(f"cleanup: orphan chunk size must be 1..{MAX_KEYS_PER_DELETE}")
+    sweep = _Sweep(db, objects, OrphanReport(now, min_age, dry_run=dry_run, progress=progress))
+    try:
+        for prefix in NAMING_COLUMNS:
+            await sweep.prefix(prefix, chunk_size)
+    except StorageError as exc:
+        done = sweep.report.images + sweep.report.content
+        raise StorageError(
+            f"cleanup: the orphan sweep stopped after {sweep.report.objects} objects "
+            f"({0 if dry_run else done} orphans deleted, none of them named by a row; run it "
+            f"again to go on): {exc}"
+        ) from exc
+    log.info("%s", sweep.report.summary())
+    return sweep.report
+
+
+@dataclass(slots=True)
+class _Sweep:
+    db: Database
+    objects: ObjectStore
+    report: OrphanReport
+    database_checked: bool = False
+
+    async def prefix(self, prefix: str, chunk_size: int) -> None:
+        born_before = self.report.now - self.report.min_age
+        chunk: list[ListedObject] = []
+        async for listed in self.objects.list_with_times(prefix):
+            self.report.objects += 1
+            if listed.last_modified > born_before:
+                self.report.young += 1
+                continue
+            chunk.append(listed)
+            if len(chunk) >= chunk_size:
+                await self._delete_unnamed(prefix, chunk)
+                chunk = []
+        await self._delete_unnamed(prefix, chunk)
+
+    async def _delete_unnamed(self, prefix: str, chunk: Sequence[ListedObject]) -> None:
+        if not chunk:
+            return
+        named = await _named_keys(self.db, prefix, [listed.key for listed in chunk])
+        orphans = [listed for listed in chunk if listed.key not in named]
+        report = self.report
+        if orphans and not report.dry_run:
+            await self._refuse_an_empty_database()
+            await self.objects.delete_many([listed.key for listed in orphans])
+        if prefix == IMAGE_PREFIX:
+            report.images += len(orphans)
+        else:
+            report.content += len(orphans)
+        report.orphan_bytes += sum(listed.size for listed in orphans)
+        report.samples.extend(o.key for o in orphans[: max(0, SAMPLE_SIZE - len(report.samples))])
+        if report.progress is not None:
+            report.progress(report)
+
+    async def _refuse_an_empty_database(self) -> None:
+        """A database without items names no object, so every image and HTML would go: a
+        database lost (or the wrong one), whose objects a ``restore`` would link again.
+        Asked once, before the first delete."""
+        if self.database_checked:
+            return
+        if not await self.db.query("SELECT 1 AS found FROM items LIMIT 1"):
+            raise ConfigError(
+                "cleanup: the database holds no items, so every image and content object "
+                "would count as an orphan. After a database loss run `feedcollector restore` "
+                "first (it links the images still stored), then `cleanup --orphans`; check that "
+                "[database] and [storage] belong together. `cleanup --orphans --dry-run` shows "
+                "what would go."
+            )
+        self.database_checked = True
+
+
+async def _named_keys(db: Database, prefix: str, keys: Sequence[str]) -> set[str]:
+    """The ``keys`` a row names: one batch (one round trip) of indexed ``IN`` lookups of at
+    most :data:`MAX_PARAMS` keys each."""
+    select = NAMING_COLUMNS[prefix]
+    statements = [
+        Statement(f"{select} ({placeholders(len(part))})", tuple(part))
+        for part in chunked(keys, MAX_PARAMS)
+    ]
+    return {row["k"] for rows in await db.batch(statements) for row in rows}

@@ -1,0 +1,223 @@
+"""``cleanup --orphans``: objects under ``images/`` and ``content/`` that no row names go once a
+day old, on both backend pairs (SQLite + folder, D1 Proxy Worker + S3). S3 keeps the time of
+the last write, which a test cannot set: the cloud cases move the clock instead, the local ones
+also set a file's time."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Iterator, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from feedcollector.backends.local import LocalObjectStore
+from feedcollector.backends.sqlite import SQLiteDatabase
+from feedcollector.backups import backup_key
+from feedcollector.database import Statement
+from feedcollector.errors import ConfigError, ObjectStoreError, StorageError
+from feedcollector.images import object_key
+from feedcollector.objectstore import ListedObject
+from feedcollector.orphans import ORPHAN_MIN_AGE, OrphanReport, sweep_orphans
+from feedcollector.spill import content_key
+
+from . import test_retention
+from .test_retention import FEED_ID, NOW, Pair, add_feed, add_item
+
+pair = test_retention.pair
+
+LATER = timedelta(days=2)
+"""Past the default grace period of every object a test has just written."""
+
+
+def sweep(
+    pair: Pair,
+    *,
+    now: datetime | None = None,
+    min_age: timedelta = ORPHAN_MIN_AGE,
+    dry_run: bool = False,
+    chunk_size: int = 1000,
+) -> OrphanReport:
+    return pair.run(
+        sweep_orphans(
+            pair.db,
+            pair.objects,
+            now=now or datetime.now(UTC),
+            min_age=min_age,
+            dry_run=dry_run,
+            chunk_size=chunk_size,
+        )
+    )
+
+
+def every_key(pair: Pair) -> list[str]:
+    return pair.keys("")
+
+
+@pytest.fixture
+def embedded(tmp_path: Path) -> Iterator[Pair]:
+    with asyncio.Runner() as runner:
+        db = SQLiteDatabase(tmp_path / "collector.db")
+        objects = LocalObjectStore(tmp_path / "objects")
+        yield from test_retention._opened(Pair("embedded", db, objects, runner))
+
+
+def test_objects_no_row_names_go_once_old_and_named_ones_and_backups_stay(pair: Pair) -> None:
+    """An item's image and spilled HTML stay; the image of a task whose process died before
+    recording it, an image and HTML of items the database no longer has go, once old."""
+    pair.run(add_feed(pair.db))
+    pair.run(add_item(pair, "kept", NOW, images=(True,), spilled=True))
+    pair.run(add_item(pair, "pending", NOW, images=(False,)))
+    named = [object_key(FEED_ID, "kept", 0, "png"), content_key(FEED_ID, "kept")]
+    orphans = {
+        object_key(FEED_ID, "pending", 0, "png"): b"uploaded, never recorded",
+        object_key(FEED_ID, "restored-without", 1, "jpg"): b"jpeg",
+        content_key(FEED_ID, "dropped"): b"<p>spilled before a failed batch</p>",
+    }
+    backups = [backup_key(FEED_ID, NOW - timedelta(days=400)), f"backups/{FEED_ID}/notes.txt"]
+    for key, data in orphans.items():
+        pair.run(pair.objects.put(key, data))
+    for key in backups:
+        pair.run(pair.objects.put(key, b"<rss/>"))
+    everything = every_key(pair)
+
+    young = sweep(pair)
+    assert (young.objects, young.young, young.images, young.content) == (5, 5, 0, 0)
+    assert every_key(pair) == everything, "objects younger than a day are left alone"
+
+    later = datetime.now(UTC) + LATER
+    dry = sweep(pair, now=later, dry_run=True)
+    assert (dry.objects, dry.young, dry.images, dry.content) == (5, 0, 2, 1)
+    assert dry.orphan_bytes == sum(len(data) for data in orphans.values())
+    assert sorted(dry.samples) == sorted(orphans)
+    assert every_key(pair) == everything, "a dry run deletes nothing"
+    assert "would delete 2 image objects and 1 content objects" in dry.summary()
+
+    done = sweep(pair, now=later)
+    assert (done.images, done.content, done.orphan_bytes) == (2, 1, dry.orphan_bytes)
+    assert every_key(pair) == sorted([*named, *backups])
+    assert "deleted 2 image objects" in done.summary()
+    assert pair.run(pair.objects.get(content_key(FEED_ID, "kept"))) == b"<p>big</p>"
+    again = sweep(pair, now=later)
+    assert (again.objects, again.images, again.content) == (2, 0, 0)
+
+
+def test_references_are_asked_in_statements_d1_accepts(pair: Pair) -> None:
+    """300 named images among 100 unnamed ones, in chunks of 250 keys: each chunk's lookup is
+    statements of at most 100 keys (D1 refuses more), and a key named in any of them stays."""
+    pair.run(add_feed(pair.db))
+    item = pair.run(add_item(pair, "anchor", NOW))
+    named = [f"images/{FEED_ID}/n{n:04d}/0.png" for n in range(0, 400) if n % 4]
+    unnamed = [f"images/{FEED_ID}/n{n:04d}/0.png" for n in range(0, 400, 4)]
+    rows = [
+        Statement(
+            "INSERT INTO image_tasks (id, item_id, original_url, r2_key, status, attempts, "
+            "created_at, updated_at, position) "
+            "VALUES (?, ?, 'https://img.example/a.png', ?, 'success', 1, ?, ?, ?)",
+            (f"t{n}", item, key, "2026-01-01T00:00:00Z", "2026-01-01T00:00:00Z", n),
+        )
+        for n, key in enumerate(named)
+    ]
+    for start in range(0, len(rows), 100):
+        pair.run(pair.db.batch(rows[start : start + 100]))
+    for key in named + unnamed:
+        pair.run(pair.objects.put(key, b"x"))
+
+    report = sweep(pair, now=datetime.now(UTC) + LATER, chunk_size=250)
+    assert (report.objects, report.images) == (400, 100)
+    assert pair.keys("images/") == sorted(named)
+
+
+def test_a_young_orphan_stays_beside_an_old_one(embedded: Pair, tmp_path: Path) -> None:
+    """By the file's time: two days old goes, an hour old stays unless the grace is shorter."""
+    pair = embedded
+    pair.run(add_feed(pair.db))
+    pair.run(add_item(pair, "kept", NOW, images=(True,)))
+    now = datetime.now(UTC)
+    ages = {"old": timedelta(days=2), "recent": timedelta(hours=1)}
+    for name, age in ages.items():
+        key = f"images/{FEED_ID}/{name}/0.png"
+        pair.run(pair.objects.put(key, b"x"))
+        stamp = (now - age).timestamp()
+        os.utime(tmp_path / "objects" / key, (stamp, stamp))
+    old_named = tmp_path / "objects" / object_key(FEED_ID, "kept", 0, "png")
+    os.utime(old_named, (0, 0))
+
+    report = sweep(pair, now=now)
+    assert (report.objects, report.young, report.images) == (3, 1, 1)
+    assert pair.keys("images/") == sorted(
+        [object_key(FEED_ID, "kept", 0, "png"), f"images/{FEED_ID}/recent/0.png"]
+    )
+    shorter = sweep(pair, now=now, min_age=timedelta(minutes=30))
+    assert (shorter.young, shorter.images) == (0, 1)
+    assert pair.keys("images/") == [object_key(FEED_ID, "kept", 0, "png")]
+
+
+class RecordingStore(LocalObjectStore):
+    """The real local store, noting how much of the listing was read at each delete."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.listed = 0
+        self.deletes: list[tuple[int, int]] = []
+        """(objects listed so far, keys deleted) per ``delete_many``."""
+
+    async def list_with_times(self, prefix: str) -> AsyncIterator[ListedObject]:
+        async for found in super().list_with_times(prefix):
+            self.listed += 1
+            yield found
+
+    async def delete_many(self, keys: Sequence[str]) -> None:
+        self.deletes.append((self.listed, len(keys)))
+        await super().delete_many(keys)
+
+
+def test_the_listing_streams_and_deletes_go_a_thousand_at_a_time(
+    embedded: Pair, tmp_path: Path
+) -> None:
+    """Memory holds one chunk: the first thousand orphans are deleted before the listing
+    goes on, so a store of millions is swept like one of thousands."""
+    pair = embedded
+    pair.run(add_feed(pair.db))
+    pair.run(add_item(pair, "kept", NOW))
+    root = tmp_path / "objects"
+    for n in range(2500):
+        path = root / "images" / FEED_ID / f"{n:05d}" / "0.png"
+        path.parent.mkdir(parents=True)
+        path.write_bytes(b"x")
+    recording = RecordingStore(root)
+    report = pair.run(sweep_orphans(pair.db, recording, now=datetime.now(UTC) + LATER))
+    assert report.images == 2500
+    assert recording.deletes == [(1000, 1000), (2000, 1000), (2500, 500)]
+    assert pair.keys("images/") == []
+
+
+def test_a_database_without_items_deletes_nothing(embedded: Pair) -> None:
+    """Every object would count as an orphan: a lost or wrong database, whose images a
+    restore would link again. A dry run still shows it; a store without orphans is fine."""
+    pair = embedded
+    later = datetime.now(UTC) + LATER
+    assert sweep(pair, now=later).objects == 0, "a new install has nothing to refuse"
+    pair.run(pair.objects.put(object_key(FEED_ID, "g", 0, "png"), b"x"))
+    dry = sweep(pair, now=later, dry_run=True)
+    assert dry.images == 1
+    with pytest.raises(ConfigError, match=r"cleanup: the database holds no items.*restore"):
+        sweep(pair, now=later)
+    assert pair.keys("images/") == [object_key(FEED_ID, "g", 0, "png")]
+
+
+class FailingDeletes(LocalObjectStore):
+    async def delete_many(self, keys: Sequence[str]) -> None:
+        raise ObjectStoreError("storage: cannot delete images/x: disk on fire")
+
+
+def test_a_storage_error_stops_the_sweep_and_says_where(embedded: Pair, tmp_path: Path) -> None:
+    pair = embedded
+    pair.run(add_feed(pair.db))
+    pair.run(add_item(pair, "kept", NOW))
+    pair.run(pair.objects.put(object_key(FEED_ID, "gone", 0, "png"), b"x"))
+    failing = FailingDeletes(tmp_path / "objects")
+    with pytest.raises(StorageError, match=r"cleanup: the orphan sweep stopped.*disk on fire"):
+        pair.run(sweep_orphans(pair.db, failing, now=datetime.now(UTC) + LATER))
