@@ -27,6 +27,7 @@ from feedcollector.reading import (
     ReadItem,
     StoredImage,
     StoredItem,
+    items_images,
     iter_items,
     parse_since,
     read_item,
@@ -251,6 +252,16 @@ def test_items_and_item_commands(collected: Collected) -> None:
     first = next(r for r in records if r["guid"] == "n1")
     assert {r["feed_url"] for r in records} == {collected.feeds["news"]}
     assert first["content_html"].startswith("<p>x</p><img src=")
+    archived, missing = first["images"]
+    assert (archived["position"], archived["status"], missing["status"]) == (
+        0,
+        "success",
+        "pending",
+    )
+    assert (collected.folder / "objects" / archived["key"]).is_file()
+    assert archived["url"] == (collected.folder / "objects" / archived["key"]).resolve().as_uri()
+    assert (missing["key"], missing["url"]) == (None, None)
+    assert all(r["images"] == [] for r in records if r["guid"] != "n1")
     limited = feedcollector(
         "--config", config, "items", "--jsonl", "--limit", "1", cwd=collected.folder
     )
@@ -389,6 +400,29 @@ def _listing_database(path: Path, created_at: Callable[[int], str], count: int) 
     con.commit()
     con.close()
     return db
+
+
+def test_the_images_of_many_items_are_read_a_hundred_items_a_query(tmp_path: Path) -> None:
+    db = _listing_database(tmp_path / "collector.db", lambda n: "2026-01-01T00:00:00Z", 250)
+    with_images = ["00000000", "00000120", "00000249"]
+
+    async def go() -> dict[str, tuple[StoredImage, ...]]:
+        for item_id in with_images:
+            for position in (1, 0):
+                await db.query(
+                    "INSERT INTO image_tasks (id, item_id, original_url, created_at, updated_at, "
+                    "position) VALUES (?, ?, ?, 'x', 'x', ?)",
+                    (f"{item_id}-{position}", item_id, f"https://i.example/{position}", position),
+                )
+        stepping = SteppingDatabase(db)
+        found = await items_images(stepping, [f"{n:08d}" for n in range(250)])
+        assert len(stepping.steps) == 3
+        return found
+
+    found = asyncio.run(go())
+    assert sorted(found) == with_images
+    assert [image.position for image in found["00000120"]] == [0, 1]
+    asyncio.run(db.close())
 
 
 def _listed(db: Database, *, newest_first: bool) -> list[str]:

@@ -305,12 +305,24 @@ def _page_sql(filters: Sequence[str], order: str) -> str:
 
 
 async def item_images(db: Database, item_id: str) -> tuple[StoredImage, ...]:
-    rows = await db.query(
-        "SELECT position, original_url, status, r2_key FROM image_tasks WHERE item_id = ? "
-        "ORDER BY position",
-        (item_id,),
-    )
-    return tuple(StoredImage(**row) for row in rows)
+    return (await items_images(db, [item_id])).get(item_id, ())
+
+
+async def items_images(db: Database, item_ids: Sequence[str]) -> dict[str, tuple[StoredImage, ...]]:
+    """The images of several items (one query per :data:`.store.MAX_PARAMS` ids), by item."""
+    found: dict[str, list[StoredImage]] = {}
+    for start in range(0, len(item_ids), MAX_PARAMS):
+        chunk = item_ids[start : start + MAX_PARAMS]
+        rows = await db.query(
+            "SELECT item_id, position, original_url, status, r2_key FROM image_tasks "  # noqa: S608
+            f"WHERE item_id IN ({placeholders(len(chunk))}) ORDER BY item_id, position",
+            tuple(chunk),
+        )
+        for row in rows:
+            found.setdefault(row["item_id"], []).append(
+                StoredImage(row["position"], row["original_url"], row["status"], row["r2_key"])
+            )
+    return {item_id: tuple(images) for item_id, images in found.items()}
 
 
 async def load_content(objects: ObjectStore, item: StoredItem) -> str | None:

@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator, Sequence
 from typing import Annotated, Any
 
 import typer
 
 from ..collector import Collector
-from ..reading import StoredItem, find_feed_id, iter_items, load_content, read_item, sanitize_html
+from ..objectstore import ObjectStore
+from ..reading import (
+    StoredImage,
+    StoredItem,
+    find_feed_id,
+    items_images,
+    iter_items,
+    load_content,
+    read_item,
+    sanitize_html,
+)
 from ..safe_text import one_line
 from .app import (
     app,
@@ -48,15 +59,13 @@ def items(
         listed = iter_items(
             collector.db, feed_url=feed, since=since_at, limit=limit, newest_first=newest_first
         )
-        if not jsonl:
-            typer.echo("created_at            id                                title")
+        if jsonl:
+            await _print_jsonl(collector, listed)
+            return
+        typer.echo("created_at            id                                title")
         async for item in listed:
-            if jsonl:
-                content = await load_content(collector.objects, item)
-                typer.echo(json.dumps(item_json(item, content), ensure_ascii=False))
-            else:
-                title = one_line(item.title or item.guid)
-                typer.echo(f"{item.created_at}  {item.id:<32}  {title}  <{item.feed_url}>")
+            title = one_line(item.title or item.guid)
+            typer.echo(f"{item.created_at}  {item.id:<32}  {title}  <{item.feed_url}>")
 
     quiet_on_broken_pipe(lambda: with_collector(settings, work))
 
@@ -116,8 +125,38 @@ def item_fields(item: StoredItem) -> list[tuple[str, str | None]]:
     ]
 
 
-def item_json(item: StoredItem, content_html: str | None) -> dict[str, Any]:
-    """One line of ``items --jsonl``: the row, the feed's URL and the full stored HTML."""
+JSONL_BATCH = 100
+"""Items whose images one query reads for ``items --jsonl``."""
+
+
+async def _print_jsonl(collector: Collector, listed: AsyncIterator[StoredItem]) -> None:
+    """One JSON line per item, its images read a batch of items at a time."""
+    batch: list[StoredItem] = []
+
+    async def flush() -> None:
+        images = await items_images(collector.db, [item.id for item in batch])
+        for item in batch:
+            content = await load_content(collector.objects, item)
+            line = item_json(item, content, images.get(item.id, ()), collector.objects)
+            typer.echo(json.dumps(line, ensure_ascii=False))
+        batch.clear()
+
+    async for item in listed:
+        batch.append(item)
+        if len(batch) == JSONL_BATCH:
+            await flush()
+    await flush()
+
+
+def item_json(
+    item: StoredItem,
+    content_html: str | None,
+    images: Sequence[StoredImage],
+    objects: ObjectStore,
+) -> dict[str, Any]:
+    """One line of ``items --jsonl``: the row, the feed's URL, the full stored HTML, and the
+    images with their archived keys, so a reader shows the stored copies without asking
+    ``item`` for each item."""
     return {
         "id": item.id,
         "feed_id": item.feed_id,
@@ -128,4 +167,14 @@ def item_json(item: StoredItem, content_html: str | None) -> dict[str, Any]:
         "pub_date": item.pub_date,
         "created_at": item.created_at,
         "content_html": content_html,
+        "images": [
+            {
+                "position": image.position,
+                "original_url": image.original_url,
+                "status": image.status,
+                "key": image.r2_key,
+                "url": objects.public_url(image.r2_key) if image.r2_key else None,
+            }
+            for image in images
+        ],
     }
