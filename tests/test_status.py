@@ -114,6 +114,35 @@ def fill(feed_server: FeedServer, folder: Path) -> tuple[Path, dict[str, str]]:
     return config, urls
 
 
+def test_a_feed_left_out_of_the_file_shows_removed_before_the_next_cycle(
+    feed_server: FeedServer, tmp_path: Path
+) -> None:
+    """`remove` then `status` showed the feed still active until a cycle synced the file; one
+    put back showed removed. The unsynced file says what the next sync will do."""
+    config, urls = fill(feed_server, tmp_path)
+    listed = ("failing", "gone", "flaky", "new", "removed")
+    (tmp_path / "feeds.yaml").write_text(
+        "feeds:\n" + "".join(f"  - url: {urls[n]}\n" for n in listed)
+    )
+    settings = load_settings(config)
+
+    async def go() -> StatusReport:
+        db = SQLiteDatabase(settings.database.path)
+        try:
+            return await read_status(
+                db, load_feeds(settings.feeds_file), generated_at="2026-03-02T10:00:00Z"
+            )
+        finally:
+            await db.close()
+
+    states = {feed.url: feed.state for feed in asyncio.run(go()).feeds}
+    assert (states[urls["ok"]], states[urls["removed"]]) == ("removed", "new")
+    result = CliRunner().invoke(app, ["--config", str(config), "status", "--json"])
+    assert result.exit_code == 0, result.output
+    shown = {feed["url"]: feed["state"] for feed in json.loads(result.stdout)["feeds"]}
+    assert (shown[urls["ok"]], shown[urls["removed"]]) == ("removed", "new")
+
+
 def test_status_of_a_real_database(feed_server: FeedServer, tmp_path: Path) -> None:
     config, urls = fill(feed_server, tmp_path)
     settings = load_settings(config)

@@ -120,21 +120,35 @@ def build_status(
     item_counts: Mapping[str, int],
     open_images: Mapping[tuple[str, str], int],
     image_totals: Mapping[str, int],
-    specs: Sequence[FeedSpec],
+    specs: Sequence[FeedSpec] | None,
     *,
     generated_at: str,
 ) -> StatusReport:
-    """Join the query results into the sorted report; feeds-file entries that the database
-    does not know yet are ``new``."""
+    """Join the query results into the sorted report. ``specs``: a feeds file the table has
+    not followed yet (None: it has, or it cannot be read); its entries the database does not
+    know, or knows as removed, are ``new``, and the feeds it no longer lists ``removed``, as
+    the next cycle's sync will make them (they showed ``active`` until then)."""
     statuses: list[FeedStatus] = []
     known: dict[str, KnownFeed] = {}
-    for row in feed_rows:
+    rows = list(feed_rows)
+    for row in rows:
+        known[row["url"]] = KnownFeed(
+            row["id"], row["url"], row["state"] != "removed", None, None, row["moved_to"]
+        )
+    plan = plan_feed_sync(known, specs) if specs is not None else None
+    leaving = {feed.url for feed in plan.removed} if plan else set()
+    returning = {spec.url for spec in plan.reactivated} if plan else set()
+    for row in rows:
         feed_id = row["id"]
-        known[row["url"]] = KnownFeed(feed_id, row["url"], row["state"] != "removed", None, None)
+        state = row["state"]
+        if row["url"] in leaving:
+            state = "removed"
+        elif row["url"] in returning:
+            state = "new"
         statuses.append(
             FeedStatus(
                 url=row["url"],
-                state=row["state"],
+                state=state,
                 title=row["title"],
                 last_fetched_at=row["last_fetched_at"],
                 next_fetch_at=row["next_fetch_at"],
@@ -148,7 +162,7 @@ def build_status(
                 moved_to=row["moved_to"],
             )
         )
-    for spec in plan_feed_sync(known, specs).added:
+    for spec in plan.added if plan else ():
         statuses.append(FeedStatus(url=spec.url, state="new", title=spec.title))
     statuses.sort(key=worst_first_key)
     by_state = {state: 0 for state in STATES}
@@ -171,7 +185,7 @@ def select_feeds(
 
 
 async def read_status(
-    db: Database, specs: Sequence[FeedSpec], *, generated_at: str
+    db: Database, specs: Sequence[FeedSpec] | None, *, generated_at: str
 ) -> StatusReport:
     """The status of every feed of the database and the feeds file, in four queries."""
     feed_rows = await db.query(

@@ -66,14 +66,14 @@ def status(
     async def main() -> None:
         stamp = format_timestamp(now)
         if settings.database.backend == "sqlite" and not settings.database.path.exists():
-            specs = _feeds_file(settings)
-            reports.append(build_status([], {}, {}, {}, specs, generated_at=stamp))
+            listed = _feeds_file(settings)
+            reports.append(build_status([], {}, {}, {}, listed, generated_at=stamp))
             return
         db = open_database(settings)
         try:
             await migrate(db)
-            specs = [] if await _synced(db, settings) else _feeds_file(settings)
-            reports.append(await read_status(db, specs, generated_at=stamp))
+            unsynced = None if await _synced(db, settings) else _feeds_file(settings)
+            reports.append(await read_status(db, unsynced, generated_at=stamp))
         finally:
             await db.close()
 
@@ -92,13 +92,13 @@ async def _synced(db: Database, settings: Settings) -> bool:
     return digest is not None and digest == await synced_feeds_digest(db)
 
 
-def _feeds_file(settings: Settings) -> list[FeedSpec]:
+def _feeds_file(settings: Settings) -> list[FeedSpec] | None:
     """The feeds file's entries; status still works (from the database) when it is broken."""
     try:
         return load_feeds(settings.feeds_file)
     except ConfigError as exc:
-        typer.echo(f"warning: {exc} (new feeds are not shown)", err=True)
-        return []
+        typer.echo(f"warning: {exc} (new and removed feeds are not shown)", err=True)
+        return None
 
 
 def _print_table(report: StatusReport, now: datetime) -> None:
