@@ -10,9 +10,11 @@ import socket
 import sqlite3
 import subprocess
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ import pytest
 
 from feedcollector import collector as collector_module
 from feedcollector import fetch as fetch_module
+from feedcollector import image_stage
 from feedcollector import parse as parse_module
 from feedcollector.collector import open_collector
 from feedcollector.config import load_settings
@@ -511,6 +514,37 @@ def test_undecodable_bytes_are_replaced_with_one_warning_naming_the_feed(
     (warning,) = [r.getMessage() for r in caplog.records if "undecodable" in r.getMessage()]
     assert url in warning
     assert "utf-8 with 1 undecodable byte sequence(s)" in warning
+
+
+def test_image_results_are_written_while_a_slow_image_of_the_page_downloads(
+    feed_server: FeedServer, project: Callable[..., Project], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The results of a page were written once all of its downloads ended: a process killed
+    during a slow one left the others stored but unrecorded, downloaded again next time, and
+    their objects to no row when the retries then failed."""
+    monkeypatch.setattr(image_stage, "RECORD_EVERY_S", 0.2)
+    seen: list[list[tuple[int, str]]] = []
+
+    def slow(request: BaseHTTPRequestHandler) -> None:
+        for _ in range(300):  # what the collector has written meanwhile (30 s at most)
+            rows = p.rows("SELECT position, status FROM image_tasks ORDER BY position")
+            if rows and rows[0]["status"] == "success":
+                break
+            time.sleep(0.1)
+        seen.append([(row["position"], row["status"]) for row in rows])
+        send_ok(request, png(), "image/png")
+
+    feed_server.route("/fast.png", body=png(), headers={"Content-Type": "image/png"})
+    feed_server.route("/slow.png", handler=slow)
+    html = '<img src="/fast.png"><img src="/slow.png">'
+    url = feed_server.route(
+        "/feed", body=rss([Entry("P", guid="p", content=html)], link=feed_server.url("/"))
+    )
+    p = project([url])
+    report = p.cycle()
+    assert seen == [[(0, "success"), (1, "pending")]]
+    assert report.images_stored == 2
+    assert [r["status"] for r in p.rows("SELECT status FROM image_tasks")] == ["success"] * 2
 
 
 def test_missing_images_are_retried_each_cycle_and_fail_at_three(

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from asyncio import FIRST_COMPLETED
 from datetime import timedelta
 
 from . import store_images
@@ -24,6 +26,10 @@ from .report import CycleReport
 
 log = logging.getLogger("feedcollector")
 
+RECORD_EVERY = 64
+"""Results written in one batch at most."""
+RECORD_EVERY_S = 5.0
+"""Results are written at least this often while a page downloads."""
 IMAGE_LEASE = timedelta(minutes=15)
 """How long claimed image tasks stay reserved at least (see :func:`image_lease`)."""
 
@@ -57,27 +63,74 @@ async def download_pending_images(collector: Collector, report: CycleReport) -> 
             if not tasks:
                 return
             cursor = store_images.TaskCursor(tasks[-1].created_at, tasks[-1].id)
-            outcomes = await asyncio.gather(
-                *(_attempt(collector, task, limit, reserved, unreachable) for task in tasks)
-            )
-            results = [o for o in outcomes if isinstance(o, store_images.ImageResult)]
-            orphans = await store_images.record_image_results(
-                collector.db, results, collector.clock()
-            )
-            _count(report, tasks, [r for r in results if r.r2_key not in orphans])
-            unfinished = [
-                task.id
-                for task, outcome in zip(tasks, outcomes, strict=True)
-                if not isinstance(outcome, store_images.ImageResult)
-            ]
-            await store_images.release_image_tasks(collector.db, unfinished)
-            if orphans:
-                await _delete_orphans(collector, orphans)
-            for outcome in outcomes:
-                if isinstance(outcome, StorageError):
-                    raise outcome
+            await _download_page(collector, tasks, limit, reserved, unreachable, report)
     except StorageError as exc:
         log.error("%s; image downloads stopped for this cycle, the next one resumes", exc)
+
+
+async def _download_page(
+    collector: Collector,
+    tasks: list[ImageTask],
+    limit: asyncio.Semaphore,
+    reserved: dict[str, str],
+    unreachable: Unreachable,
+    report: CycleReport,
+) -> None:
+    """Download a page of tasks, recording the results as they come: at least every
+    :data:`RECORD_EVERY_S` seconds (and every :data:`RECORD_EVERY` results), not once the whole
+    page is done. A process killed mid-page left every image it had stored unrecorded, to
+    be downloaded again, and its object to no row when the retries then failed."""
+    pending = {
+        asyncio.ensure_future(_attempt(collector, task, limit, reserved, unreachable)): task
+        for task in tasks
+    }
+    done: list[store_images.ImageResult] = []
+    untried: list[str] = []
+    failure: StorageError | None = None
+    oldest: float | None = None  # when the oldest result not yet written came
+    try:
+        while pending:
+            timeout = (
+                None if oldest is None else max(0.0, oldest + RECORD_EVERY_S - time.monotonic())
+            )
+            finished, _ = await asyncio.wait(pending, timeout=timeout, return_when=FIRST_COMPLETED)
+            for attempt in finished:
+                task = pending.pop(attempt)
+                outcome = attempt.result()
+                if isinstance(outcome, store_images.ImageResult):
+                    done.append(outcome)
+                    oldest = oldest or time.monotonic()
+                    continue
+                untried.append(task.id)
+                if isinstance(outcome, StorageError) and failure is None:
+                    failure = outcome
+            if oldest is not None and (
+                len(done) >= RECORD_EVERY or time.monotonic() - oldest >= RECORD_EVERY_S
+            ):
+                await _record(collector, tasks, done, report)
+                done, oldest = [], None
+    finally:
+        for attempt in pending:
+            attempt.cancel()
+    await _record(collector, tasks, done, report)
+    await store_images.release_image_tasks(collector.db, untried)
+    if failure is not None:
+        raise failure
+
+
+async def _record(
+    collector: Collector,
+    tasks: list[ImageTask],
+    results: list[store_images.ImageResult],
+    report: CycleReport,
+) -> None:
+    """Write these results (one batch), then delete what no row names any more."""
+    if not results:
+        return
+    orphans = await store_images.record_image_results(collector.db, results, collector.clock())
+    _count(report, tasks, [r for r in results if r.r2_key not in orphans])
+    if orphans:
+        await _delete_orphans(collector, orphans)
 
 
 async def _attempt(
