@@ -34,7 +34,7 @@ from feedcollector.pipeline import run_cycle
 from feedcollector.report import CycleReport
 from feedcollector.schedule import feed_id_for
 from feedcollector.schema import migrate
-from feedcollector.spill import BATCH_CONTENT_BUDGET, INLINE_CONTENT_LIMIT, content_key
+from feedcollector.spill import BATCH_TEXT_BUDGET, INLINE_CONTENT_LIMIT, content_key
 
 from . import cloud
 from .cloud import (
@@ -370,6 +370,24 @@ def test_an_item_too_big_for_d1_is_spilled_to_the_object_store(
 
 
 @pytest.mark.cloud
+def test_a_feed_whose_image_rows_fill_the_request_is_stored_as_in_the_embedded_shape(
+    feed_server: FeedServer, cloud_shape: Callable[..., Shape]
+) -> None:
+    """A hundred items of 200 images each (7.5 MB): the HTML alone fit the budget, but the
+    20,000 image rows repeating every URL took the batch over the Worker's 16 MiB, refused
+    on every fetch while the embedded shape stored the feed."""
+    urls = [f"/i/{'x' * 340}/{n}.png" for n in range(200)]
+    html = "".join(f'<img src="{url}">' for url in urls)
+    entries = [Entry(f"item {n}", guid=f"g{n}", content=html) for n in range(100)]
+    url = feed_server.route("/feed", body=rss(entries, link=feed_server.url("/")))
+    s = cloud_shape([url], extra_toml="enabled = false\n")  # in [images]: none to download
+    report = s.cycle()
+    assert (report.stored, report.new_items, report.failed) == (1, 100, 0)
+    assert s.rows("SELECT COUNT(*) AS n FROM image_tasks") == [{"n": 20000}]
+    assert len(s.keys("content/")) == 100, "the image rows alone fill the budget"
+
+
+@pytest.mark.cloud
 def test_a_batch_over_the_workers_16_mib_limit_is_brought_under_budget(
     feed_server: FeedServer, cloud_shape: Callable[..., Shape]
 ) -> None:
@@ -389,7 +407,7 @@ def test_a_batch_over_the_workers_16_mib_limit_is_brought_under_budget(
     rows = s.rows("SELECT guid, content_html, content_key FROM items ORDER BY guid")
     inline = {r["guid"]: r["content_html"] for r in rows if r["content_key"] is None}
     spilled = {r["guid"]: r["content_key"] for r in rows if r["content_key"] is not None}
-    assert sum(len(html.encode()) for html in inline.values()) <= BATCH_CONTENT_BUDGET
+    assert sum(len(html.encode()) for html in inline.values()) <= BATCH_TEXT_BUDGET
     assert min(len(htmls[g].encode()) for g in spilled) > max(
         len(htmls[g].encode()) for g in inline
     ), "the largest items were spilled first"

@@ -433,7 +433,8 @@ def test_plan_spill_keeps_the_batch_under_its_budget_by_spilling_the_largest_fir
     assert sum(len(r.content_html.encode()) for r in plan.records if r.content_html) <= 1200
     assert [s.guid for s in plan.spilled] == ["g1", "g3"]
     assert all("budget" in s.reason for s in plan.spilled)
-    untouched = spill.plan_spill("f", records, inline_limit=1000, batch_budget=2500)
+    other = sum(len(r.guid) + len(r.title or "") for r in records)  # sent beside the HTML
+    untouched = spill.plan_spill("f", records, inline_limit=1000, batch_budget=2500 + other)
     assert untouched.spilled == ()
     assert untouched.records == tuple(records)
 
@@ -689,10 +690,32 @@ def test_a_long_feed_is_stored_in_a_few_multi_row_statements(any_db: Live[Databa
     assert any_db.run(store_items.save_items(db, feed, records, success())) == 0
 
 
+def test_the_budget_counts_the_image_rows_beside_the_html() -> None:
+    """2,300 items of twelve images each: their HTML alone fit the budget, but with 27,600
+    image rows repeating every URL the Worker refused the batch (413) on every fetch."""
+    urls = tuple(f"https://img.example/{'x' * 200}/{n}.png" for n in range(12))
+    html = "".join(f'<img src="{url}">' for url in urls)
+    records = [
+        ItemRecord(f"id{n}", f"g{n}", None, "t", "2026-02-28T10:00:00Z", html, urls)
+        for n in range(2300)
+    ]
+    assert len(html.encode()) * len(records) <= spill.BATCH_TEXT_BUDGET
+    plan = spill.plan_spill("f", records)
+    assert len(plan.spilled) == len(records), "the image rows alone fill the budget"
+    fewer = [record._replace(image_urls=record.image_urls[:4]) for record in records]
+    plan = spill.plan_spill("f", fewer)
+    inline = sum(len(r.content_html.encode()) for r in plan.records if r.content_html)
+    rows = sum(len(u) + spill.IMAGE_ROW_BYTES for r in fewer for u in r.image_urls)
+    assert 0 < len(plan.spilled) < len(fewer)
+    assert inline + rows + sum(len(r.guid) + 1 for r in fewer) <= spill.BATCH_TEXT_BUDGET
+
+
 def test_small_contents_are_never_measured_for_spilling() -> None:
-    """The fast path: even at 4 bytes a character, nothing could cross a limit."""
+    """The fast path: even at 4 bytes a character, nothing could cross a limit (the budget
+    counts each row's GUID, link, title and image rows beside its HTML)."""
     records = [item(f"g{n}", "https://img.example/x.png") for n in range(3)]
-    plan = spill.plan_spill("feed", records, inline_limit=4 * 60, batch_budget=4 * 180)
+    per_row = 60 + len("g0https://blog.example/g0Title g0") + spill.IMAGE_ROW_BYTES + 25
+    plan = spill.plan_spill("feed", records, inline_limit=4 * 60, batch_budget=4 * 3 * per_row)
     assert plan.records == tuple(records)
     assert plan.spilled == ()
     tight = spill.plan_spill("feed", records, inline_limit=4 * 60, batch_budget=4)

@@ -8,8 +8,9 @@ batch:
 - an item whose ``content_html`` is over :data:`INLINE_CONTENT_LIMIT` bytes of UTF-8 is stored
   with ``content_html = NULL`` and ``content_key`` naming the object
   ``content/{feed_id}/{md5(guid)[:8]}.html``, which holds the HTML byte for byte;
-- if the content still inline adds up to more than :data:`BATCH_CONTENT_BUDGET`, the largest
-  items are spilled too until it fits, so the batch stays one request well under 16 MiB.
+- if the content still inline, with the rest of the batch's text, adds up to more than
+  :data:`BATCH_TEXT_BUDGET`, the largest items are spilled too until it fits, so the batch
+  stays one request well under 16 MiB.
 
 Only an item the batch will insert is ever spilled: ``INSERT OR IGNORE`` keeps a row already
 stored for its GUID (inline HTML, no ``content_key``), so an object written for it would belong
@@ -46,9 +47,15 @@ log = logging.getLogger("feedcollector")
 
 INLINE_CONTENT_LIMIT = 900 * 1024
 """Largest ``content_html`` (bytes of UTF-8) stored in the row; D1's limit is about 2 MB."""
-BATCH_CONTENT_BUDGET = 8 * 2**20
-"""Most inline ``content_html`` (bytes of UTF-8) one feed's batch may carry: half the Worker's
-16 MiB request limit, leaving room for JSON escaping and the other columns."""
+BATCH_TEXT_BUDGET = 8 * 2**20
+"""Most text (bytes of UTF-8) one feed's batch may carry: the inline ``content_html``, and the
+items' GUIDs, links, titles and image URLs with :data:`IMAGE_ROW_BYTES` for each image task.
+Half the Worker's 16 MiB request limit, leaving room for JSON escaping and the fixed columns
+(ids, timestamps: a few hundred bytes an item, at most 10,000 items)."""
+IMAGE_ROW_BYTES = 160
+"""What an image task's row adds to the request besides its URL (id, item id, timestamps,
+JSON): a feed of 2,300 items with twelve images each, whose HTML alone fit the budget,
+was refused by the Worker (27,600 image rows) on every fetch."""
 MAX_GUIDS_PER_QUERY = (MAX_PARAMS - 2) // 2
 """GUIDs per :func:`present_guids` query: each is bound twice, with the feed id twice."""
 CONTENT_PREFIX = "content/"
@@ -87,7 +94,7 @@ def plan_spill(
     records: Sequence[ItemRecord],
     *,
     inline_limit: int = INLINE_CONTENT_LIMIT,
-    batch_budget: int = BATCH_CONTENT_BUDGET,
+    batch_budget: int = BATCH_TEXT_BUDGET,
     ignored: Collection[str] = frozenset(),
 ) -> SpillPlan:
     """Decide which items' HTML leaves the batch: every oversized one, then largest first.
@@ -100,9 +107,15 @@ def plan_spill(
     about the bytes the request carries. (When nothing could cross a limit, the records are
     returned as they are, repeats included.)
     """
-    lengths = [len(record.content_html) for record in records if record.content_html]
-    if max(lengths, default=0) * 4 <= inline_limit and sum(lengths) * 4 <= batch_budget:
-        return SpillPlan(tuple(records), ())  # UTF-8 takes at most 4 bytes a character
+    content = longest = other = 0
+    for record in records:  # characters: UTF-8 takes at most 4 bytes a character
+        if record.content_html:
+            length = len(record.content_html)
+            content += length
+            longest = length if length > longest else longest
+        other += _other_chars(record)
+    if longest * 4 <= inline_limit and (content + other) * 4 <= batch_budget:
+        return SpillPlan(tuple(records), ())
     skipped: set[int] = set()
     seen: set[str] = set()
     for index, record in enumerate(records):
@@ -123,13 +136,14 @@ def plan_spill(
         ((len(data), index) for index, data in encoded.items() if index not in reasons),
         reverse=True,
     )
-    total = sum(size for size, _ in inline)
+    other_bytes = sum(_other_bytes(record) for record in records)
+    total = sum(size for size, _ in inline) + other_bytes
     for size, index in inline:
         if total <= batch_budget:
             break
         reasons[index] = (
-            f"{size} bytes; the feed's batch carried {total} bytes of content, over its "
-            f"{batch_budget}-byte budget"
+            f"{size} bytes; the feed's batch carried {total} bytes of text ({other_bytes} of "
+            f"them besides the HTML), over its {batch_budget}-byte budget"
         )
         total -= size
     kept: list[ItemRecord] = []
@@ -149,13 +163,29 @@ def plan_spill(
     return SpillPlan(tuple(kept), tuple(spilled))
 
 
+def _other_chars(record: ItemRecord) -> int:
+    """The characters of a row's text besides its HTML, with each image task's row."""
+    chars = len(record.guid) + len(record.link or "") + len(record.title or "")
+    if record.image_urls:
+        chars += IMAGE_ROW_BYTES * len(record.image_urls) + sum(map(len, record.image_urls))
+    return chars
+
+
+def _other_bytes(record: ItemRecord) -> int:
+    """:func:`_other_chars` in bytes of UTF-8."""
+    texts = (record.guid, record.link or "", record.title or "", *record.image_urls)
+    return sum(len(text.encode("utf-8", "surrogatepass")) for text in texts) + (
+        IMAGE_ROW_BYTES * len(record.image_urls)
+    )
+
+
 async def plan_batch_spill(
     db: Database,
     feed_id: str,
     records: Sequence[ItemRecord],
     *,
     inline_limit: int = INLINE_CONTENT_LIMIT,
-    batch_budget: int = BATCH_CONTENT_BUDGET,
+    batch_budget: int = BATCH_TEXT_BUDGET,
 ) -> SpillPlan:
     """:func:`plan_spill` for a batch about to be stored, spilling only items it will insert.
 
