@@ -787,18 +787,23 @@ def feedcollector(
 
 
 @pytest.mark.cloud
-def test_an_unreachable_object_store_ends_a_command_with_exit_code_1_every_time(
+def test_an_unreachable_object_store_ends_every_command_with_exit_code_1(
     feed_server: FeedServer, cloud_shape: Callable[..., Shape]
 ) -> None:
     """obstore's runtime threads, still retrying the failed request, crashed the interpreter's
     teardown now and then: SIGABRT ("Fatal Python error: Aborted", about one run in three)
     instead of the documented exit code 1."""
-    s = cloud_shape([feed_server.url("/feed")], s3_endpoint=f"http://127.0.0.1:{closed_port()}")
+    url = feed_server.route("/feed", body=rss([Entry("one", guid="1")]))
+    s = cloud_shape([url], s3_endpoint=f"http://127.0.0.1:{closed_port()}")
     for _ in range(8):  # without the fix, one of these crashed in most runs of the test
         result = feedcollector(s.config, s.environ, "cleanup")
         assert result.returncode == 1, result.stderr
         assert "error: storage: S3 list 'backups/'" in result.stderr
         assert "Fatal Python error" not in result.stderr
+    for command in (("run", "--once"), ("fetch", "--all")):
+        result = feedcollector(s.config, s.environ, *command)
+        assert result.returncode == 1, "an object store that cannot be used looked healthy"
+        assert "all 1 feeds this cycle refreshed were aborted by storage errors" in result.stderr
 
 
 @pytest.mark.cloud

@@ -22,6 +22,7 @@ from .claims import sync_feeds_file
 from .collector import Collector
 from .errors import ConfigError, StorageError
 from .pipeline import run_cycle
+from .report import CycleReport
 from .retention import CleanupReport
 from .timestamps import parse_timestamp
 
@@ -94,10 +95,23 @@ async def run_once(collector: Collector) -> None:
     SIGTERM (a timer unit stopping) and Ctrl-C finish the in-flight feeds here too."""
     restore = _stop_on_signals(collector.stopping)
     try:
-        await run_cycle(collector)
+        report = await run_cycle(collector)
         await cleanup_if_due(collector)
     finally:
         restore()
+    refuse_storage_down(report)
+
+
+def refuse_storage_down(report: CycleReport) -> None:
+    """Raise StorageError when every feed the cycle refreshed was aborted by one: a revoked
+    key, a missing bucket or a full disk stops every feed alike, and ``run --once`` (or
+    ``fetch``) ended 0 each time, nothing in ``status``, every body downloaded again."""
+    if report.aborted and report.aborted == report.feeds - report.deferred:
+        raise StorageError(
+            f"storage: all {report.aborted} feeds this cycle refreshed were aborted by "
+            "storage errors (logged above): the database or object store cannot be used "
+            "now; nothing was stored, the next run tries again"
+        )
 
 
 async def cleanup_if_due(collector: Collector) -> CleanupReport | None:

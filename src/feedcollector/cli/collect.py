@@ -10,7 +10,7 @@ import typer
 from ..collector import Collector
 from ..config import load_feeds
 from ..pipeline import run_cycle
-from ..service import run_forever, run_once
+from ..service import refuse_storage_down, run_forever, run_once
 from .app import app, guard, load_command_settings, usage_error, with_collector
 from .progress import CycleProgress, open_display
 
@@ -25,7 +25,8 @@ def run(
         typer.Option(
             "--once",
             help="Run one cycle (due feeds, then their images and pending image retries, then "
-            "the daily cleanup if a day has passed) and exit 0, even if some feeds failed.",
+            "the daily cleanup if a day has passed) and exit 0, even if some feeds failed "
+            "(1 if storage errors aborted every one).",
         ),
     ] = False,
 ) -> None:
@@ -81,7 +82,7 @@ def fetch(
             )
 
     async def forced(collector: Collector) -> None:
-        await run_cycle(collector, urls=urls or None, force=True)
+        refuse_storage_down(await run_cycle(collector, urls=urls or None, force=True))
 
     display = open_display()
     try:
