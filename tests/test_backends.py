@@ -420,6 +420,18 @@ def test_s3_public_url_and_content_type(s3_server: S3Bucket) -> None:
 
 
 @pytest.mark.cloud
+def test_an_s3_key_obstore_cannot_read_is_named_with_what_to_do(s3_server: S3Bucket) -> None:
+    """Another tool's ``backups/x//y.xml`` made every listing of backups/ fail (cleanup and
+    restore every day) with obstore's words alone."""
+    s3_server.server.client().put_object(Bucket=s3_server.bucket, Key="backups/x//y.xml", Body=b"")
+    with (
+        live("s3", s3_server.store) as store,
+        pytest.raises(ObjectStoreError, match="delete or rename that object"),
+    ):
+        store.run(collect(store.backend.list("backups/")))
+
+
+@pytest.mark.cloud
 def test_s3_wrong_bucket_and_stopped_server_raise_object_store_error(s3_server: S3Bucket) -> None:
     with live("s3", lambda: s3_server.server.store("no-such-bucket")) as wrong:
         with pytest.raises(ObjectStoreError, match="bucket does not exist") as caught:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 import obstore
-from obstore.exceptions import BaseError
+from obstore.exceptions import BaseError, InvalidPathError
 from obstore.store import S3Store
 
 from ..errors import ObjectNotFoundError, ObjectStoreError
@@ -147,6 +147,12 @@ class S3ObjectStore:
     def _error(self, action: str, what: str, exc: BaseException) -> ObjectStoreError:
         detail = " ".join(str(exc).split("Debug source:")[0].split())
         hint = " (the bucket does not exist)" if "NoSuchBucket" in detail else ""
+        if isinstance(exc, InvalidPathError) and action == "list":
+            hint = (
+                " (an object there has a key obstore cannot read: an empty, '.' or '..' "
+                "segment, or a control character; feedcollector never writes one, so another "
+                "tool did: delete or rename that object, or every listing here fails alike)"
+            )
         return ObjectStoreError(
             f"storage: S3 {action} {what!r} in bucket {self.bucket} at {self.endpoint} "
             f"failed{hint}: {type(exc).__name__}: {detail[:800]}"
