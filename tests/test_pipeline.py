@@ -794,13 +794,34 @@ def test_a_manual_fetch_names_who_holds_a_feed_it_skips(
     messages = [r.getMessage() for r in caplog.records]
     assert (
         f"fetch: {urls[0]} skipped: its lease until {until} belongs to collector {gone} of this "
-        "machine, whose process has stopped (killed before it let go); the feed is free when "
-        "the lease runs out"
+        "machine, whose process has stopped without letting go (killed?); the feed is free "
+        "when the lease runs out"
     ) in messages
     assert (
         f"fetch: {urls[1]} skipped: collector elsewhere:1:ab holds it until {until} (fetching it "
         "now, or stopped before it let go)"
     ) in messages
+
+
+def test_a_collector_hands_back_the_feeds_it_still_holds_when_it_leaves(
+    feed_server: FeedServer, project: Callable[..., Project]
+) -> None:
+    """A claim the database took but whose answer was lost kept the feed from every
+    collector for 15 minutes after this one had exited normally."""
+    p = project([feed_server.route("/feed", body=rss([Entry("a", guid="a")]))])
+    p.cycle()
+
+    async def claim_answer_lost() -> None:
+        async with open_collector(load_settings(p.config), clock=p.clock) as collector:
+            await collector.db.query(
+                "UPDATE feeds SET lease_owner = ?, lease_until = '2099-01-01T00:00:00Z'",
+                (collector.owner,),
+            )
+
+    asyncio.run(claim_answer_lost())
+    assert p.rows("SELECT lease_owner, lease_until FROM feeds") == [
+        {"lease_owner": None, "lease_until": None}
+    ]
 
 
 def _ended_pid() -> int:

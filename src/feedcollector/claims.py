@@ -108,6 +108,6 @@ def _holder(held: store_schedule.HeldFeed) -> str:
     if held.owner and owner_has_stopped(held.owner):
         return (
             f"its lease{until} belongs to collector {held.owner} of this machine, whose process "
-            "has stopped (killed before it let go); the feed is free when the lease runs out"
+            "has stopped without letting go (killed?); the feed is free when the lease runs out"
         )
     return f"collector {held.owner} holds it{until} (fetching it now, or stopped before it let go)"

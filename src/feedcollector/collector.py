@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import socket
 import uuid
@@ -14,9 +15,11 @@ from datetime import datetime
 import aiohttp
 import httpx
 
+from . import store_schedule
 from .backends import open_database, open_object_store
 from .config import Settings
 from .database import Database
+from .errors import StorageError
 from .fetch import FetchLimits, make_http_client
 from .images import ImageLimits, make_image_client
 from .objectstore import ObjectStore
@@ -25,6 +28,8 @@ from .report import CycleObserver
 from .schedule import SchedulePolicy
 from .schema import migrate
 from .timestamps import utc_now
+
+log = logging.getLogger("feedcollector")
 
 
 def _owner_id() -> str:
@@ -160,5 +165,16 @@ async def open_collector(
             await feed_http.close()
             await collector.close_image_http()
             await objects.close()
+            await _let_go(collector)
     finally:
         await db.close()
+
+
+async def _let_go(collector: Collector) -> None:
+    """Hand back the feeds this process still holds. A claim whose answer was lost (the
+    database took it, the reply never came) otherwise kept its feed from every collector
+    until the lease ran out, 15 minutes, and `fetch` blamed a killed process."""
+    try:
+        await store_schedule.release_owned_feeds(collector.db, collector.owner)
+    except StorageError as exc:
+        log.debug("%s; this collector's leases are left to run out", exc)

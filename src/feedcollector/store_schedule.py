@@ -63,6 +63,13 @@ async def release_feeds(db: Database, feed_ids: Sequence[str], owner: str) -> No
         )
 
 
+async def release_owned_feeds(db: Database, owner: str) -> None:
+    """Hand back every feed ``owner`` holds (a collector leaving)."""
+    await db.query(
+        "UPDATE feeds SET lease_owner = NULL, lease_until = NULL WHERE lease_owner = ?", (owner,)
+    )
+
+
 async def record_rate_limiter(db: Database, feed_id: str, url: str) -> None:
     """The URL that answered the feed's 429: after a redirect to another host, its host is
     the one that asked to wait, not the feed's."""
