@@ -196,8 +196,18 @@ class StoppedWhileDeleting(LocalObjectStore):
         self.stopping.set()
 
 
+class SignalledWhileDeleting(StoppedWhileDeleting):
+    """As a real SIGTERM arrives: its handler is a callback the event loop runs when the
+    cleanup lets it (on SQLite and a local folder nothing in the cleanup waits)."""
+
+    async def delete_many(self, keys: Sequence[str]) -> None:
+        await LocalObjectStore.delete_many(self, keys)
+        asyncio.get_running_loop().call_soon(self.stopping.set)
+
+
+@pytest.mark.parametrize("store", [StoppedWhileDeleting, SignalledWhileDeleting])
 def test_a_stop_during_the_daily_cleanup_ends_it_after_the_chunk_at_hand(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, store: type[StoppedWhileDeleting]
 ) -> None:
     p = polite_project(tmp_path, ["https://blog.example/feed"])
     folder = tmp_path / "objects" / "backups" / feed_id_for("https://blog.example/feed")
@@ -209,7 +219,7 @@ def test_a_stop_during_the_daily_cleanup_ends_it_after_the_chunk_at_hand(
 
     async def go() -> tuple[object, str | None]:
         async with open_collector(load_settings(p.config), clock=p.clock) as collector:
-            collector.objects = StoppedWhileDeleting(tmp_path / "objects", collector.stopping)
+            collector.objects = store(tmp_path / "objects", collector.stopping)
             report = await service.cleanup_if_due(collector)
             return report, await last_cleanup_at(collector.db)
 

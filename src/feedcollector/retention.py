@@ -16,6 +16,7 @@ their inputs; the clock is a parameter.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -165,7 +166,11 @@ class CleanupReport:
             ("image and content objects", self.sample_objects),
         ]
 
-    def tick(self) -> None:
+    async def tick(self) -> None:
+        """After each chunk: let the event loop run first (on SQLite and a local folder
+        nothing here waits, so a SIGTERM's handler never ran and ``run`` ignored it until
+        the whole cleanup was over), then report, where a stop request ends the cleanup."""
+        await asyncio.sleep(0)
         if self.progress is not None:
             self.progress(self)
 
@@ -196,9 +201,9 @@ async def sweep_backups(
         if len(pending) >= delete_chunk:
             await _delete_objects(objects, pending, report.dry_run, delete_chunk)
             pending = []
-            report.tick()
+            await report.tick()
     await _delete_objects(objects, pending, report.dry_run, delete_chunk)
-    report.tick()
+    await report.tick()
 
 
 async def _delete_objects(
@@ -228,7 +233,7 @@ async def expire_items(
     if report.progress is not None:
         rows = await db.query("SELECT COUNT(*) AS n FROM items WHERE created_at < ?", (before,))
         report.items_expiring = int(rows[0]["n"])
-        report.tick()
+        await report.tick()
     while True:
         page = await _next_item_page(db, before, cursor, page_size, report)
         if page is None:
@@ -242,7 +247,7 @@ async def expire_items(
             await _delete_objects(objects, [*image_keys, *content_keys], False, delete_chunk)
             await db.batch(item_page_statements(page, before, deleted_at))
         cursor = page.last
-        report.tick()
+        await report.tick()
 
 
 async def _next_item_page(
