@@ -683,6 +683,22 @@ def test_an_interval_under_a_millisecond_is_refused(tmp_path: Path, name: str, t
     )
 
 
+@pytest.mark.parametrize("interval", ["500ms", "0.5", "999ms"])
+def test_a_feed_interval_under_a_second_is_refused(tmp_path: Path, interval: str) -> None:
+    """Pinned intervals are stored in whole seconds: under one second it became 0, read as
+    no pin at all, and the feed fell back to a learned interval of up to a day."""
+    path = write(
+        tmp_path,
+        "feeds.yaml",
+        f"feeds:\n  - url: https://example.com/a\n    interval: {interval}\n",
+    )
+    assert feeds_error(path).startswith(
+        f'config: {path} line 3: "interval" must be at least 1s, got '
+    )
+    one = write(tmp_path, "one.yaml", "feeds:\n  - url: https://example.com/a\n    interval: 1s\n")
+    assert [spec.interval for spec in load_feeds(one)] == [timedelta(seconds=1)]
+
+
 def test_an_interval_too_large_for_a_float_is_refused(tmp_path: Path) -> None:
     path = write(
         tmp_path,

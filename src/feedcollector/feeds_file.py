@@ -32,6 +32,8 @@ from .models import FeedSpec
 YAML_EXAMPLE = "feeds:\n  - url: https://example.com/feed.xml\n    interval: 30m"
 JSON_EXAMPLE = '{"feeds": [\n  {"url": "https://example.com/feed.xml", "interval": "30m"}\n]}'
 ENTRY_KEYS = ("url", "interval", "title")
+MIN_FEED_INTERVAL = timedelta(seconds=1)
+"""A feed's pinned interval is stored in whole seconds; a shorter one read as none at all."""
 MAX_DOCUMENT_VALUES = 500_000
 """Values (mappings, lists, scalars) a feeds document may expand to. YAML aliases repeat what
 an anchor holds, nine aliases of nine aliases... (a "billion laughs"): that must end in a
@@ -354,13 +356,18 @@ def _entry_interval(
 ) -> timedelta | None:
     if node is None or node.value is None:
         return None
+    shown = format_duration(default) if default is not None else "[fetch] default_interval"
+    fix = f"Fix the value or remove the key to use the default ({shown})."
     try:
-        return parse_duration(node.value)
+        interval = parse_duration(node.value)
     except ValueError as exc:
-        shown = format_duration(default) if default is not None else "[fetch] default_interval"
-        fix = f"Fix the value or remove the key to use the default ({shown})."
         problems.append(Problem(f'"interval" {exc}', fix, line=node.line))
         return None
+    if interval < MIN_FEED_INTERVAL:  # kept in whole seconds: 0 would mean "not pinned"
+        what = f'"interval" must be at least 1s, got {format_duration(interval)}'
+        problems.append(Problem(what, fix, line=node.line))
+        return None
+    return interval
 
 
 def _entry_title(node: Node | None, problems: list[Problem]) -> str | None:
