@@ -191,6 +191,20 @@ def test_the_image_client_is_built_only_for_a_cycle_with_images_to_fetch(
     assert len(built) == 1, "a cycle with no image task pays for no TLS setup"
 
 
+def test_a_cycle_with_nothing_to_do_logs_its_line_at_debug(
+    feed_server: FeedServer, project: Callable[..., Project], caplog: pytest.LogCaptureFixture
+) -> None:
+    """An idle `run` polls every minute: 1,440 INFO lines a day that said nothing."""
+    p = project([feed_server.route("/feed", body=rss([Entry("a", guid="a")]))])
+    with caplog.at_level(logging.DEBUG, logger="feedcollector"):
+        p.cycle()
+        p.cycle()
+    cycles = [
+        (r.levelno, r.getMessage()[:16]) for r in caplog.records if "cycle: " in r.getMessage()
+    ]
+    assert cycles == [(logging.INFO, "cycle: 1 feeds ("), (logging.DEBUG, "cycle: 0 feeds (")]
+
+
 def test_a_feed_not_yet_due_is_not_fetched(
     feed_server: FeedServer, project: Callable[..., Project]
 ) -> None:

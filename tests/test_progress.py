@@ -7,6 +7,7 @@ import io
 import json
 import logging
 import sqlite3
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from feedcollector.cli.progress import (
     open_display,
     progress_line,
 )
+from feedcollector.logs import configure_logging
 from feedcollector.models import Feed
 from feedcollector.report import CycleReport, FeedOutcome
 
@@ -144,3 +146,22 @@ def test_cleanup_logs_progress_lines(feed_server: FeedServer, tmp_path: Path) ->
     assert "cleanup: items: [0/2] 0%, with 0 image and content objects" in result.stderr
     assert "cleanup: items: [2/2] 100%, with 0 image and content objects" in result.stderr
     assert result.stdout.startswith("cleanup: deleted 0 backups")
+
+
+def test_console_lines_are_stamped_in_utc_and_say_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Messages, status and the database speak UTC; a console line in local time without a
+    zone stamped 21:18 said its feeds "wait until 12:20Z", which read as long past."""
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    logger = logging.getLogger("feedcollector")
+    saved = (logger.handlers[:], logger.propagate, logger.level)
+    try:
+        configure_logging("INFO", "console")
+        (handler,) = logging.getLogger("feedcollector").handlers
+        record = logging.LogRecord("feedcollector", logging.INFO, __file__, 1, "hello", (), None)
+        record.created = 0.0
+        assert handler.format(record) == "1970-01-01 00:00:00Z INFO    hello"
+    finally:
+        logger.handlers[:], logger.propagate, logger.level = saved
+        monkeypatch.delenv("TZ")
+        time.tzset()

@@ -5,8 +5,13 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import time
 from datetime import UTC, datetime
 from typing import TextIO
+
+CONSOLE_TIME = "%Y-%m-%d %H:%M:%SZ"
+"""UTC, said so: in local time without a zone, a line stamped 21:18 said its feeds "wait until
+12:20Z", which read as long past."""
 
 
 class JsonFormatter(logging.Formatter):
@@ -40,9 +45,9 @@ def configure_logging(level: str = "INFO", fmt: str = "console") -> None:
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(
-            logging.Formatter("%(asctime)s %(levelname)-7s %(message)s", "%Y-%m-%d %H:%M:%S")
-        )
+        console = logging.Formatter("%(asctime)s %(levelname)-7s %(message)s", CONSOLE_TIME)
+        console.converter = time.gmtime  # the times in messages, status and the database are UTC
+        handler.setFormatter(console)
     root = logging.getLogger("feedcollector")
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -103,7 +103,9 @@ async def run_cycle(
     if collector.settings.images.enabled and not collector.stopping.is_set():
         await download_pending_images(collector, report)
     report.elapsed_s = time.monotonic() - began
-    log.info("cycle: %s", report.summary())
+    images = report.images_stored + report.images_failed + report.images_retry_later
+    busy = report.feeds or images  # an idle service polls a minute: 1,440 INFO lines a day
+    log.log(logging.INFO if busy else logging.DEBUG, "cycle: %s", report.summary())
     if collector.observer is not None:
         await collector.observer.cycle_done(report, collector.db)
     return report
