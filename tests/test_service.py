@@ -23,6 +23,7 @@ from feedcollector.backends.local import LocalObjectStore
 from feedcollector.collector import open_collector
 from feedcollector.config import load_settings
 from feedcollector.database import Database
+from feedcollector.errors import StorageError
 from feedcollector.pipeline import run_cycle
 from feedcollector.report import CycleReport, FeedOutcome
 from feedcollector.retention import last_cleanup_at
@@ -136,6 +137,25 @@ def serve(project: Project, script: Script) -> None:
             await asyncio.wait_for(service.run_forever(collector), HANG_S)
 
     asyncio.run(go())
+
+
+@pytest.mark.parametrize("damage", ["deleted", "replaced"])
+def test_run_stops_when_its_database_file_is_deleted_or_replaced(
+    feed_server: FeedServer, tmp_path: Path, damage: str
+) -> None:
+    """``run`` went on writing into the deleted file: status saw nothing, and everything was
+    collected (and downloaded) again from scratch at the next start."""
+    url = feed_server.route("/feed", body=rss([Entry("one", guid="1")]))
+    p = polite_project(tmp_path, [url])
+    database = tmp_path / "collector.db"
+
+    def damage_it() -> None:
+        database.rename(tmp_path / "moved.db")
+        if damage == "replaced":
+            database.write_bytes(b"")
+
+    with pytest.raises(StorageError, match="was deleted or replaced while run was running"):
+        serve(p, Script(p.clock, 3, {1: damage_it}))
 
 
 BROKEN = {

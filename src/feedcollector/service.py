@@ -16,6 +16,7 @@ import signal
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from pathlib import Path
 
 from . import retention, store
 from .claims import sync_feeds_file
@@ -39,8 +40,17 @@ async def run_forever(collector: Collector) -> None:
     storage outage skips a cycle."""
     restore = _stop_on_signals(collector.stopping)
     feeds_file = FeedsFileWatch()
+    database_file = _database_file(collector)
+    opened = _identity(database_file)
     try:
         while not collector.stopping.is_set():
+            if database_file is not None and _identity(database_file) != opened:
+                raise StorageError(
+                    f"storage: the database file {database_file} was deleted or replaced "
+                    "while run was running: what it collected went to the old file, which "
+                    "nothing else reads. Put the file back, or start feedcollector again to "
+                    "use the new one (a restore from the backups rebuilds a lost database)"
+                )
             started = collector.clock()
             try:
                 await feeds_file.sync(collector, started)
@@ -52,6 +62,23 @@ async def run_forever(collector: Collector) -> None:
     finally:
         restore()
     log.info("run: stopped cleanly")
+
+
+def _database_file(collector: Collector) -> Path | None:
+    """The SQLite file ``run`` keeps open (None on D1)."""
+    database = collector.settings.database
+    return database.path if database.backend == "sqlite" else None
+
+
+def _identity(path: Path | None) -> tuple[int, int] | None:
+    """Which file ``path`` names now (device, inode), or None when there is none."""
+    if path is None:
+        return None
+    try:
+        found = path.stat()
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
 
 
 class FeedsFileWatch:
