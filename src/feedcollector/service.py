@@ -37,7 +37,7 @@ REMIND_EVERY = timedelta(hours=1)
 async def run_forever(collector: Collector) -> None:
     """Cycle until asked to stop. A feeds file that cannot be used at start is fatal (exit 2);
     later it is logged and the known feeds are still collected (:class:`FeedsFileWatch`). A
-    storage outage skips a cycle."""
+    storage outage skips a cycle; a SQLite file deleted or replaced under it is fatal."""
     restore = _stop_on_signals(collector.stopping)
     feeds_file = FeedsFileWatch()
     database_file = _database_file(collector)
