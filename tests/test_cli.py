@@ -260,7 +260,7 @@ def test_log_format_json_and_log_level(feed_server: FeedServer, tmp_path: Path) 
     lines = quiet.stderr.splitlines()
     assert lines
     assert all(" WARNING " in line for line in lines), "console lines, no INFO"
-    assert re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d WARNING feed http", lines[0])
+    assert re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ WARNING feed http", lines[0])
 
     config_file = Path(config)
     config_file.write_text(config_file.read_text() + '[log]\nformat = "json"\nlevel = "ERROR"\n')
