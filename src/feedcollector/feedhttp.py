@@ -26,6 +26,7 @@ from .content_coding import ACCEPT_ENCODING
 from .httpbody import (
     TransferError,
     caused_by,
+    causes,
     ends_at_close,
     read_limited,
     root_cause,
@@ -214,13 +215,9 @@ def _parser_complaint(exc: BaseException) -> str | None:
     """What aiohttp's HTTP parser found wrong, on one line. Its error reads ``400, message:
     ...``, as if the server had answered 400: that is aiohttp's own code for a bad message
     (the server sent no such status), so only the message is kept."""
-    seen: list[BaseException] = []
-    link: BaseException | None = exc
-    while link is not None and link not in seen:
+    for link in causes(exc):
         if isinstance(link, HttpProcessingError) and link.message.strip():
             return one_line(link.message, QUOTED_CHARS)
-        seen.append(link)
-        link = link.__cause__ or link.__context__
     return None
 
 

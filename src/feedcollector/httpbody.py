@@ -68,7 +68,7 @@ not the host's: they say nothing about the host's other URLs."""
 
 def unreachable_endpoint(exc: BaseException, url: Located) -> str | None:
     """``url``'s endpoint for a failure to connect, unless this machine caused it."""
-    local = any(isinstance(link, OSError) and link.errno in LOCAL_ERRNOS for link in _causes(exc))
+    local = any(isinstance(link, OSError) and link.errno in LOCAL_ERRNOS for link in causes(exc))
     return None if local else endpoint(url)
 
 
@@ -131,7 +131,7 @@ def describe_http_error(exc: httpx.HTTPError, url: str, timeout_s: float | None)
     return TransferError("protocol", f"{host} broke the HTTP protocol for {url} ({root})")
 
 
-def _causes(exc: BaseException) -> list[BaseException]:
+def causes(exc: BaseException) -> list[BaseException]:
     """The exception and what it was raised from, outermost first (cycles cut)."""
     chain: list[BaseException] = []
     seen: BaseException | None = exc
@@ -142,13 +142,13 @@ def _causes(exc: BaseException) -> list[BaseException]:
 
 
 def caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
-    return any(isinstance(link, kind) for link in _causes(exc))
+    return any(isinstance(link, kind) for link in causes(exc))
 
 
 def root_cause(exc: BaseException) -> str:
     """The deepest cause's words on one line: HTTP parsers quote what the server sent (a
     multi-line drawing of the bad header, the raw headers of a cut answer)."""
-    deepest = _causes(exc)[-1]
+    deepest = causes(exc)[-1]
     return one_line(str(deepest) or type(deepest).__name__, QUOTED_CHARS)
 
 

@@ -196,8 +196,6 @@ async def fail(
     feed, now = outcome.feed, outcome.fetched_at
     failures = feed.consecutive_failures + 1
     asked = honour_refusal(collector, feed, exc, status, now)
-    if status == 429:  # before the failure: one recorded without it defers the wrong host
-        await store_schedule.record_rate_limiter(collector.db, feed.id, refused_by(feed, exc))
     outcome.state = "failed"
     outcome.error = str(exc)
     outcome.error_kind = exc.kind if isinstance(exc, FetchError) else "parse"
@@ -211,6 +209,7 @@ async def fail(
         error=str(exc),
         status=status,
         retry_after_until=now + asked if asked else None,
+        rate_limited_by=refused_by(feed, exc) if status == 429 else None,
     )
     if failures >= FAILURE_ALERT_THRESHOLD:
         log.warning(

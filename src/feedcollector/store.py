@@ -345,20 +345,24 @@ async def record_failure(
     error: str,
     status: int | None,
     retry_after_until: datetime | None = None,
+    rate_limited_by: str | None = None,
 ) -> None:
     """A fetch or parse failure: count it, back off; ``last_fetched_at`` is left alone.
 
-    ``retry_after_until`` is when a 429/503's Retry-After ends (even a manual fetch waits)."""
+    ``retry_after_until`` is when a 429/503's Retry-After ends (even a manual fetch waits);
+    ``rate_limited_by`` the URL that answered a 429, whose host waits (after a redirect, not
+    the feed's own; read only while ``last_status`` is 429)."""
     await db.query(
         "UPDATE feeds SET consecutive_failures = ?, next_fetch_at = ?, last_error = ?, "
-        "last_status = ?, retry_after_until = ?, lease_owner = NULL, lease_until = NULL "
-        "WHERE id = ?",
+        "last_status = ?, retry_after_until = ?, rate_limited_by = ?, lease_owner = NULL, "
+        "lease_until = NULL WHERE id = ?",
         (
             failures,
             format_timestamp(next_fetch_at),
             error[:2000],
             status,
             format_timestamp(retry_after_until) if retry_after_until else None,
+            rate_limited_by,
             feed_id,
         ),
     )

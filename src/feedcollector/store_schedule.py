@@ -70,12 +70,6 @@ async def release_owned_feeds(db: Database, owner: str) -> None:
     )
 
 
-async def record_rate_limiter(db: Database, feed_id: str, url: str) -> None:
-    """The URL that answered the feed's 429: after a redirect to another host, its host is
-    the one that asked to wait, not the feed's."""
-    await db.query("UPDATE feeds SET rate_limited_by = ? WHERE id = ?", (url, feed_id))
-
-
 @dataclass(frozen=True, slots=True)
 class HostDeferral:
     """A 429 whose Retry-After has not run out."""
