@@ -123,6 +123,10 @@ class DownloadedImage:
     final_url: str
 
 
+IMAGE_PREFIX = "images/"
+"""Where archived images live: ``images/{feed_id}/{md5(guid)[:8]}/{position}.{ext}``."""
+
+
 def guid_digest(guid: str, *, full: bool = False) -> str:
     """The item's part of its object keys: ``md5(guid)[:8]``, or all 32 hex digits if ``full``."""
     digest = hashlib.md5(guid.encode("utf-8"), usedforsecurity=False).hexdigest()
@@ -136,7 +140,7 @@ def object_key(feed_id: str, guid: str, position: int, ext: str, *, full: bool =
     item: then the image goes under ``full`` md5 (32 hex digits) instead, see
     :func:`feedcollector.store_images.image_key`. Readers follow ``image_tasks.r2_key``.
     """
-    return f"images/{feed_id}/{guid_digest(guid, full=full)}/{position}.{ext}"
+    return f"{IMAGE_PREFIX}{feed_id}/{guid_digest(guid, full=full)}/{position}.{ext}"
 
 
 def media_type(content_type: str | None) -> str:

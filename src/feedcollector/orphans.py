@@ -26,20 +26,18 @@ from datetime import datetime, timedelta
 from .config_values import format_duration
 from .database import Database, Statement
 from .errors import ConfigError, StorageError
+from .images import IMAGE_PREFIX
 from .objectstore import MAX_KEYS_PER_DELETE, ListedObject, ObjectStore
+from .retention import keep_samples
 from .spill import CONTENT_PREFIX
 from .store import MAX_PARAMS, chunked, placeholders
 
 log = logging.getLogger("feedcollector")
 
-IMAGE_PREFIX = "images/"
 ORPHAN_MIN_AGE = timedelta(days=1)
 """An unnamed object younger than this is left alone. Every writer puts its object before the
 row that names it (an image before its task's ``r2_key``, spilled HTML before its item's
 batch), minutes apart at most: a young object may be about to be named."""
-SAMPLE_SIZE = 5
-"""Orphaned keys shown by ``cleanup --orphans --dry-run``."""
-
 NAMING_COLUMNS = {
     IMAGE_PREFIX: "SELECT r2_key AS k FROM image_tasks WHERE r2_key IN",
     CONTENT_PREFIX: "SELECT content_key AS k FROM items WHERE content_key IN",
@@ -145,7 +143,7 @@ class _Sweep:
         else:
             report.content += len(orphans)
         report.orphan_bytes += sum(listed.size for listed in orphans)
-        report.samples.extend(o.key for o in orphans[: max(0, SAMPLE_SIZE - len(report.samples))])
+        keep_samples(report.samples, [listed.key for listed in orphans])
         if report.progress is not None:
             report.progress(report)
 

@@ -175,7 +175,8 @@ class CleanupReport:
             self.progress(self)
 
 
-def _sample(target: list[str], values: Sequence[str]) -> None:
+def keep_samples(target: list[str], values: Sequence[str]) -> None:
+    """Add ``values`` to ``target`` up to :data:`SAMPLE_SIZE` keys (a dry run's examples)."""
     target.extend(values[: max(0, SAMPLE_SIZE - len(target))])
 
 
@@ -196,7 +197,7 @@ async def sweep_backups(
             continue
         if not key.endswith(CONTENT_TYPE_SUFFIX):  # the Content-Type beside one: uncounted
             report.backups += 1
-            _sample(report.sample_backups, [key])
+            keep_samples(report.sample_backups, [key])
         pending.append(key)
         if len(pending) >= delete_chunk:
             await _delete_objects(objects, pending, report.dry_run, delete_chunk)
@@ -242,7 +243,7 @@ async def expire_items(
         report.items += page.count
         report.image_objects += len(image_keys)
         report.content_objects += len(content_keys)
-        _sample(report.sample_objects, [*image_keys, *content_keys])
+        keep_samples(report.sample_objects, [*image_keys, *content_keys])
         if not report.dry_run:
             await _delete_objects(objects, [*image_keys, *content_keys], False, delete_chunk)
             await db.batch(item_page_statements(page, before, deleted_at))
@@ -260,7 +261,7 @@ async def _next_item_page(
     )
     if not rows:
         return None
-    _sample(report.sample_items, [f"{row['feed_id']} {row['guid']}" for row in rows])
+    keep_samples(report.sample_items, [f"{row['feed_id']} {row['guid']}" for row in rows])
     last = ItemCursor(rows[-1]["created_at"], rows[-1]["id"])
     return ItemPage(after=after, last=last, count=len(rows))
 
