@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from .config_values import format_duration
-from .database import Database, Statement
+from .database import Database
 from .errors import ConfigError, StorageError
 from .images import IMAGE_PREFIX
 from .objectstore import MAX_KEYS_PER_DELETE, ListedObject, ObjectStore
 from .retention import keep_samples
-from .spill import CONTENT_PREFIX
-from .store import MAX_PARAMS, chunked, placeholders
+from .spill import CONTENT_NAMED_BY, CONTENT_PREFIX
+from .store import keys_found
 
 log = logging.getLogger("feedcollector")
 
@@ -40,7 +40,7 @@ row that names it (an image before its task's ``r2_key``, spilled HTML before it
 batch), minutes apart at most: a young object may be about to be named."""
 NAMING_COLUMNS = {
     IMAGE_PREFIX: "SELECT r2_key AS k FROM image_tasks WHERE r2_key IN",
-    CONTENT_PREFIX: "SELECT content_key AS k FROM items WHERE content_key IN",
+    CONTENT_PREFIX: CONTENT_NAMED_BY,
 }
 """Per swept prefix, the rows that may name its objects (the start of an indexed lookup)."""
 
@@ -132,7 +132,7 @@ class _Sweep:
     async def _delete_unnamed(self, prefix: str, chunk: Sequence[ListedObject]) -> None:
         if not chunk:
             return
-        named = await _named_keys(self.db, prefix, [listed.key for listed in chunk])
+        named = await keys_found(self.db, NAMING_COLUMNS[prefix], [listed.key for listed in chunk])
         orphans = [listed for listed in chunk if listed.key not in named]
         report = self.report
         if orphans and not report.dry_run:
@@ -162,14 +162,3 @@ class _Sweep:
                 "what would go."
             )
         self.database_checked = True
-
-
-async def _named_keys(db: Database, prefix: str, keys: Sequence[str]) -> set[str]:
-    """The ``keys`` a row names: one batch (one round trip) of indexed ``IN`` lookups of at
-    most :data:`MAX_PARAMS` keys each."""
-    select = NAMING_COLUMNS[prefix]
-    statements = [
-        Statement(f"{select} ({placeholders(len(part))})", tuple(part))
-        for part in chunked(keys, MAX_PARAMS)
-    ]
-    return {row["k"] for rows in await db.batch(statements) for row in rows}

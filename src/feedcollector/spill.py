@@ -31,7 +31,7 @@ still extracted (from the full HTML, before spilling).
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Collection, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -41,7 +41,7 @@ from .images import guid_digest
 from .models import ItemRecord
 from .objectstore import ObjectStore
 from .safe_text import QUOTED_CHARS, one_line
-from .store import MAX_PARAMS, chunked, placeholders
+from .store import MAX_PARAMS, chunked, keys_found, placeholders
 
 log = logging.getLogger("feedcollector")
 
@@ -59,6 +59,8 @@ was refused by the Worker (27,600 image rows) on every fetch."""
 MAX_GUIDS_PER_QUERY = (MAX_PARAMS - 2) // 2
 """GUIDs per :func:`present_guids` query: each is bound twice, with the feed id twice."""
 CONTENT_PREFIX = "content/"
+CONTENT_NAMED_BY = "SELECT content_key AS k FROM items WHERE content_key IN"
+"""The rows that name a spilled object (an indexed lookup, see :func:`.store.keys_found`)."""
 CONTENT_TYPE = "text/html; charset=utf-8"
 
 
@@ -113,7 +115,7 @@ def plan_spill(
             length = len(record.content_html)
             content += length
             longest = length if length > longest else longest
-        other += _other_chars(record)
+        other += _other_size(record)
     if longest * 4 <= inline_limit and (content + other) * 4 <= batch_budget:
         return SpillPlan(tuple(records), ())
     skipped: set[int] = set()
@@ -136,7 +138,7 @@ def plan_spill(
         ((len(data), index) for index, data in encoded.items() if index not in reasons),
         reverse=True,
     )
-    other_bytes = sum(_other_bytes(record) for record in records)
+    other_bytes = sum(_other_size(record, _utf8_size) for record in records)
     total = sum(size for size, _ in inline) + other_bytes
     for size, index in inline:
         if total <= batch_budget:
@@ -163,20 +165,15 @@ def plan_spill(
     return SpillPlan(tuple(kept), tuple(spilled))
 
 
-def _other_chars(record: ItemRecord) -> int:
-    """The characters of a row's text besides its HTML, with each image task's row."""
-    chars = len(record.guid) + len(record.link or "") + len(record.title or "")
-    if record.image_urls:
-        chars += IMAGE_ROW_BYTES * len(record.image_urls) + sum(map(len, record.image_urls))
-    return chars
-
-
-def _other_bytes(record: ItemRecord) -> int:
-    """:func:`_other_chars` in bytes of UTF-8."""
+def _other_size(record: ItemRecord, size: Callable[[str], int] = len) -> int:
+    """The size of a row's text besides its HTML, with each image task's row: in characters
+    (``len``, a bound at 4 bytes each) or in bytes (:func:`_utf8_size`)."""
     texts = (record.guid, record.link or "", record.title or "", *record.image_urls)
-    return sum(len(text.encode("utf-8", "surrogatepass")) for text in texts) + (
-        IMAGE_ROW_BYTES * len(record.image_urls)
-    )
+    return sum(map(size, texts)) + IMAGE_ROW_BYTES * len(record.image_urls)
+
+
+def _utf8_size(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
 
 
 async def plan_batch_spill(
@@ -308,13 +305,7 @@ async def _discard(objects: ObjectStore, db: Database, feed_url: str, keys: list
     of the same item may have stored a row naming one meanwhile). Failing to is logged, not
     raised: the refusal is what the caller acts on."""
     try:
-        named: set[str] = set()
-        for chunk in chunked(keys):
-            rows = await db.query(
-                f"SELECT content_key FROM items WHERE content_key IN ({placeholders(len(chunk))})",  # noqa: S608
-                tuple(chunk),
-            )
-            named.update(row["content_key"] for row in rows)
+        named = await keys_found(db, CONTENT_NAMED_BY, keys)
         await objects.delete_many([key for key in keys if key not in named])
     except StorageError as exc:
         log.warning(
