@@ -27,7 +27,7 @@ from .database import Database, Row, SqlValue
 from .errors import ObjectNotFoundError
 from .html import MARKUP_RE, RAW_TEXT_ELEMENTS
 from .objectstore import ObjectStore
-from .store import MAX_PARAMS, placeholders
+from .store import MAX_PARAMS, chunked, placeholders
 from .timestamps import format_timestamp
 
 log = logging.getLogger("feedcollector")
@@ -311,8 +311,7 @@ async def item_images(db: Database, item_id: str) -> tuple[StoredImage, ...]:
 async def items_images(db: Database, item_ids: Sequence[str]) -> dict[str, tuple[StoredImage, ...]]:
     """The images of several items (one query per :data:`.store.MAX_PARAMS` ids), by item."""
     found: dict[str, list[StoredImage]] = {}
-    for start in range(0, len(item_ids), MAX_PARAMS):
-        chunk = item_ids[start : start + MAX_PARAMS]
+    for chunk in chunked(item_ids, MAX_PARAMS):
         rows = await db.query(
             "SELECT item_id, position, original_url, status, r2_key FROM image_tasks "  # noqa: S608
             f"WHERE item_id IN ({placeholders(len(chunk))}) ORDER BY item_id, position",
