@@ -494,6 +494,61 @@ def test_the_sqlite_busy_wait_is_the_configured_database_timeout(tmp_path: Path)
     assert "is locked (database is locked; waited 0.05 s)" in str(caught.value)
 
 
+def test_a_write_lock_held_elsewhere_is_waited_for_while_the_event_loop_runs(
+    tmp_path: Path,
+) -> None:
+    """Another process's write lock is waited out with the loop free: here only a callback
+    of this loop lets go of the lock, so SQLite's own busy wait (the loop frozen for the
+    whole timeout: fetches in flight missed their deadlines) ends in an error instead."""
+    path = tmp_path / "shared.db"
+
+    async def scenario() -> list[dict[str, object]]:
+        db = SQLiteDatabase(path, busy_timeout_s=60)
+        await db.batch([Statement("CREATE TABLE t (v INTEGER)")])
+        holder = sqlite3.connect(path, isolation_level=None)
+        loop = asyncio.get_running_loop()
+        try:
+            for write in (
+                lambda: db.batch([Statement("INSERT INTO t VALUES (1)")]),
+                lambda: db.query("INSERT INTO t VALUES (2) RETURNING v"),
+            ):
+                holder.execute("BEGIN IMMEDIATE")
+                loop.call_later(0.2, holder.execute, "ROLLBACK")
+                await asyncio.wait_for(write(), timeout=30)
+            return await db.query("SELECT v FROM t ORDER BY v")
+        finally:
+            holder.close()
+            await db.close()
+
+    assert asyncio.run(scenario()) == [{"v": 1}, {"v": 2}]
+
+
+def test_a_write_lock_held_past_the_timeout_fails_the_batch_whole(tmp_path: Path) -> None:
+    path = tmp_path / "shared.db"
+
+    async def scenario() -> tuple[str, list[dict[str, object]]]:
+        db = SQLiteDatabase(path, busy_timeout_s=0.05)
+        await db.batch([Statement("CREATE TABLE t (v INTEGER)")])
+        holder = sqlite3.connect(path, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        try:
+            with pytest.raises(DatabaseError) as caught:
+                await db.batch([Statement("INSERT INTO t VALUES (1)")])
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        await db.batch([Statement("INSERT INTO t VALUES (2)")])  # the connection is usable
+        rows = await db.query("SELECT v FROM t")
+        await db.close()
+        return str(caught.value), rows
+
+    message, rows = asyncio.run(scenario())
+    assert "database is locked (waited 0.05 s)" in message
+    assert "sql: BEGIN IMMEDIATE" in message
+    assert "Another process holds a write lock" in message
+    assert rows == [{"v": 2}]
+
+
 def test_d1_proxy_down_is_a_database_error() -> None:
     url = f"http://127.0.0.1:{closed_port()}"
     with (

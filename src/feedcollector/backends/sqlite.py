@@ -1,15 +1,21 @@
 """The embedded database: a local SQLite file behind the Database protocol.
 
-Calls run on the event loop's thread: SQLite answers in microseconds, and a single
-connection keeps batches strictly ordered. WAL mode and a busy timeout let several
-collector processes share one file.
+Calls run on the event loop's thread: SQLite answers in microseconds, and a thread hop per
+round trip would cost more than most of them. WAL mode lets several collector processes share
+one file; while another process holds the write lock, a statement is tried again after an
+``asyncio.sleep`` instead of in SQLite's own busy wait, which would freeze the loop (every
+fetch in flight would miss its deadline, a stop signal would wait) for up to
+``[database] timeout``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from ..database import Row, SqlValue, Statement
 from ..errors import DatabaseError
@@ -24,6 +30,12 @@ BUSY_FIX = (
     "Another process holds a write lock on it: wait for it to finish (another feedcollector "
     "command, or a sqlite3 shell with a transaction open) and run the command again."
 )
+FIRST_BUSY_PAUSE_S = 0.001
+LONGEST_BUSY_PAUSE_S = 0.05
+"""Pauses between tries while another process holds the write lock double from the first to
+the longest: its batches take milliseconds, a shell's transaction may take minutes."""
+
+T = TypeVar("T")
 
 
 class SQLiteDatabase:
@@ -31,6 +43,7 @@ class SQLiteDatabase:
 
     def __init__(self, path: Path | str, *, busy_timeout_s: float = 30.0) -> None:
         self.path = str(path)
+        self.busy_timeout_s = busy_timeout_s
         try:
             if self.path != ":memory:":
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
@@ -47,6 +60,8 @@ class SQLiteDatabase:
                 self._conn.execute("PRAGMA journal_mode = WAL")
                 self._conn.execute("PRAGMA synchronous = NORMAL")
                 self._check_writable()
+            # opening may wait in SQLite (nothing runs yet); from now on the loop waits
+            self._conn.execute("PRAGMA busy_timeout = 0")
         except (sqlite3.Error, OSError) as exc:
             if hasattr(self, "_conn"):  # connected, then refused: the file stays closed
                 self._conn.close()
@@ -77,37 +92,79 @@ class SQLiteDatabase:
             self._conn.execute("ROLLBACK")
 
     async def query(self, sql: str, params: Sequence[SqlValue] = ()) -> list[Row]:
-        try:
+        def attempt() -> list[Row]:
             cursor = self._conn.execute(sql, tuple(params))
             return [dict(row) for row in cursor.fetchall()]
+
+        try:
+            return await self._when_unlocked(attempt)
         except DRIVER_ERRORS as exc:
-            raise DatabaseError(_describe(exc, sql, params, self.path)) from exc
+            raise DatabaseError(self._describe(exc, sql, params)) from exc
 
     async def batch(self, statements: Sequence[Statement]) -> list[list[Row]]:
-        results: list[list[Row]] = []
         statement = Statement("BEGIN IMMEDIATE")
+
+        def attempt() -> list[list[Row]]:
+            nonlocal statement
+            results: list[list[Row]] = []
+            statement = Statement("BEGIN IMMEDIATE")
+            try:
+                self._conn.execute(statement.sql)
+                for statement in statements:
+                    cursor = self._conn.execute(statement.sql, statement.params)
+                    results.append([dict(row) for row in cursor.fetchall()])
+                statement = Statement("COMMIT")
+                self._conn.execute(statement.sql)
+            except BaseException:
+                if self._conn.in_transaction:  # whatever failed: the next try begins afresh
+                    self._conn.execute("ROLLBACK")
+                raise
+            return results
+
         try:
-            self._conn.execute(statement.sql)
-            for statement in statements:
-                cursor = self._conn.execute(statement.sql, statement.params)
-                results.append([dict(row) for row in cursor.fetchall()])
-            statement = Statement("COMMIT")
-            self._conn.execute(statement.sql)
-        except BaseException as exc:
-            if self._conn.in_transaction:  # whatever failed: the next batch must begin afresh
-                self._conn.execute("ROLLBACK")
-            if isinstance(exc, DRIVER_ERRORS):
-                raise DatabaseError(
-                    _describe(exc, statement.sql, statement.params, self.path)
-                ) from exc
-            raise
-        return results
+            return await self._when_unlocked(attempt)
+        except DRIVER_ERRORS as exc:
+            raise DatabaseError(self._describe(exc, statement.sql, statement.params)) from exc
 
     async def exec(self, sql: str) -> None:
+        """Administrative SQL, which the collector itself never sends: a script may have run
+        halfway when it meets the lock, so it cannot be tried again; SQLite waits instead."""
+        self._conn.execute(f"PRAGMA busy_timeout = {round(self.busy_timeout_s * 1000)}")
         try:
             self._conn.executescript(sql)
         except DRIVER_ERRORS as exc:
-            raise DatabaseError(_describe(exc, sql, (), self.path)) from exc
+            raise DatabaseError(self._describe(exc, sql, ())) from exc
+        finally:
+            self._conn.execute("PRAGMA busy_timeout = 0")
+
+    async def _when_unlocked(self, attempt: Callable[[], T]) -> T:
+        """``attempt()``, tried again while another process holds the write lock, until
+        :attr:`busy_timeout_s` has passed. A busy statement changed nothing (a batch is
+        rolled back whole), so trying it again is safe."""
+        pause = FIRST_BUSY_PAUSE_S
+        deadline = None
+        while True:
+            try:
+                return attempt()
+            except sqlite3.OperationalError as exc:
+                if not _busy(exc):
+                    raise
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + self.busy_timeout_s
+                if now >= deadline:
+                    raise
+                await asyncio.sleep(min(pause, deadline - now))
+                pause = min(2 * pause, LONGEST_BUSY_PAUSE_S)
+
+    def _describe(self, exc: Exception, sql: str, params: Sequence[SqlValue]) -> str:
+        shown = [p if not isinstance(p, str) or len(p) <= 80 else p[:77] + "..." for p in params]
+        waited = f" (waited {self.busy_timeout_s:g} s)" if _busy(exc) else ""
+        fix = f" {BUSY_FIX}" if _busy(exc) else ""
+        return (
+            f"database: SQLite {self.path}: {exc}{waited} (sql: {' '.join(sql.split())[:300]}; "
+            f"params: {shown}){fix}"
+        )
 
     async def close(self) -> None:
         self._conn.close()
@@ -117,12 +174,3 @@ def _busy(exc: Exception) -> bool:
     """SQLITE_BUSY: another connection holds the write lock past the busy timeout."""
     code = getattr(exc, "sqlite_errorcode", None)
     return isinstance(code, int) and code & 0xFF == sqlite3.SQLITE_BUSY
-
-
-def _describe(exc: Exception, sql: str, params: Sequence[SqlValue], path: str) -> str:
-    shown = [p if not isinstance(p, str) or len(p) <= 80 else p[:77] + "..." for p in params]
-    fix = f" {BUSY_FIX}" if _busy(exc) else ""
-    return (
-        f"database: SQLite {path}: {exc} (sql: {' '.join(sql.split())[:300]}; params: {shown})"
-        + fix
-    )
