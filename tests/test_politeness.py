@@ -54,6 +54,8 @@ def test_host_keys_name_the_host_as_the_request_is_sent() -> None:
     assert host_key("https://BÜCHER.example:443/b") == host_key("http://xn--bcher-kva.example/")
     assert host_key("http://１２７.０.０.１:8080/feed") == "127.0.0.1:8080"
     assert host_key("http://ＥＸＡＭＰＬＥ.org/") == "example.org"
+    assert host_key("http://Example.org./feed") == "example.org"
+    assert host_key("http://example.org.:8080/") == host_key("http://example.org:8080/")
 
 
 @pytest.mark.parametrize(

@@ -42,7 +42,8 @@ def host_key(url: str) -> str:
 
     Encoded, because one server has many spellings: ``bücher.example`` is sent as
     ``xn--bcher-kva.example``, full-width digits as ``127.0.0.1``; keyed by the spelling, each
-    got a gate of its own and the server two requests at once. Cached: it runs for every feed
+    got a gate of its own and the server two requests at once (a trailing dot, the DNS root,
+    is dropped for the same reason). Cached: it runs for every feed
     of every cycle, and encoding a Unicode name costs tens of microseconds."""
     try:
         parsed = yarl.URL(url)
@@ -52,9 +53,15 @@ def host_key(url: str) -> str:
         return _spelled_host_key(url)
     if not host:
         return _spelled_host_key(url)
+    name = _without_root_dot(host.lower())
     if port is None or port == _DEFAULT_PORTS.get(parsed.scheme):
-        return host.lower()
-    return f"{host.lower()}:{port}"
+        return name
+    return f"{name}:{port}"
+
+
+def _without_root_dot(host: str) -> str:
+    """``a.example.`` is ``a.example`` written as a fully qualified name: one server."""
+    return host[:-1] if len(host) > 1 and host.endswith(".") else host
 
 
 def _spelled_host_key(url: str) -> str:
