@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.cells import cell_len
 from typer.testing import CliRunner
 
 from feedcollector.backends.sqlite import SQLiteDatabase
@@ -23,9 +24,15 @@ from feedcollector.database import CountingDatabase, Statement
 from feedcollector.models import FeedSpec
 from feedcollector.pipeline import run_cycle, sync_feeds_file
 from feedcollector.schema import migrate
-from feedcollector.status import FeedStatus, StatusReport, read_status, worst_first_key
+from feedcollector.status import (
+    FeedStatus,
+    StatusReport,
+    StatusTotals,
+    read_status,
+    worst_first_key,
+)
 from feedcollector.store import sync_feeds
-from feedcollector.timestamps import utc_now
+from feedcollector.timestamps import parse_timestamp, utc_now
 
 from . import test_retention
 from .feedserver import FeedServer
@@ -292,6 +299,59 @@ def test_status_prints_what_feeds_wrote_literally(feed_server: FeedServer, tmp_p
     assert stored.fetchall() == [(f"E{csi}2J item",)], (
         "stored as written: only the shown is cleaned"
     )
+
+
+def _listing(feeds: int) -> StatusReport:
+    """Feeds with titles and errors longer than their columns, some in wide characters."""
+    shown = []
+    for n in range(feeds):
+        title = f"Weekly notes number {n} " + (
+            "long words " * 6 if n % 2 else "日本語のタイトル" * 4
+        )
+        error = f"HTTP 500 from the server of feed {n}: " + "the reason went on " * 5
+        shown.append(
+            FeedStatus(
+                f"https://blog{n}.example/feed.xml",
+                "failing" if n % 3 else "active",
+                title=title.strip(),
+                last_fetched_at="2026-03-01T09:00:00Z",
+                next_fetch_at="2026-03-01T10:00:00Z",
+                consecutive_failures=n % 3,
+                last_error=error if n % 3 else None,
+                items=n * 7,
+                images_pending=n,
+            )
+        )
+    return StatusReport("2026-03-01T09:30:00Z", tuple(shown), StatusTotals({"active": feeds}))
+
+
+def test_a_long_status_table_shows_what_the_short_one_shows(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past ``RICH_TABLE_MAX_ROWS`` feeds the table is laid out without rich (9 s for 10,000
+    feeds): the same columns, cells and cuts, one line per feed, the columns aligned."""
+    report = _listing(12)
+    now = parse_timestamp(report.generated_at)
+    cli_status._print_table(report, now)
+    short = capsys.readouterr().out.splitlines()
+    monkeypatch.setattr(cli_status, "RICH_TABLE_MAX_ROWS", 5)
+    cli_status._print_table(report, now)
+    long = capsys.readouterr().out.splitlines()
+
+    def rows(lines: list[str]) -> list[str]:
+        return [" ".join(line.split()) for line in lines if "://" in line]
+
+    assert rows(long) == rows(short)
+    assert len(rows(long)) == 12
+    assert " ".join(long[0].split()) == " ".join(short[0].split()), "the same header"
+    assert long[-1] == short[-1], "the same totals"
+    assert any("日本語" in row and "…" in row for row in rows(long)), "wide titles cut"
+    url_columns = {cell_len(line[: line.index("https://")]) for line in long if "://" in line}
+    assert len(url_columns) == 1, "every URL starts in the same column"
+    hints = [line[line.index(".xml") + 4 :].strip() for line in long if "HTTP 500" in line]
+    assert len(hints) == 8
+    assert all(cell_len(hint) == cli_status.HINT_WIDTH for hint in hints)
+    assert all(hint.endswith("…") for hint in hints)
 
 
 def test_status_before_the_first_run(tmp_path: Path) -> None:
