@@ -11,6 +11,8 @@ fetch in flight would miss its deadline, a stop signal would wait) for up to
 from __future__ import annotations
 
 import asyncio
+import errno
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -59,9 +61,10 @@ class SQLiteDatabase:
             if self.path != ":memory:":
                 self._conn.execute("PRAGMA journal_mode = WAL")
                 self._conn.execute("PRAGMA synchronous = NORMAL")
-                self._check_writable()
             # opening may wait in SQLite (nothing runs yet); from now on the loop waits
             self._conn.execute("PRAGMA busy_timeout = 0")
+            if self.path != ":memory:":
+                self._check_writable()
         except (sqlite3.Error, OSError) as exc:
             if hasattr(self, "_conn"):  # connected, then refused: the file stays closed
                 self._conn.close()
@@ -82,14 +85,31 @@ class SQLiteDatabase:
         """Fail at open, not in the middle of a cycle, when the file cannot be written.
 
         SQLite opens a file it may not write read-only without a word; rewriting the header's
-        ``user_version`` with its own value, rolled back, is the cheapest real write.
+        ``user_version`` with its own value, rolled back, is the cheapest real write. While
+        another process holds the write lock, that process shows the file system takes
+        writes, and permissions are checked instead: waiting for the lock held up commands that
+        only read (``status``), which WAL lets read beside a writer.
         """
         version = int(self._conn.execute("PRAGMA user_version").fetchone()[0])
-        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if not _busy(exc):
+                raise
+            self._check_permissions()
+            return
         try:
             self._conn.execute(f"PRAGMA user_version = {version}")
         finally:
             self._conn.execute("ROLLBACK")
+
+    def _check_permissions(self) -> None:
+        """The database, its WAL companions and its folder writable by this user."""
+        database = Path(self.path)
+        companions = [database.with_name(database.name + end) for end in ("-wal", "-shm")]
+        for path in [database, database.parent, *companions]:
+            if path.exists() and not os.access(path, os.W_OK):
+                raise PermissionError(errno.EACCES, "not writable by this user", str(path))
 
     async def query(self, sql: str, params: Sequence[SqlValue] = ()) -> list[Row]:
         def attempt() -> list[Row]:
@@ -102,12 +122,15 @@ class SQLiteDatabase:
             raise DatabaseError(self._describe(exc, sql, params)) from exc
 
     async def batch(self, statements: Sequence[Statement]) -> list[list[Row]]:
-        statement = Statement("BEGIN IMMEDIATE")
+        """One transaction; it takes the write lock at once unless every statement is a
+        SELECT (a batch of lookups reads beside a writer, as WAL allows)."""
+        begin = Statement("BEGIN" if all(map(_reads_only, statements)) else "BEGIN IMMEDIATE")
+        statement = begin
 
         def attempt() -> list[list[Row]]:
             nonlocal statement
             results: list[list[Row]] = []
-            statement = Statement("BEGIN IMMEDIATE")
+            statement = begin
             try:
                 self._conn.execute(statement.sql)
                 for statement in statements:
@@ -174,3 +197,7 @@ def _busy(exc: Exception) -> bool:
     """SQLITE_BUSY: another connection holds the write lock past the busy timeout."""
     code = getattr(exc, "sqlite_errorcode", None)
     return isinstance(code, int) and code & 0xFF == sqlite3.SQLITE_BUSY
+
+
+def _reads_only(statement: Statement) -> bool:
+    return statement.sql.lstrip()[:6].upper() == "SELECT"
