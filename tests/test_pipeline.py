@@ -24,12 +24,15 @@ from feedcollector import collector as collector_module
 from feedcollector import fetch as fetch_module
 from feedcollector import image_stage
 from feedcollector import parse as parse_module
+from feedcollector.breaker import STORAGE_TRIP_AFTER, StorageBreaker
 from feedcollector.collector import open_collector
 from feedcollector.config import load_settings
+from feedcollector.errors import TOO_LARGE
 from feedcollector.images import make_image_client
+from feedcollector.models import Feed
 from feedcollector.parse_fallback import parse_with_feedparser
 from feedcollector.pipeline import run_cycle
-from feedcollector.report import CycleReport
+from feedcollector.report import CycleReport, FeedOutcome
 from feedcollector.schedule import feed_id_for
 from feedcollector.timestamps import format_timestamp
 
@@ -740,6 +743,140 @@ def test_a_storage_failure_aborts_the_feed_and_the_next_cycle_completes_it(
     p.clock.advance(minutes=1)
     assert p.cycle().stored == 1
     assert p.rows("SELECT COUNT(*) AS n FROM items")[0]["n"] == 1
+
+
+# --- storage failing: the cycle's breaker ----------------------------------------------------------
+
+
+def ten_feeds(feed_server: FeedServer, version: str) -> list[str]:
+    """Ten feeds on the loopback server, each answering its ``version`` (a new ETag and item)."""
+    return [
+        feed_server.route(
+            f"/f{n}",
+            body=rss([Entry(f"{n} {version}", guid=f"{n}-{version}")]),
+            etag=f'"{version}"',
+        )
+        for n in range(10)
+    ]
+
+
+def feed_hits(feed_server: FeedServer) -> int:
+    return sum(len(feed_server.hits(f"/f{n}")) for n in range(10))
+
+
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_storage_failing_stops_the_cycle_after_a_few_aborts_and_leaves_the_rest_untouched(
+    feed_server: FeedServer,
+    project: Callable[..., Project],
+    caplog: pytest.LogCaptureFixture,
+    concurrency: int,
+) -> None:
+    """A full disk or a revoked key aborted every due feed alike, each one downloaded first and
+    logged: a thousand requests and ERROR lines a minute for a thousand feeds, none storable."""
+    urls = ten_feeds(feed_server, "v1")
+    p = project(urls, extra_toml=f"[fetch]\nconcurrency = {concurrency}\n")
+    assert p.cycle().stored == 10
+    ten_feeds(feed_server, "v2")  # every feed has something new to store
+    before = p.rows("SELECT * FROM feeds ORDER BY id")
+    backups = p.folder / "objects" / "backups"
+    backups.rename(p.folder / "objects" / "kept")
+    backups.write_text("a file where the backups folder goes: every backup write fails")
+    p.clock.advance(hours=1)
+    requested = feed_hits(feed_server)
+
+    with caplog.at_level(logging.INFO, logger="feedcollector"):
+        report = p.cycle()
+    sent = feed_hits(feed_server) - requested
+    in_flight = concurrency - 1  # started before the third abort came back
+    assert STORAGE_TRIP_AFTER <= sent <= STORAGE_TRIP_AFTER + in_flight
+    assert (report.feeds, report.aborted, report.stored) == (sent, sent, 0)
+    assert report.left == 10 - sent
+    assert f"{10 - sent} feeds left for the next cycle (storage failing)" in report.summary()
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len([e for e in errors if "aborted for this cycle" in e]) == sent
+    (failing,) = [e for e in errors if e.startswith("storage: failing,")]
+    assert f"{10 - sent} claimed feeds were not requested" in failing
+    assert report.storage_failing is not None
+    assert "backups" in report.storage_failing
+    assert f"(the last: {report.storage_failing})" in failing
+    assert len(errors) == sent + 1
+    loud = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert loud == errors, "an aborted feed's outcome line repeated its ERROR as a WARNING"
+    assert p.rows("SELECT * FROM feeds ORDER BY id") == before, "no feed's row changed"
+
+    p.clock.advance(minutes=1)
+    requested = feed_hits(feed_server)
+    again = p.cycle()
+    assert again.aborted >= STORAGE_TRIP_AFTER, "the next cycle probes storage afresh"
+    assert feed_hits(feed_server) - requested == again.feeds <= STORAGE_TRIP_AFTER + in_flight
+
+    backups.unlink()
+    (p.folder / "objects" / "kept").rename(backups)
+    p.clock.advance(minutes=1)
+    fixed = p.cycle()
+    assert (fixed.stored, fixed.new_items, fixed.left, fixed.storage_failing) == (10, 10, 0, None)
+    assert p.rows("SELECT COUNT(*) AS n FROM items") == [{"n": 20}]
+    assert p.rows("SELECT DISTINCT last_etag FROM feeds") == [{"last_etag": '"v2"'}]
+
+
+def test_a_forced_fetch_of_every_feed_stops_as_a_cycle_does_when_storage_fails(
+    feed_server: FeedServer, project: Callable[..., Project]
+) -> None:
+    """``fetch --all`` claims the feeds by id, not by due time: it goes through the same
+    breaker, and hands the feeds it did not start back with their schedule as it was."""
+    p = project(ten_feeds(feed_server, "v1"), extra_toml="[fetch]\nconcurrency = 1\n")
+    (p.folder / "objects").mkdir()
+    (p.folder / "objects" / "backups").write_text("not a folder")
+    report = p.cycle(force=True)
+    assert feed_hits(feed_server) == STORAGE_TRIP_AFTER
+    assert (report.aborted, report.left) == (STORAGE_TRIP_AFTER, 10 - STORAGE_TRIP_AFTER)
+    assert p.rows("SELECT DISTINCT last_fetched_at, lease_owner FROM feeds") == [
+        {"last_fetched_at": None, "lease_owner": None}
+    ]
+
+
+def outcome(state: str, error_kind: str | None = None) -> FeedOutcome:
+    feed = Feed(id="f", url="https://blog.example/feed")
+    error = f"storage: {state}" if state == "aborted" else None
+    return FeedOutcome(feed, Clock()(), state=state, error=error, error_kind=error_kind)
+
+
+def trips(*states: str | FeedOutcome) -> list[bool]:
+    breaker = StorageBreaker()
+    return [breaker.record(s if isinstance(s, FeedOutcome) else outcome(s)) for s in states]
+
+
+def test_the_breaker_trips_once_at_the_third_storage_abort_in_a_row() -> None:
+    assert STORAGE_TRIP_AFTER == 3
+    assert trips("aborted", "aborted", "aborted", "aborted") == [False, False, True, False]
+
+
+@pytest.mark.parametrize("state", ["stored", "failed", "gone", "deferred"])
+def test_a_feed_whose_row_was_written_resets_the_count(state: str) -> None:
+    assert not any(trips("aborted", "aborted", state, "aborted", "aborted"))
+
+
+@pytest.mark.parametrize("state", ["not_modified", "unchanged"])
+def test_a_feed_whose_row_waits_for_the_batch_neither_counts_nor_resets(state: str) -> None:
+    """A 304 writes nothing until the cycle's batch: on a full disk most feeds answer 304, and
+    if each one reset the count the breaker would never trip."""
+    assert trips("aborted", state, "aborted", state, state) == [False] * 5
+    assert trips("aborted", state, "aborted", state, "aborted") == [False] * 4 + [True]
+
+
+def test_a_database_refusing_a_feed_as_too_large_is_no_storage_abort() -> None:
+    """D1 refusing one feed's items (``TOO_LARGE``) is that feed's failure, written as such:
+    the database took the write, so storage works."""
+    too_large = outcome("failed", TOO_LARGE)
+    assert not any(trips("aborted", "aborted", too_large, "aborted", "aborted"))
+    assert not any(trips(too_large, too_large, too_large))
+
+
+def test_the_breaker_quotes_the_last_storage_abort() -> None:
+    breaker = StorageBreaker()
+    for n in range(3):
+        breaker.record(FeedOutcome(Feed(id="f", url="u"), Clock()(), "aborted", error=f"e{n}"))
+    assert (breaker.tripped, breaker.last_error) == (True, "e2")
 
 
 def test_forced_fetch_ignores_the_schedule(

@@ -270,6 +270,17 @@ async def abort(
     return outcome.finish(began)
 
 
+async def release_unstarted(collector: Collector, feeds: list[Feed]) -> None:
+    """Hand back claimed feeds the cycle did not start (a stop, or storage failing), in as few
+    statements as fit; their rows are otherwise untouched, so they are due as they were."""
+    if not feeds:
+        return
+    try:
+        await store_schedule.release_feeds(collector.db, [f.id for f in feeds], collector.owner)
+    except StorageError as exc:
+        log.debug("storage: could not hand back %d feeds (leases expire): %s", len(feeds), exc)
+
+
 async def release(collector: Collector, feed: Feed) -> None:
     """Hand a claimed feed back at once (its lease would otherwise hold it for minutes)."""
     try:

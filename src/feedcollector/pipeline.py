@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 
 from . import outcomes, store, store_items, store_schedule
 from .backups import write_backup
+from .breaker import StorageBreaker
 from .claims import due_pages, feed_lease, forced_pages, sync_feeds_file
 from .collector import Collector
 from .decode import decode_feed
@@ -310,7 +311,8 @@ async def _refresh_all(
     collector: Collector, pages: AsyncIterator[list[Feed]], report: CycleReport
 ) -> None:
     """Run refresh_feed over the claimed pages with at most ``concurrency`` feeds in flight,
-    handed out host by host (:class:`PoliteQueue`)."""
+    handed out host by host (:class:`PoliteQueue`); storage aborting several feeds in a row
+    (:class:`StorageBreaker`) hands the feeds not started back, like a stop does."""
     queue: PoliteQueue[Feed] = PoliteQueue(
         collector.hosts,
         lambda feed: host_key(feed.moved_to or feed.url),
@@ -322,6 +324,7 @@ async def _refresh_all(
     not_modified: list[store.NotModified] = []
     unstarted: list[Feed] = []
     unreachable: Unreachable = {}
+    breaker = StorageBreaker()
 
     async def flush_not_modified() -> None:
         batch = not_modified[:]
@@ -340,6 +343,8 @@ async def _refresh_all(
             if outcome is None:
                 continue
             report.add(outcome)
+            if breaker.record(outcome):
+                unstarted.extend(queue.stop())
             if outcome.bookkeeping is not None:
                 not_modified.append(outcome.bookkeeping)
                 if len(not_modified) >= NOT_MODIFIED_FLUSH:
@@ -350,6 +355,8 @@ async def _refresh_all(
             async for page in pages:
                 queue.extend(page)
                 await queue.wait_for_room()
+                if breaker.tripped:
+                    break
         except StorageError as exc:
             log.error("%s; could not claim due feeds, the next cycle retries", exc)
         finally:
@@ -366,15 +373,8 @@ async def _refresh_all(
         watcher.cancel()
     unstarted.extend(queue.stop())
     await flush_not_modified()
-    if unstarted:
-        try:
-            await store_schedule.release_feeds(
-                collector.db, [feed.id for feed in unstarted], collector.owner
-            )
-        except StorageError as exc:
-            log.debug(
-                "storage: could not hand back %d feeds (leases expire): %s", len(unstarted), exc
-            )
+    await outcomes.release_unstarted(collector, unstarted)
+    breaker.count_left(report, len(unstarted))
 
 
 async def _refresh_ticket(

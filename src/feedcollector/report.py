@@ -114,6 +114,11 @@ class CycleReport:
     aborted: int = 0
     deferred: int = 0
     gone: int = 0
+    left: int = 0
+    """Claimed feeds not started because storage was failing: handed back untouched."""
+    storage_failing: str | None = None
+    """The last storage error, when a run of them stopped the cycle from starting feeds
+    (:mod:`.breaker`)."""
     new_items: int = 0
     bytes: int = 0
     images_stored: int = 0
@@ -147,6 +152,8 @@ class CycleReport:
             self.oldest_due = due
         if outcome.state in ("not_modified", "unchanged") or outcome.quiet:
             level = logging.DEBUG  # counted in the cycle's summary line
+        elif outcome.state == "aborted":
+            level = logging.DEBUG  # its storage error was logged whole where it happened
         elif outcome.state in ("stored", "deferred"):
             level = logging.INFO
         else:
@@ -179,9 +186,14 @@ class CycleReport:
             if count
         )
         same = f", {self.unchanged} sent the same body again" if self.unchanged else ""
+        left = (
+            f", {self.left} feeds left for the next cycle (storage failing)"
+            if self.storage_failing is not None
+            else ""
+        )
         return (
             f"{self.feeds} feeds ({self.stored} updated, {self.not_modified} not modified{same}, "
-            f"{self.failed} failed, {self.aborted} aborted by storage errors{polite}), "
+            f"{self.failed} failed, {self.aborted} aborted by storage errors{polite}){left}, "
             f"{self.new_items} new items, {self.bytes / 1024:.1f} KiB; images: "
             f"{self.images_stored} stored, {self.images_retry_later} to retry, "
             f"{self.images_failed} failed for good; {self.elapsed_s:.2f} s"
