@@ -3,16 +3,26 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import socket
+import sqlite3
 import struct
+import threading
+import time
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler
 from ipaddress import IPv4Address, ip_address
+from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
+from feedcollector import image_stage
+from feedcollector.collector import Collector, open_collector
+from feedcollector.config import load_settings
 from feedcollector.errors import ImageError, ImageNotTried
 from feedcollector.httpbody import TransferError, Unreachable
 from feedcollector.images import (
@@ -31,9 +41,13 @@ from feedcollector.netguard import (
     forbidden_reason,
     parse_ip_literal,
 )
+from feedcollector.pipeline import run_cycle
+from feedcollector.report import CycleReport
 from feedcollector.safe_text import QUOTED_CHARS
+from feedcollector.timestamps import parse_timestamp
 
 from .feedserver import FeedServer
+from .samples import Clock, Entry, Handler, rss, send_ok, write_project
 
 
 def png_bytes() -> bytes:
@@ -524,3 +538,334 @@ def test_another_port_of_an_unreachable_host_is_still_tried() -> None:
     assert "could not resolve" in str(error)
     assert dns.lookups == ["gone.test"]
     assert set(unreachable) == {"gone.test:8080", "gone.test:80"}
+
+
+# --- the stage's result writes against a real SQLite file another process locks ------------------
+
+
+class Stage:
+    """A project whose image stage runs against a real SQLite file, with a short ``[database]
+    timeout`` (a write meeting another process's lock fails quickly), one image at a time."""
+
+    def __init__(self, folder: Path, feed: str, timeout: str = "200ms") -> None:
+        config = write_project(folder, [feed], extra_toml="concurrency = 1\n")
+        text = config.read_text(encoding="utf-8")
+        short = f'path = "collector.db"\ntimeout = "{timeout}"\n'
+        config.write_text(text.replace('path = "collector.db"\n', short, 1), encoding="utf-8")
+        self.config = config
+        self.folder = folder
+        self.clock = Clock()
+        self.collector: Collector | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.running: asyncio.Task[CycleReport] | None = None
+
+    def cycle(self) -> CycleReport:
+        async def go() -> CycleReport:
+            async with open_collector(load_settings(self.config), clock=self.clock) as collector:
+                self.collector, self.loop = collector, asyncio.get_running_loop()
+                self.running = asyncio.ensure_future(run_cycle(collector))
+                return await self.running
+
+        return asyncio.run(go())
+
+    def tasks(self) -> list[dict[str, Any]]:
+        with contextlib.closing(sqlite3.connect(self.folder / "collector.db")) as conn:
+            conn.row_factory = sqlite3.Row
+            sql = "SELECT position, status, attempts, lease_until FROM image_tasks ORDER BY 1"
+            return [dict(row) for row in conn.execute(sql)]
+
+    def states(self) -> list[tuple[str, int, str | None]]:
+        return [(t["status"], t["attempts"], t["lease_until"]) for t in self.tasks()]
+
+    def objects(self) -> list[str]:
+        root = self.folder / "objects"
+        return sorted(p.relative_to(root).as_posix() for p in root.rglob("*.png"))
+
+
+class WriteLock:
+    """Another process's write transaction on the database file (``BEGIN IMMEDIATE``)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.conn: sqlite3.Connection | None = None
+        self.released = threading.Event()
+
+    def take(self) -> None:
+        self.conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self.conn.execute("BEGIN IMMEDIATE")
+
+    def release(self) -> None:
+        if self.conn is not None:
+            self.conn.close()  # rolled back
+            self.conn = None
+        self.released.set()
+
+
+@contextlib.contextmanager
+def on_log(text: str, action: Callable[[], None]) -> Iterator[None]:
+    """Run ``action`` once, as a callback of the event loop, after the collector first logs
+    a line containing ``text``."""
+
+    class Trigger(logging.Handler):
+        fired = False
+
+        def emit(self, record: logging.LogRecord) -> None:
+            if not self.fired and text in record.getMessage():
+                self.fired = True
+                asyncio.get_running_loop().call_soon(action)
+
+    trigger = Trigger()
+    logger = logging.getLogger("feedcollector")
+    logger.addHandler(trigger)
+    try:
+        yield
+    finally:
+        logger.removeHandler(trigger)
+
+
+def image_feed(server: FeedServer, images: dict[str, Handler]) -> str:
+    """A feed of one item showing ``/{name}.png`` for each name, in order (positions 0, 1...)."""
+    for name, handler in images.items():
+        server.route(f"/{name}.png", handler=handler)
+    html = "".join(f'<img src="/{name}.png">' for name in images)
+    entry = Entry("pictures", guid="p", content=html)
+    return server.route("/feed", body=rss([entry], link=server.url("/")))
+
+
+def send_png(request: BaseHTTPRequestHandler) -> None:
+    send_ok(request, PNG, "image/png")
+
+
+def messages(caplog: pytest.LogCaptureFixture, text: str) -> list[logging.LogRecord]:
+    return [record for record in caplog.records if text in record.getMessage()]
+
+
+def test_results_a_locked_database_refused_are_written_later_in_the_page(
+    feed_server: FeedServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Another process held the SQLite write lock past ``[database] timeout`` when the first
+    result was written: the stage stopped, that image stored but unrecorded and the whole page
+    leased for half an hour. Now the results are kept, the page goes on, and a later write
+    (the lock is free by then) records them, while the page's last image still downloads."""
+    monkeypatch.setattr(image_stage, "RECORD_EVERY", 1)
+    monkeypatch.setattr(image_stage, "RECORD_EVERY_S", 0.1)
+    lock = WriteLock(tmp_path / "collector.db")
+    seen: list[str] = []
+
+    def lock_then_png(request: BaseHTTPRequestHandler) -> None:
+        lock.take()
+        send_png(request)
+
+    def png_once_the_others_are_written(request: BaseHTTPRequestHandler) -> None:
+        for _ in range(300):  # 30 s at most
+            rows = stage.tasks()
+            if [row["status"] for row in rows[:2]] == ["success"] * 2:
+                break
+            time.sleep(0.1)
+        seen.extend(row["status"] for row in rows)
+        send_png(request)
+
+    images = {"a": lock_then_png, "b": send_png, "c": png_once_the_others_are_written}
+    stage = Stage(tmp_path, image_feed(feed_server, images))
+    try:
+        with (
+            caplog.at_level(logging.INFO, logger="feedcollector"),
+            on_log("images: could not write", lock.release),
+        ):
+            report = stage.cycle()
+    finally:
+        lock.release()
+    assert seen == ["success", "success", "pending"], "written while the page went on"
+    assert stage.states() == [("success", 1, None)] * 3
+    assert report.images_stored == 3
+    assert [len(feed_server.hits(f"/{name}.png")) for name in "abc"] == [1, 1, 1]
+    (refused,) = messages(caplog, "could not write")
+    assert refused.levelno == logging.WARNING
+    assert "could not write 1 image results" in refused.getMessage()
+    assert "database is locked" in refused.getMessage()
+    assert "they are kept and tried again" in refused.getMessage()
+    assert messages(caplog, "wrote the 2 image results kept since a refused write")
+
+
+def test_a_page_the_database_refuses_to_the_end_says_until_when_it_stays_leased(
+    feed_server: FeedServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The lock is held until the cycle is over: the page's end write fails too. The tasks
+    stay leased (nothing else can be done), the log says so and until when ("the next one
+    resumes" was untrue for half an hour), and the first cycle after that stores them, to
+    the same keys as the images already stored."""
+    monkeypatch.setattr(image_stage, "RECORD_EVERY", 1)
+    lock = WriteLock(tmp_path / "collector.db")
+
+    def lock_once_then_png(request: BaseHTTPRequestHandler) -> None:
+        if not lock.released.is_set():
+            lock.take()
+        send_png(request)
+
+    stage = Stage(tmp_path, image_feed(feed_server, {"a": lock_once_then_png, "b": send_png}))
+    try:
+        with caplog.at_level(logging.INFO, logger="feedcollector"):
+            report = stage.cycle()
+    finally:
+        lock.release()
+    until = stage.tasks()[0]["lease_until"]
+    assert until is not None
+    assert stage.states() == [("pending", 0, until)] * 2
+    assert report.images_stored == 0
+    stored = stage.objects()
+    assert len(stored) == 2
+    (left,) = messages(caplog, "stay leased")
+    assert left.levelno == logging.ERROR
+    assert "could not write 2 image results" in left.getMessage()
+    assert f"these 2 tasks stay leased until {until}" in left.getMessage()
+    assert "database is locked" in left.getMessage()
+
+    stage.cycle()
+    assert stage.states() == [("pending", 0, until)] * 2, "leased: not taken before then"
+    stage.clock.now = parse_timestamp(until)
+    assert stage.cycle().images_stored == 2
+    assert stage.states() == [("success", 1, None)] * 2
+    assert stage.objects() == stored, "stored again under the same keys, no orphan"
+
+
+def test_a_stop_after_a_refused_write_records_the_kept_results_and_hands_back_the_rest(
+    feed_server: FeedServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A stop (SIGTERM) comes after a refused write: the image in flight finishes, the kept
+    results are written at the page's end and the task not tried is handed back at once."""
+    monkeypatch.setattr(image_stage, "RECORD_EVERY", 1)
+    lock = WriteLock(tmp_path / "collector.db")
+    stopped = threading.Event()
+
+    def lock_then_png(request: BaseHTTPRequestHandler) -> None:
+        lock.take()
+        send_png(request)
+
+    def png_after_the_stop(request: BaseHTTPRequestHandler) -> None:
+        stopped.wait(30)
+        send_png(request)
+
+    def stop() -> None:
+        lock.release()
+        assert stage.collector is not None
+        stage.collector.stopping.set()
+        stopped.set()
+
+    images = {"a": lock_then_png, "b": png_after_the_stop, "c": send_png}
+    stage = Stage(tmp_path, image_feed(feed_server, images))
+    try:
+        with (
+            caplog.at_level(logging.INFO, logger="feedcollector"),
+            on_log("images: could not write", stop),
+        ):
+            report = stage.cycle()
+    finally:
+        lock.release()
+        stopped.set()
+    assert stage.states() == [("success", 1, None), ("success", 1, None), ("pending", 0, None)]
+    assert report.images_stored == 2
+    assert feed_server.hits("/c.png") == []
+    assert messages(caplog, "wrote the 2 image results (2 images stored) kept since a refused")
+    assert not messages(caplog, "stay leased")
+
+
+def test_a_cancelled_page_records_what_it_kept_and_hands_back_the_tasks_in_flight(
+    feed_server: FeedServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A second Ctrl-C cancels the cycle during a download, after a refused write: the kept
+    result is written and the download cut short and the one not started are handed back
+    (they were left leased, and the stored image unrecorded)."""
+    monkeypatch.setattr(image_stage, "RECORD_EVERY", 1)
+    lock = WriteLock(tmp_path / "collector.db")
+    answer = threading.Event()
+
+    def lock_then_png(request: BaseHTTPRequestHandler) -> None:
+        lock.take()
+        send_png(request)
+
+    def cancel_the_cycle(request: BaseHTTPRequestHandler) -> None:
+        lock.released.wait(30)
+        assert stage.loop is not None
+        assert stage.running is not None
+        stage.loop.call_soon_threadsafe(stage.running.cancel)
+        answer.wait(30)
+        with contextlib.suppress(OSError):
+            send_png(request)
+
+    images = {"a": lock_then_png, "b": cancel_the_cycle, "c": send_png}
+    stage = Stage(tmp_path, image_feed(feed_server, images))
+    try:
+        with (
+            caplog.at_level(logging.INFO, logger="feedcollector"),
+            on_log("images: could not write", lock.release),
+            pytest.raises(asyncio.CancelledError),
+        ):
+            stage.cycle()
+    finally:
+        lock.release()
+        answer.set()
+    assert stage.states() == [("success", 1, None), ("pending", 0, None), ("pending", 0, None)]
+    assert feed_server.hits("/c.png") == []
+    assert messages(caplog, "wrote the 1 image results (1 images stored) kept since a refused")
+    assert messages(caplog, "and handed back 2 tasks not done")
+
+
+def test_a_cancelled_page_waits_a_moment_at_most_for_a_locked_database(
+    feed_server: FeedServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A second Ctrl-C means exit at once: another process holding the lock longer than that,
+    the page's last write is given up after ``CANCELLED_PATIENCE_S`` (not ``[database]
+    timeout``) and the log says the tasks stay leased, and until when."""
+    monkeypatch.setattr(image_stage, "RECORD_EVERY", 1)
+    lock = WriteLock(tmp_path / "collector.db")
+    answer = threading.Event()
+
+    def lock_then_png(request: BaseHTTPRequestHandler) -> None:
+        lock.take()
+        send_png(request)
+
+    def cancel_the_cycle(request: BaseHTTPRequestHandler) -> None:
+        assert stage.loop is not None
+        assert stage.running is not None
+        stage.loop.call_soon_threadsafe(stage.running.cancel)
+        answer.wait(30)
+        with contextlib.suppress(OSError):
+            send_png(request)
+
+    images = {"a": lock_then_png, "b": cancel_the_cycle, "c": send_png}
+    stage = Stage(tmp_path, image_feed(feed_server, images), timeout="5s")
+    try:
+        with (
+            caplog.at_level(logging.INFO, logger="feedcollector"),
+            on_log("stay leased", lock.release),
+            pytest.raises(asyncio.CancelledError),
+        ):
+            stage.cycle()
+    finally:
+        lock.release()
+        answer.set()
+    until = stage.tasks()[0]["lease_until"]
+    assert until is not None
+    assert stage.states() == [("pending", 0, until)] * 3
+    (left,) = messages(caplog, "stay leased")
+    assert left.levelno == logging.ERROR
+    assert (
+        "could not write 1 image results nor hand back 2 tasks not done "
+        f"(cancelled, no answer in {image_stage.CANCELLED_PATIENCE_S:g} s); "
+        f"these 3 tasks stay leased until {until}"
+    ) in left.getMessage()

@@ -5,7 +5,11 @@ Runs after the cycle's items are stored, so it never delays them. Each attempt c
 took no connection (no address, refused, connect timeout) is tried once a cycle: its other
 images are handed back uncharged for the next cycle instead of each waiting out a timeout. An
 object-store or database failure is the infrastructure's fault, not the image's: the stage
-stops for this cycle and the interrupted tasks are handed back without being charged.
+stops for this cycle and the interrupted tasks are handed back without being charged. A
+result write the database refuses (another process holding the SQLite write lock, a network
+error on D1) stops nothing: the results are kept and written later; whatever a page ends with
+(done, a stop, cancelled) gets one last write, and only when that fails too are its tasks left
+to their lease, and the log says until when.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import asyncio
 import logging
 import time
 from asyncio import FIRST_COMPLETED
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from . import store_images
 from .collector import Collector
@@ -23,6 +27,7 @@ from .httpbody import Unreachable
 from .images import download_image
 from .models import ImageTask
 from .report import CycleReport
+from .timestamps import format_timestamp
 
 log = logging.getLogger("feedcollector")
 
@@ -30,6 +35,9 @@ RECORD_EVERY = 64
 """Results written in one batch at most."""
 RECORD_EVERY_S = 5.0
 """Results are written at least this often while a page downloads."""
+CANCELLED_PATIENCE_S = 1.0
+"""How long a cancelled page (a second Ctrl-C: exit at once) waits for its last write: SQLite
+takes it in milliseconds unless another process holds the lock, and D1 is given up by then."""
 IMAGE_LEASE = timedelta(minutes=15)
 """How long claimed image tasks stay reserved at least (see :func:`image_lease`)."""
 
@@ -53,84 +61,218 @@ async def download_pending_images(collector: Collector, report: CycleReport) -> 
     unreachable: Unreachable = {}
     try:
         while not collector.stopping.is_set():
+            now = collector.clock()
             tasks = await store_images.claim_image_tasks(
-                collector.db,
-                now=collector.clock(),
-                lease=lease,
-                limit=page,
-                after=cursor,
+                collector.db, now=now, lease=lease, limit=page, after=cursor
             )
             if not tasks:
                 return
             cursor = store_images.TaskCursor(tasks[-1].created_at, tasks[-1].id)
-            await _download_page(collector, tasks, limit, reserved, unreachable, report)
+            state = _Page(collector, tasks, now + lease, report)
+            if not await _download_page(state, limit, reserved, unreachable):
+                return
     except StorageError as exc:
-        log.error("%s; image downloads stopped for this cycle, the next one resumes", exc)
+        log.error(
+            "images: %s; could not claim image tasks, image downloads stopped for this cycle "
+            "(the next one resumes)",
+            exc,
+        )
 
 
 async def _download_page(
-    collector: Collector,
-    tasks: list[ImageTask],
-    limit: asyncio.Semaphore,
-    reserved: dict[str, str],
-    unreachable: Unreachable,
-    report: CycleReport,
-) -> None:
+    page: _Page, limit: asyncio.Semaphore, reserved: dict[str, str], unreachable: Unreachable
+) -> bool:
     """Download a page of tasks, recording the results as they come: at least every
     :data:`RECORD_EVERY_S` seconds (and every :data:`RECORD_EVERY` results), not once the whole
     page is done. A process killed mid-page left every image it had stored unrecorded, to
-    be downloaded again, and its object to no row when the retries then failed."""
+    be downloaded again, and its object to no row when the retries then failed.
+
+    However the page ends (done, a storage failure, a stop, cancelled), its results not yet
+    written and its tasks not done get one more write (:meth:`_Page.settle`): a refused write
+    once left the whole page leased for half an hour, its downloaded images unrecorded.
+    Returns whether the stage goes on with the next page."""
+    collector = page.collector
     pending = {
         asyncio.ensure_future(_attempt(collector, task, limit, reserved, unreachable)): task
-        for task in tasks
+        for task in page.tasks
     }
-    done: list[store_images.ImageResult] = []
-    untried: list[str] = []
-    failure: StorageError | None = None
-    oldest: float | None = None  # when the oldest result not yet written came
+    patience: float | None = None
     try:
         while pending:
-            timeout = (
-                None if oldest is None else max(0.0, oldest + RECORD_EVERY_S - time.monotonic())
+            finished, _ = await asyncio.wait(
+                pending, timeout=page.wait_s(), return_when=FIRST_COMPLETED
             )
-            finished, _ = await asyncio.wait(pending, timeout=timeout, return_when=FIRST_COMPLETED)
             for attempt in finished:
-                task = pending.pop(attempt)
-                outcome = attempt.result()
-                if isinstance(outcome, store_images.ImageResult):
-                    done.append(outcome)
-                    oldest = oldest or time.monotonic()
-                    continue
-                untried.append(task.id)
-                if isinstance(outcome, StorageError) and failure is None:
-                    failure = outcome
-            if oldest is not None and (
-                len(done) >= RECORD_EVERY or time.monotonic() - oldest >= RECORD_EVERY_S
-            ):
-                await _record(collector, tasks, done, report)
-                done, oldest = [], None
+                page.take(pending.pop(attempt), attempt.result())
+            if page.write_due():
+                await page.flush()
+    except asyncio.CancelledError:
+        patience = CANCELLED_PATIENCE_S
+        raise
     finally:
-        for attempt in pending:
+        for attempt, task in pending.items():
+            finished_well = attempt.done() and not attempt.cancelled() and not attempt.exception()
+            page.take(task, attempt.result() if finished_well else None)
             attempt.cancel()
-    await _record(collector, tasks, done, report)
-    await store_images.release_image_tasks(collector.db, untried)
-    if failure is not None:
-        raise failure
+        settled = await page.settle(patience)
+    return settled
 
 
-async def _record(
-    collector: Collector,
-    tasks: list[ImageTask],
-    results: list[store_images.ImageResult],
-    report: CycleReport,
-) -> None:
-    """Write these results (one batch), then delete what no row names any more."""
-    if not results:
-        return
-    orphans = await store_images.record_image_results(collector.db, results, collector.clock())
-    _count(report, tasks, [r for r in results if r.r2_key not in orphans])
-    if orphans:
-        await _delete_orphans(collector, orphans)
+class _Page:
+    """A claimed page of tasks: its results not written yet, its tasks not done, its failures."""
+
+    def __init__(
+        self,
+        collector: Collector,
+        tasks: list[ImageTask],
+        leased_until: datetime,
+        report: CycleReport,
+    ) -> None:
+        self.collector = collector
+        self.tasks = tasks
+        self.leased_until = leased_until
+        self.report = report
+        self.held: list[store_images.ImageResult] = []
+        """Results not written yet (a refused write keeps them: their images are stored)."""
+        self.untried: list[str] = []
+        self.failure: StorageError | None = None
+        """What stops the stage after this page (an attempt's object store or database)."""
+        self.refused: StorageError | None = None
+        """The last write's error, until a write goes through."""
+        self.oldest: float | None = None
+        """When the oldest result not yet written came (or the last write was refused)."""
+
+    def take(
+        self, task: ImageTask, outcome: store_images.ImageResult | StorageError | None
+    ) -> None:
+        """Keep an attempt's outcome: a result to write, or a task to hand back uncharged."""
+        if isinstance(outcome, store_images.ImageResult):
+            self.held.append(outcome)
+            self.oldest = self.oldest or time.monotonic()
+            return
+        self.untried.append(task.id)
+        if isinstance(outcome, StorageError) and self.failure is None:
+            self.failure = outcome
+
+    def wait_s(self) -> float | None:
+        """How long the page may wait for its downloads before the results are due."""
+        if self.oldest is None:
+            return None
+        return max(0.0, self.oldest + RECORD_EVERY_S - time.monotonic())
+
+    def write_due(self) -> bool:
+        """Every :data:`RECORD_EVERY_S`, or :data:`RECORD_EVERY` results unless the last write
+        was refused (each new result would wait out the lock again)."""
+        if self.oldest is None:
+            return False
+        if time.monotonic() - self.oldest >= RECORD_EVERY_S:
+            return True
+        return self.refused is None and len(self.held) >= RECORD_EVERY
+
+    async def flush(self) -> None:
+        """Write the results so far. Refused (another process held the SQLite write lock past
+        ``[database] timeout``, a network error on D1), they are kept and tried again
+        :data:`RECORD_EVERY_S` later, when a lock is usually free, and at the page's end: the
+        page goes on (its images were stored; its downloads need no write)."""
+        kept = self.refused is not None
+        count = len(self.held)
+        try:
+            await self._write(release=False)
+        except StorageError as exc:
+            self.refused = exc
+            self.oldest = time.monotonic()
+            log.warning(
+                "images: could not write %d image results (%s); they are kept and tried again "
+                "in %g s or at the end of the page",
+                len(self.held),
+                exc,
+                RECORD_EVERY_S,
+            )
+            return
+        self.refused, self.oldest = None, None
+        if kept:
+            log.info("images: wrote the %d image results kept since a refused write", count)
+
+    async def settle(self, patience: float | None) -> bool:
+        """The page's end: one try (a stop waits for no more; cancelled, ``patience`` s at
+        most) to write the results still held and hand back every task not done, so that none
+        waits out its lease. Says what became of them; returns whether the stage goes on."""
+        kept = self.refused is not None
+        written, released = len(self.held), len(self.untried)
+        stored = sum(result.r2_key is not None for result in self.held)
+        try:
+            async with asyncio.timeout(patience):
+                await self._write(release=True)
+        except (StorageError, TimeoutError) as exc:
+            if self.held or self.untried:  # else only deleting orphans was cut short
+                self._left_leased(exc, patience)
+                return False
+        if self.failure is not None:
+            log.error(
+                "images: %s; image downloads stopped for this cycle (the page's last %d results "
+                "written, its %d tasks not done handed back for the next one)",
+                self.failure,
+                written,
+                released,
+            )
+            return False
+        if kept:
+            log.info(
+                "images: wrote the %d image results (%d images stored) kept since a refused "
+                "write, and handed back %d tasks not done",
+                written,
+                stored,
+                released,
+            )
+        return True
+
+    def _left_leased(self, exc: Exception, patience: float | None) -> None:
+        """Say which tasks wait for their lease to end, and until when: nothing else can free
+        them while the database is out of reach."""
+        why = (
+            str(exc) if isinstance(exc, StorageError) else f"cancelled, no answer in {patience:g} s"
+        )
+        undone = [f"write {len(self.held)} image results"] if self.held else []
+        undone += [f"hand back {len(self.untried)} tasks not done"] if self.untried else []
+        stored = sum(result.r2_key is not None for result in self.held)
+        log.error(
+            "images: at the end of a page, could not %s (%s); these %d tasks stay leased until "
+            "%s, when the first cycle after that takes them again (%d images already stored "
+            "are downloaded again then, normally to the same keys)%s; image downloads stopped "
+            "for this cycle",
+            " nor ".join(undone),
+            why,
+            len(self.held) + len(self.untried),
+            format_timestamp(self.leased_until),
+            stored,
+            f"; before that: {self.failure}" if self.failure is not None else "",
+        )
+
+    async def _write(self, *, release: bool) -> None:
+        """Write the held results, :data:`RECORD_EVERY` a batch, the last one handing back the
+        tasks not done when ``release``. A refused batch raises; it and those after it stay
+        held. Objects whose row is gone are deleted; failing that stops the stage."""
+        while True:
+            batch = self.held[:RECORD_EVERY]
+            last = len(self.held) <= RECORD_EVERY
+            handed = self.untried if release and last else []
+            if not batch and not handed:
+                return
+            orphans = await store_images.record_image_results(
+                self.collector.db, batch, self.collector.clock(), release=handed
+            )
+            del self.held[: len(batch)]
+            if handed:
+                self.untried = []
+            if batch:
+                _count(self.report, self.tasks, [r for r in batch if r.r2_key not in orphans])
+            if orphans:
+                try:
+                    await _delete_orphans(self.collector, orphans)
+                except StorageError as exc:
+                    self.failure = self.failure or exc
+            if last:
+                return
 
 
 async def _attempt(

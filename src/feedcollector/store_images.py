@@ -108,15 +108,19 @@ async def image_key(db: Database, task: ImageTask, ext: str, reserved: dict[str,
 
 
 async def record_image_results(
-    db: Database, results: Sequence[ImageResult], now: datetime
+    db: Database, results: Sequence[ImageResult], now: datetime, *, release: Sequence[str] = ()
 ) -> list[str]:
     """Every attempt counts; a success sets ``r2_key``, the third failure marks ``failed``.
 
     Returns the keys of the successes whose task row is gone (retention deleted the item while
     its image was downloading): no row names those objects, so the caller deletes them. Each
     success's ``UPDATE`` says so by ``RETURNING id``, in the same one batch.
+
+    ``release``: tasks handed back uncharged in that batch too (the end of a page: its last
+    results and its tasks not done are written together, one round trip and one wait for a
+    locked database, all or nothing).
     """
-    if not results:
+    if not results and not release:
         return []
     stamp = format_timestamp(now)
     statements: list[Statement] = []
@@ -145,19 +149,16 @@ async def record_image_results(
                     params,
                 )
             )
+    statements += [
+        Statement(
+            f"UPDATE image_tasks SET lease_until = NULL WHERE id IN ({placeholders(len(chunk))})",  # noqa: S608
+            tuple(chunk),
+        )
+        for chunk in chunked(release)
+    ]
     updated = await db.batch(statements)
     return [
         result.r2_key
-        for result, rows in zip(results, updated, strict=True)
+        for result, rows in zip(results, updated[: len(results)], strict=True)
         if result.r2_key is not None and not rows
     ]
-
-
-async def release_image_tasks(db: Database, task_ids: Sequence[str]) -> None:
-    """Hand back tasks whose attempt was aborted by an infrastructure failure (not charged)."""
-    for chunk in chunked(task_ids):
-        marks = placeholders(len(chunk))
-        await db.query(
-            f"UPDATE image_tasks SET lease_until = NULL WHERE id IN ({marks})",  # noqa: S608
-            tuple(chunk),
-        )
