@@ -6,6 +6,7 @@ also set a file's time."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from collections.abc import AsyncIterator, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
@@ -22,9 +23,10 @@ from feedcollector.images import object_key
 from feedcollector.objectstore import ListedObject
 from feedcollector.orphans import ORPHAN_MIN_AGE, OrphanReport, sweep_orphans
 from feedcollector.spill import content_key
+from feedcollector.timestamps import format_timestamp
 
 from . import test_retention
-from .test_retention import FEED_ID, NOW, Pair, add_feed, add_item
+from .test_retention import FEED_ID, NOW, OWNER, Pair, add_feed, add_item, hold_lease
 
 pair = test_retention.pair
 
@@ -45,6 +47,7 @@ def sweep(
             pair.db,
             pair.objects,
             now=now or datetime.now(UTC),
+            owner=OWNER,
             min_age=min_age,
             dry_run=dry_run,
             chunk_size=chunk_size,
@@ -188,7 +191,7 @@ def test_the_listing_streams_and_deletes_go_a_thousand_at_a_time(
         path.parent.mkdir(parents=True)
         path.write_bytes(b"x")
     recording = RecordingStore(root)
-    report = pair.run(sweep_orphans(pair.db, recording, now=datetime.now(UTC) + LATER))
+    report = pair.run(sweep_orphans(pair.db, recording, now=datetime.now(UTC) + LATER, owner=OWNER))
     assert report.images == 2500
     assert recording.deletes == [(1000, 1000), (2000, 1000), (2500, 500)]
     assert pair.keys("images/") == []
@@ -220,4 +223,45 @@ def test_a_storage_error_stops_the_sweep_and_says_where(embedded: Pair, tmp_path
     pair.run(pair.objects.put(object_key(FEED_ID, "gone", 0, "png"), b"x"))
     failing = FailingDeletes(tmp_path / "objects")
     with pytest.raises(StorageError, match=r"cleanup: the orphan sweep stopped.*disk on fire"):
-        pair.run(sweep_orphans(pair.db, failing, now=datetime.now(UTC) + LATER))
+        pair.run(sweep_orphans(pair.db, failing, now=datetime.now(UTC) + LATER, owner=OWNER))
+
+
+def test_the_sweep_is_refused_while_a_restore_holds_its_lease_and_takes_over_a_stale_one(
+    pair: Pair, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A restore links archived images again, of any age: a sweep beside it deleted those it
+    had not linked yet (9,360 of 16,000 in the audit). It deletes nothing while the restore's
+    lease lives; a dry run still counts (and says why its count is too high); once the lease
+    has run out unrenewed (the restore was killed), the sweep takes over."""
+    pair.run(add_feed(pair.db))
+    pair.run(add_item(pair, "kept", NOW, images=(True,)))
+    orphan = object_key(FEED_ID, "not-linked-yet", 0, "png")
+    pair.run(pair.objects.put(orphan, b"png"))
+    everything = every_key(pair)
+    later = datetime.now(UTC) + LATER
+    restorer = "web1:4242:0badf00d"
+    until = later + timedelta(minutes=2)
+    hold_lease(pair, "restore", restorer, until)
+
+    with pytest.raises(ConfigError) as refused:
+        sweep(pair, now=later)
+    message = str(refused.value)
+    assert message.startswith(
+        f"cleanup: refused, a restore is under way: collector {restorer} holds its lease "
+        f"until {format_timestamp(until)}"
+    ), message
+    assert f"if that process is dead, its lease runs out at {format_timestamp(until)}" in message
+    assert every_key(pair) == everything
+
+    with caplog.at_level(logging.WARNING, logger="feedcollector"):
+        dry = sweep(pair, now=later, dry_run=True)
+    assert dry.images == 1
+    assert any("count as orphans in this dry run" in r.getMessage() for r in caplog.records)
+    assert every_key(pair) == everything
+
+    taken_over = sweep(pair, now=until)
+    assert taken_over.images == 1
+    assert orphan not in every_key(pair)
+    assert pair.rows("SELECT lease_owner, lease_until FROM maintenance WHERE task = 'orphans'") == [
+        {"lease_owner": None, "lease_until": None}
+    ], "let go at the end"

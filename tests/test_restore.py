@@ -5,21 +5,28 @@ a replay on both backend pairs (SQLite + folder, D1 Proxy Worker + S3)."""
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 import sqlite3
+import subprocess
+import sys
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from feedcollector.backends.local import LocalObjectStore
 from feedcollector.backups import backup_key, write_backup
 from feedcollector.collector import open_collector
 from feedcollector.config import load_feeds, load_settings
 from feedcollector.decode import decode_feed
-from feedcollector.errors import ConfigError
+from feedcollector.errors import ConfigError, StorageError
 from feedcollector.images import object_key
 from feedcollector.models import FeedSpec
+from feedcollector.objectstore import ObjectStore
+from feedcollector.orphans import sweep_orphans
 from feedcollector.pipeline import run_cycle
 from feedcollector.restore import (
     RestoreProgress,
@@ -29,12 +36,13 @@ from feedcollector.restore import (
 )
 from feedcollector.schedule import feed_id_for
 from feedcollector.spill import INLINE_CONTENT_LIMIT, content_key
+from feedcollector.timestamps import format_timestamp, utc_now
 
 from . import test_retention
 from .feedserver import FeedServer
 from .samples import START, Clock, Entry, png, rss, write_project
 from .test_cli import feedcollector
-from .test_retention import Pair
+from .test_retention import OWNER, HeldStore, Pair, hold_lease
 
 pair = test_retention.pair
 
@@ -70,6 +78,7 @@ class Drill:
                     collector.objects,
                     load_feeds(settings.feeds_file),
                     now=self.clock(),
+                    owner=collector.owner,
                     progress=steps.append,
                     **kwargs,
                 )
@@ -346,7 +355,11 @@ def test_restore_on_both_backend_pairs(pair: Pair) -> None:
 
     async def restore() -> RestoreReport:
         return await restore_from_backups(
-            pair.db, pair.objects, [FeedSpec(url, title="Mine")], now=START + timedelta(days=1)
+            pair.db,
+            pair.objects,
+            [FeedSpec(url, title="Mine")],
+            now=START + timedelta(days=1),
+            owner=OWNER,
         )
 
     pair.run(seed())
@@ -424,7 +437,9 @@ def test_a_backup_whose_items_d1_refuses_as_too_large_is_skipped_not_fatal(pair:
 
     pair.run(seed())
     report = pair.run(
-        restore_from_backups(pair.db, pair.objects, [FeedSpec(url)], now=START + timedelta(days=1))
+        restore_from_backups(
+            pair.db, pair.objects, [FeedSpec(url)], now=START + timedelta(days=1), owner=OWNER
+        )
     )
     guids = [row["guid"] for row in pair.rows("SELECT guid FROM items ORDER BY guid")]
     if pair.name == "embedded":  # SQLite takes a value of a billion bytes
@@ -463,7 +478,7 @@ def replay(pair: Pair, url: str, *bodies: bytes) -> RestoreReport:
         for hour, body in enumerate(bodies):
             await pair.objects.put(backup_key(feed_id, START + timedelta(hours=hour)), body)
         return await restore_from_backups(
-            pair.db, pair.objects, [FeedSpec(url)], now=START + timedelta(days=1)
+            pair.db, pair.objects, [FeedSpec(url)], now=START + timedelta(days=1), owner=OWNER
         )
 
     return pair.run(go())
@@ -494,7 +509,9 @@ def test_an_item_edited_since_its_expired_first_backup_gets_no_wrong_images(pair
         ("urn:x", "b.png", "pending", None),
     ]
     again = pair.run(
-        restore_from_backups(pair.db, pair.objects, [FeedSpec(url)], now=START + timedelta(days=1))
+        restore_from_backups(
+            pair.db, pair.objects, [FeedSpec(url)], now=START + timedelta(days=1), owner=OWNER
+        )
     )
     assert again.images_relinked == 0, "nor by a second run, which finds its tasks pending"
 
@@ -534,3 +551,175 @@ def test_an_item_new_after_an_unreadable_backup_is_not_trusted(pair: Pair) -> No
     report = replay(pair, url, before, b"<html>maintenance</html>", after)
     assert (report.backups_unreadable, report.items_recovered, report.images_relinked) == (1, 2, 0)
     assert [row[2] for row in image_tasks(pair)] == ["pending"] * 3
+
+
+A_URL, B_URL = "https://a.example.org/feed.xml", "https://b.example.org/feed.xml"
+"""Two feeds, restored in this order."""
+ARCHIVED = {A_URL: {"urn:a": 1}, B_URL: {"urn:b1": 2, "urn:b2": 1}}
+"""Per feed, its items and how many archived images each has."""
+
+
+async def archive_two_feeds(objects: ObjectStore, taken: datetime) -> list[str]:
+    """The backups of both feeds and their items' archived images; returns the image keys."""
+    keys = []
+    for url, items in ARCHIVED.items():
+        entries = [
+            images_of(guid, *(f"{guid}-{position}" for position in range(count)))
+            for guid, count in items.items()
+        ]
+        await objects.put(backup_key(feed_id_for(url), taken), rss(entries))
+        for guid, count in items.items():
+            for position in range(count):
+                key = object_key(feed_id_for(url), guid, position, "png")
+                await objects.put(key, png(position + 2), "image/png")
+                keys.append(key)
+    return sorted(keys)
+
+
+def test_cleanup_orphans_is_refused_while_a_restore_runs_and_every_image_is_linked(
+    tmp_path: Path,
+) -> None:
+    """The audit: a database lost, `restore`, and `cleanup --orphans` started beside it. The
+    sweep deleted the archived images the restore had not linked yet, leaving their tasks to
+    download them again. Here the command runs while the restore is held after the first
+    feed (items exist, so the sweep's empty-database guard lets it through): it is refused
+    with exit 2 naming the restore, and the restore links every image."""
+    config = write_project(tmp_path, [A_URL, B_URL])
+    objects = tmp_path / "objects"
+    keys = asyncio.run(archive_two_feeds(LocalObjectStore(objects), utc_now() - timedelta(days=2)))
+    for key in keys:  # archived long ago: past the sweep's day of grace
+        stamp = (utc_now() - timedelta(days=30)).timestamp()
+        os.utime(objects / key, (stamp, stamp))
+    commands: list[subprocess.CompletedProcess[str]] = []
+
+    async def sweep_beside_the_restore() -> None:
+        commands.append(
+            await asyncio.to_thread(
+                feedcollector, "--config", str(config), "cleanup", "--orphans", cwd=tmp_path
+            )
+        )
+
+    async def restore() -> tuple[RestoreReport, str]:
+        settings = load_settings(config)
+        async with open_collector(settings) as collector:
+            held = HeldStore(
+                collector.objects, f"backups/{feed_id_for(B_URL)}/", sweep_beside_the_restore
+            )
+            report = await restore_from_backups(
+                collector.db,
+                held,
+                load_feeds(settings.feeds_file),
+                now=collector.clock(),
+                owner=collector.owner,
+                item_days=settings.retention.item_days,
+            )
+            return report, collector.owner
+
+    report, owner = asyncio.run(restore())
+    (sweep,) = commands
+    assert sweep.returncode == 2, sweep.stderr
+    assert f"cleanup: refused, a restore is under way: collector {owner} holds" in sweep.stderr
+    assert "if that process is dead, its lease runs out at" in sweep.stderr
+    assert (report.items_recovered, report.images_relinked) == (3, 4)
+    assert sorted(str(p.relative_to(objects)) for p in objects.glob("images/**/*.png")) == keys
+    with sqlite3.connect(tmp_path / "collector.db") as conn:
+        tasks = sorted(conn.execute("SELECT status, r2_key FROM image_tasks"))
+    assert tasks == [("success", key) for key in keys]
+
+
+@pytest.mark.parametrize("ending", ["error", "interrupt"])
+def test_a_restore_lets_go_of_its_lease_however_it_ends(pair: Pair, ending: str) -> None:
+    """While a restore runs, a sweep is refused; once it has failed (a storage error) or been
+    interrupted (Ctrl-C cancels it), its lease is let go and the sweep is not held back."""
+    later = utc_now() + timedelta(days=2)  # the archived images are past the sweep's grace
+    pair.run(archive_two_feeds(pair.objects, START))
+    refusals: list[str] = []
+    held_up = asyncio.Event()
+
+    async def sweep() -> None:
+        await sweep_orphans(pair.db, pair.objects, now=later, owner="sweeper:1:a")
+
+    async def at_the_second_feed() -> None:
+        try:
+            await sweep()
+        except ConfigError as exc:
+            refusals.append(str(exc))
+        if ending == "error":
+            raise StorageError("storage: the bucket went away")
+        held_up.set()
+        await asyncio.Event().wait()  # until Ctrl-C
+
+    async def scenario() -> None:
+        held = HeldStore(pair.objects, f"backups/{feed_id_for(B_URL)}/", at_the_second_feed)
+        specs = [FeedSpec(A_URL), FeedSpec(B_URL)]
+        restoring = asyncio.create_task(
+            restore_from_backups(pair.db, held, specs, now=later, owner=OWNER)
+        )
+        if ending == "error":
+            with pytest.raises(StorageError, match="the bucket went away"):
+                await restoring
+        else:
+            await held_up.wait()
+            restoring.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await restoring
+        await sweep()
+
+    pair.run(scenario())
+    (refusal,) = refusals
+    assert refusal.startswith(f"cleanup: refused, a restore is under way: collector {OWNER}")
+    assert pair.rows("SELECT lease_owner FROM maintenance WHERE task = 'restore'") == [
+        {"lease_owner": None}
+    ]
+
+
+@pytest.mark.parametrize("task", ["orphans", "cleanup"])
+def test_a_restore_is_refused_while_a_sweep_or_a_cleanup_holds_its_lease(
+    pair: Pair, task: str
+) -> None:
+    """Nothing is replayed or linked while the lease lives; a lease that ran out unrenewed (its
+    process was killed) is taken over."""
+    now = START + timedelta(days=1)
+    pair.run(archive_two_feeds(pair.objects, START))
+    until = now + timedelta(minutes=3)
+    hold_lease(pair, task, "web1:4242:0badf00d", until)
+    specs = [FeedSpec(A_URL), FeedSpec(B_URL)]
+
+    with pytest.raises(ConfigError) as refused:
+        pair.run(restore_from_backups(pair.db, pair.objects, specs, now=now, owner=OWNER))
+    message = str(refused.value)
+    what = "an orphan sweep (`cleanup --orphans`)" if task == "orphans" else "a retention cleanup"
+    assert message.startswith(f"restore: refused, {what}"), message
+    assert f"collector web1:4242:0badf00d holds its lease until {format_timestamp(until)}" in (
+        message
+    )
+    assert "Wait for it to finish, then run restore again" in message
+    assert pair.rows("SELECT COUNT(*) AS n FROM items") == [{"n": 0}]
+
+    report = pair.run(restore_from_backups(pair.db, pair.objects, specs, now=until, owner=OWNER))
+    assert (report.items_recovered, report.images_relinked) == (3, 4)
+
+
+def test_the_restore_command_names_a_dead_holder_of_a_lease_in_the_way(drill: Drill) -> None:
+    """A sweep killed on this machine left its lease: the refusal says that process is gone
+    and when its lease runs out (exit 2, as for a command used wrongly)."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    owner = f"{socket.gethostname()}:{gone.pid}:deadbeef"
+    until = format_timestamp(utc_now() + timedelta(minutes=4))
+    with sqlite3.connect(drill.database) as conn:
+        conn.execute("DELETE FROM image_tasks")
+        conn.execute("DELETE FROM items")
+        conn.execute(
+            "INSERT INTO maintenance (task, lease_owner, lease_until) VALUES ('orphans', ?, ?)",
+            (owner, until),
+        )
+    result = feedcollector("--config", str(drill.config), "restore", cwd=drill.folder)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith(
+        f"error: restore: refused, an orphan sweep (`cleanup --orphans`) was under way: "
+        f"collector {owner} of this machine holds its lease until {until}, but that process "
+        "has stopped without letting go (killed?)"
+    ), result.stderr
+    assert f"Run restore again once its lease runs out at {until}" in result.stderr
+    assert drill.items() == []

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Awaitable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -14,14 +14,16 @@ from typing import TypeVar
 
 import pytest
 
+from feedcollector import maintenance_leases as leases
 from feedcollector import store, store_items
 from feedcollector.backends.local import LocalObjectStore
 from feedcollector.backends.sqlite import SQLiteDatabase
 from feedcollector.backups import backup_key, content_type_key
 from feedcollector.database import Database
+from feedcollector.errors import ConfigError, ObjectStoreError
 from feedcollector.images import object_key
 from feedcollector.models import Feed, FeedSpec, ItemRecord
-from feedcollector.objectstore import ObjectStore
+from feedcollector.objectstore import ListedObject, ObjectStore
 from feedcollector.restore import restore_from_backups
 from feedcollector.retention import (
     CleanupReport,
@@ -46,7 +48,7 @@ from feedcollector.tombstones import FeedListing, tombstones_to_drop
 
 from . import cloud
 from .cloud import S3Bucket, d1_database, run_d1_proxy
-from .samples import Entry, rss
+from .samples import Clock, Entry, rss
 from .stepping import SteppingDatabase
 
 s3_server = cloud.s3_server
@@ -61,6 +63,8 @@ FEED_URL = "https://blog.example.org/feed.xml"
 FEED_ID = feed_id_for(FEED_URL)
 SECOND = timedelta(seconds=1)
 HOUR = timedelta(hours=1)
+OWNER = "test-host:1:00000000"
+"""The owner of the leases a test's restore or sweep takes (a collector of another machine)."""
 
 
 @dataclass
@@ -112,6 +116,58 @@ def _opened(pair: Pair) -> Iterator[Pair]:
     finally:
         pair.run(pair.db.close())
         pair.run(pair.objects.close())
+
+
+def hold_lease(pair: Pair, task: str, owner: str | None, until: datetime) -> None:
+    """A maintenance lease as another process leaves it (taken, renewed, or killed while it
+    held it); ``owner`` None is the wait a failed daily cleanup leaves."""
+    pair.run(
+        pair.db.query(
+            "INSERT INTO maintenance (task, lease_owner, lease_until) VALUES (?, ?, ?) "
+            "ON CONFLICT (task) DO UPDATE SET lease_owner = excluded.lease_owner, "
+            "lease_until = excluded.lease_until",
+            (task, owner, format_timestamp(until)),
+        )
+    )
+
+
+class HeldStore:
+    """Delegates to ``inner``; the first read or delete of a key under ``at`` awaits
+    ``hold()`` first, which may raise: a restore or a cleanup held at a known point."""
+
+    def __init__(self, inner: ObjectStore, at: str, hold: Callable[[], Awaitable[None]]) -> None:
+        self.inner = inner
+        self.at = at
+        self.hold = hold
+        self.held = False
+
+    async def _maybe_hold(self, keys: Sequence[str]) -> None:
+        if not self.held and any(key.startswith(self.at) for key in keys):
+            self.held = True
+            await self.hold()
+
+    async def put(self, key: str, data: bytes, content_type: str | None = None) -> None:
+        await self.inner.put(key, data, content_type)
+
+    async def get(self, key: str) -> bytes:
+        await self._maybe_hold([key])
+        return await self.inner.get(key)
+
+    def list(self, prefix: str) -> AsyncIterator[str]:
+        return self.inner.list(prefix)
+
+    def list_with_times(self, prefix: str) -> AsyncIterator[ListedObject]:
+        return self.inner.list_with_times(prefix)
+
+    async def delete_many(self, keys: Sequence[str]) -> None:
+        await self._maybe_hold(keys)
+        await self.inner.delete_many(keys)
+
+    def public_url(self, key: str) -> str | None:
+        return self.inner.public_url(key)
+
+    async def close(self) -> None:
+        await self.inner.close()
 
 
 async def add_feed(db: Database, url: str = FEED_URL) -> None:
@@ -365,7 +421,7 @@ def test_a_tombstone_outlives_the_backups_a_restore_replays(pair: Pair) -> None:
     assert (report.tombstones_dropped, report.tombstones_kept) == (0, 1)
     restored = pair.run(
         restore_from_backups(
-            pair.db, pair.objects, [FeedSpec(FEED_URL)], now=NOW, item_days=ITEM_DAYS
+            pair.db, pair.objects, [FeedSpec(FEED_URL)], now=NOW, item_days=ITEM_DAYS, owner=OWNER
         )
     )
     assert restored.items_recovered == 1
@@ -444,7 +500,7 @@ def test_the_daily_claim_has_one_winner_per_day_and_survives_restarts(pair: Pair
     assert pair.run(last_cleanup_at(pair.db)) is None
     assert pair.run(claim("a", NOW))
     assert not pair.run(claim("b", NOW + timedelta(minutes=5))), "a holds the lease"
-    pair.run(record_cleanup(pair.db, started_at=NOW))
+    pair.run(record_cleanup(pair.db, started_at=NOW, owner="a"))
     assert pair.run(last_cleanup_at(pair.db)) == format_timestamp(NOW)
     assert not pair.run(claim("b", NOW + timedelta(hours=23))), "done less than a day ago"
     assert pair.run(claim("b", NOW + timedelta(days=1)))
@@ -536,3 +592,100 @@ def test_expiring_items_costs_each_page_the_same_however_many_expire(
         most.append(db.most())
         asyncio.run(db.close())
     assert most[1] <= most[0] * 1.5, most
+
+
+def test_a_restore_is_refused_while_the_daily_cleanup_runs_and_not_after_it_failed(
+    pair: Pair,
+) -> None:
+    """The cleanup deletes backups a restore replays: a restore waits for a running one. A
+    cleanup that fails lets go of its lease but leaves its time, so the daily claim still
+    waits an hour before trying again, while a restore need not."""
+    pair.run(add_feed(pair.db))
+    expired = backup_key(FEED_ID, BACKUP_CUTOFF - timedelta(days=1))
+    pair.run(pair.objects.put(expired, rss([Entry("Old", guid="old")])))
+    assert pair.run(claim_cleanup(pair.db, now=NOW, owner="daily:1:a"))
+    refusals: list[str] = []
+
+    async def during_the_cleanup() -> None:
+        try:
+            await restore_from_backups(
+                pair.db, pair.objects, [FeedSpec(FEED_URL)], now=NOW + SECOND, owner=OWNER
+            )
+        except ConfigError as exc:
+            refusals.append(str(exc))
+        raise ObjectStoreError("storage: cannot delete backups/...: the bucket went away")
+
+    held = HeldStore(pair.objects, "backups/", during_the_cleanup)
+    with pytest.raises(ObjectStoreError, match="the bucket went away"):
+        pair.run(
+            run_cleanup(
+                pair.db,
+                held,
+                now=NOW,
+                item_days=ITEM_DAYS,
+                backup_days=BACKUP_DAYS,
+                owner="daily:1:a",
+            )
+        )
+    (refusal,) = refusals
+    assert refusal.startswith(
+        "restore: refused, a retention cleanup (the daily one of `run`, or `cleanup`) is under "
+        f"way: collector daily:1:a holds its lease until {format_timestamp(NOW + HOUR)}"
+    ), refusal
+    assert "the cleanup deletes old backups, which the restore replays" in refusal
+    assert pair.rows("SELECT COUNT(*) AS n FROM items") == [{"n": 0}]
+
+    later = NOW + timedelta(minutes=5)
+    assert not pair.run(claim_cleanup(pair.db, now=later, owner="daily:2:b")), "it waits"
+    restored = pair.run(
+        restore_from_backups(pair.db, pair.objects, [FeedSpec(FEED_URL)], now=later, owner=OWNER)
+    )
+    assert restored.items_recovered == 1, "a failed cleanup's wait holds no restore back"
+    assert pair.run(claim_cleanup(pair.db, now=NOW + HOUR, owner="daily:2:b"))
+
+
+def test_a_lease_is_renewed_while_its_work_runs_and_a_lapsed_one_stops_it(pair: Pair) -> None:
+    """Renewed in the background, a restore's lease outlives its first five minutes and keeps
+    a sweep out; one that lapsed (renewals that could not reach the database, a suspended
+    process) stops the work at its next check, and another process may take it."""
+    clock = Clock(NOW)
+
+    async def scenario() -> None:
+        lease = await leases.take(
+            pair.db,
+            leases.RESTORE,
+            owner=OWNER,
+            now=clock(),
+            command="restore",
+            clock=clock,
+            every=timedelta(milliseconds=10),
+        )
+        async with leases.renewed(lease):
+            lease.check()
+            clock.now = NOW + timedelta(minutes=4)
+            renewed_until = format_timestamp(NOW + timedelta(minutes=9))
+            while await lease_until() != renewed_until:
+                await asyncio.sleep(0.01)
+            clock.now = NOW + timedelta(minutes=6)
+            sweep = await leases.claim(
+                pair.db, leases.ORPHANS, owner="other:1:b", now=clock(), length=leases.LEASE
+            )
+            assert not sweep.taken
+            assert sweep.in_the_way == (leases.Holder("restore", OWNER, renewed_until),)
+            lease.check()
+
+            clock.now = NOW + timedelta(minutes=20)  # nothing renewed it since minute 4
+            while lease.lost is None:
+                await asyncio.sleep(0.01)
+            with pytest.raises(leases.LeaseLost, match=r"^restore: stopped, its restore lease"):
+                lease.check()
+            sweep = await leases.claim(
+                pair.db, leases.ORPHANS, owner="other:1:b", now=clock(), length=leases.LEASE
+            )
+            assert sweep.taken
+
+    async def lease_until() -> str:
+        rows = await pair.db.query("SELECT lease_until FROM maintenance WHERE task = 'restore'")
+        return str(rows[0]["lease_until"])
+
+    pair.run(scenario())

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import sqlite3
+import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -20,6 +22,7 @@ from feedcollector.retention import CleanupReport
 from feedcollector.schedule import feed_id_for
 from feedcollector.service import cleanup_if_due
 from feedcollector.spill import INLINE_CONTENT_LIMIT, content_key
+from feedcollector.timestamps import format_timestamp, utc_now
 
 from .feedserver import FeedServer
 from .samples import Clock, Entry, png, rss, write_project
@@ -261,3 +264,98 @@ def test_run_once_runs_the_daily_cleanup_and_records_it(
     again = feedcollector("--config", str(config), "run", "--once", cwd=tmp_path)
     assert "cleanup:" not in again.stderr, "once a day"
     assert sqlite_rows(tmp_path / "collector.db", "SELECT last_done_at FROM maintenance") == [done]
+
+
+def hold_lease(db: Path, task: str, owner: str | None, until: datetime) -> None:
+    """A maintenance lease as another process holds it (``owner`` None: a failed run's wait)."""
+    with sqlite3.connect(db) as conn:
+        conn.execute(
+            "INSERT INTO maintenance (task, lease_owner, lease_until) VALUES (?, ?, ?) "
+            "ON CONFLICT (task) DO UPDATE SET lease_owner = excluded.lease_owner, "
+            "lease_until = excluded.lease_until",
+            (task, owner, format_timestamp(until)),
+        )
+
+
+def test_cleanup_by_hand_is_refused_while_the_daily_one_holds_the_lease(
+    feed_server: FeedServer, tmp_path: Path
+) -> None:
+    """It ran beside a collector's daily cleanup (the same deletes twice, counts doubled) and
+    its record cleared that run's lease. Now it is refused (exit 2) and leaves the lease and
+    the last run's time alone; a dry run deletes nothing and is not refused; the wait a
+    failed daily run leaves holds back only the next daily run."""
+    url = feed_server.route("/feed.xml", body=rss([Entry("A", guid="a")]))
+    config = write_project(tmp_path, [url])
+    assert feedcollector("--config", str(config), "fetch", "--all", cwd=tmp_path).returncode == 0
+    database = tmp_path / "collector.db"
+    old_backup = tmp_path / "objects" / "backups" / feed_id_for(url) / "2020-01-01T00:00:00Z.xml"
+    old_backup.write_bytes(b"<rss/>")
+    daily = "web1:4242:0badf00d"
+    until = utc_now() + timedelta(minutes=50)
+    hold_lease(database, "cleanup", daily, until)
+    before = sqlite_rows(database, "SELECT * FROM maintenance")
+
+    refused = feedcollector("--config", str(config), "cleanup", cwd=tmp_path)
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.startswith(
+        "error: cleanup: refused, a retention cleanup (the daily one of `run`, or `cleanup`) is "
+        f"under way: collector {daily} holds its lease until {format_timestamp(until)} (one "
+        "cleanup at a time). Wait for it to finish, then run cleanup again; if that process is "
+        f"dead, its lease runs out at {format_timestamp(until)}"
+    ), refused.stderr
+    assert old_backup.exists()
+    assert sqlite_rows(database, "SELECT * FROM maintenance") == before
+
+    dry = feedcollector("--config", str(config), "cleanup", "--dry-run", cwd=tmp_path)
+    assert dry.returncode == 0, dry.stderr
+    assert "would delete 1 backups" in dry.stdout
+
+    hold_lease(database, "cleanup", None, until)  # that daily run failed: it waits an hour
+    done = feedcollector("--config", str(config), "cleanup", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "cleanup: deleted 1 backups" in done.stdout
+    assert not old_backup.exists()
+    ((last, owner, lease_until),) = sqlite_rows(
+        database, "SELECT last_done_at, lease_owner, lease_until FROM maintenance"
+    )
+    assert (owner, lease_until) == (None, None), "recorded and let go"
+    assert last is not None
+
+
+def test_the_daily_cleanup_waits_for_a_restore_and_runs_once_it_is_over(
+    feed_server: FeedServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A restore replays backups the cleanup would delete. The daily cleanup does not run
+    beside it, says why once at INFO (then every cycle at DEBUG), and runs in the first cycle
+    after the restore let go of its lease; ``run --once`` still ends well."""
+    url = feed_server.route("/feed.xml", body=rss([Entry("A", guid="a")]))
+    config = write_project(tmp_path, [url])
+    database = tmp_path / "collector.db"
+    clock = Clock(datetime(2026, 1, 1, 9, 0, 0, tzinfo=UTC))
+    collect_and_clean(config, clock)
+    clock.now += timedelta(days=1)
+    old_backup = tmp_path / "objects" / "backups" / feed_id_for(url) / "2020-01-01T00:00:00Z.xml"
+    old_backup.write_bytes(b"<rss/>")
+    restorer = f"web1:4242:{uuid.uuid4().hex[:8]}"  # its wait is logged at INFO once a process
+    hold_lease(database, "restore", restorer, clock.now + timedelta(minutes=5))
+
+    with caplog.at_level(logging.DEBUG, logger="feedcollector"):
+        assert collect_and_clean(config, clock, cycle=False) is None
+        clock.now += timedelta(minutes=1)
+        assert collect_and_clean(config, clock, cycle=False) is None
+    waits = [r for r in caplog.records if "the daily cleanup is due but waits" in r.getMessage()]
+    assert [r.levelno for r in waits] == [logging.INFO, logging.DEBUG]
+    assert f"a restore is under way: collector {restorer} holds its lease" in waits[0].getMessage()
+    assert old_backup.exists()
+
+    hold_lease(database, "restore", restorer, utc_now() + timedelta(minutes=5))
+    once = feedcollector("--config", str(config), "run", "--once", cwd=tmp_path)
+    assert once.returncode == 0, once.stderr
+    assert "the daily cleanup is due but waits, a restore is under way" in once.stderr
+    assert old_backup.exists()
+
+    hold_lease(database, "restore", None, clock.now)  # the restore let go
+    report = collect_and_clean(config, clock, cycle=False)
+    assert report is not None
+    assert report.backups == 1
+    assert not old_backup.exists()

@@ -14,19 +14,28 @@ database round trip asks which of the chunk's keys a row names (statements of at
 :data:`~.store.MAX_PARAMS` keys, D1's bound, on the partial indexes of migration 8), then one
 delete removes the others. Memory holds one chunk at a million objects as at ten, and only a
 round trip separates the question from the delete.
+
+A ``restore`` names archived objects of any age again, so a sweep beside one deleted images
+the restore was about to link (rows of ``success`` pointing at nothing). The sweep therefore
+holds the ``orphans`` lease of :mod:`.maintenance_leases`, which no restore shares: it is
+refused while a restore runs, and a restore is refused while it runs. A dry run deletes
+nothing and takes no lease; it warns that a running restore's images count as orphans.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from . import maintenance_leases as leases
 from .config_values import format_duration
 from .database import Database
 from .errors import ConfigError, StorageError
 from .images import IMAGE_PREFIX
+from .maintenance_leases import Lease
 from .objectstore import MAX_KEYS_PER_DELETE, ListedObject, ObjectStore
 from .retention import keep_samples
 from .spill import CONTENT_NAMED_BY, CONTENT_PREFIX
@@ -81,6 +90,7 @@ async def sweep_orphans(
     objects: ObjectStore,
     *,
     now: datetime,
+    owner: str,
     min_age: timedelta = ORPHAN_MIN_AGE,
     dry_run: bool = False,
     chunk_size: int = MAX_KEYS_PER_DELETE,
@@ -89,23 +99,43 @@ async def sweep_orphans(
     """Delete the objects under ``images/`` and ``content/`` no row names, once ``min_age``
     old; ``dry_run`` only counts. ``progress`` hears the report after every chunk.
 
-    A storage error stops the sweep: what it deleted so far was unnamed, so nothing is left
-    half done, and a second run goes on from what is left."""
+    ``owner`` holds the ``orphans`` lease meanwhile (a ConfigError names the restore in the
+    way), timed from ``now``, which must be the present. A storage error stops the sweep:
+    what it deleted so far was unnamed, so nothing is left half done, and a second run goes
+    on from what is left."""
     if not 1 <= chunk_size <= MAX_KEYS_PER_DELETE:
         raise ValueError(f"cleanup: orphan chunk size must be 1..{MAX_KEYS_PER_DELETE}")
-    sweep = _Sweep(db, objects, OrphanReport(now, min_age, dry_run=dry_run, progress=progress))
+    held: AbstractAsyncContextManager[Lease | None] = nullcontext()
+    if dry_run:
+        await _warn_of_a_restore(db, now)
+    else:
+        held = leases.holding(db, leases.ORPHANS, owner=owner, now=now, command="cleanup")
+    async with held as lease:
+        report = OrphanReport(now, min_age, dry_run=dry_run, progress=progress)
+        await _sweep_all(_Sweep(db, objects, report, lease), chunk_size)
+    log.info("%s", report.summary())
+    return report
+
+
+async def _warn_of_a_restore(db: Database, now: datetime) -> None:
+    for holder in await leases.live_leases(db, [leases.RESTORE], now):
+        log.warning(
+            "cleanup: %s: the images it has not linked again yet count as orphans in this dry run",
+            leases.describe(holder),
+        )
+
+
+async def _sweep_all(sweep: _Sweep, chunk_size: int) -> None:
     try:
         for prefix in NAMING_COLUMNS:
             await sweep.prefix(prefix, chunk_size)
     except StorageError as exc:
-        done = sweep.report.images + sweep.report.content
+        done = 0 if sweep.report.dry_run else sweep.report.images + sweep.report.content
         raise StorageError(
             f"cleanup: the orphan sweep stopped after {sweep.report.objects} objects "
-            f"({0 if dry_run else done} orphans deleted, none of them named by a row; run it "
-            f"again to go on): {exc}"
+            f"({done} orphans deleted, none of them named by a row; run it again to go on): "
+            f"{exc}"
         ) from exc
-    log.info("%s", sweep.report.summary())
-    return sweep.report
 
 
 @dataclass(slots=True)
@@ -113,6 +143,8 @@ class _Sweep:
     db: Database
     objects: ObjectStore
     report: OrphanReport
+    lease: Lease | None
+    """The ``orphans`` lease, checked before every delete (None: a dry run)."""
     database_checked: bool = False
 
     async def prefix(self, prefix: str, chunk_size: int) -> None:
@@ -137,6 +169,8 @@ class _Sweep:
         report = self.report
         if orphans and not report.dry_run:
             await self._refuse_an_empty_database()
+            if self.lease is not None:
+                self.lease.check()
             await self.objects.delete_many([listed.key for listed in orphans])
         if prefix == IMAGE_PREFIX:
             report.images += len(orphans)

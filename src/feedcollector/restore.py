@@ -15,6 +15,12 @@ stay deleted. A recovered item's images that are already archived under their de
 keys are linked to those objects again instead of being downloaded anew, when the positions can
 be trusted (see :func:`_relink_images`). Within a feed, a backup identical to the previous one
 is skipped, and GUIDs already replayed are not sent again.
+
+Relinking names archived objects of any age again, which the orphan sweep (``cleanup
+--orphans``) deletes while no row names them, and the retention cleanup deletes backups a
+restore replays. A restore therefore holds the ``restore`` lease of :mod:`.maintenance_leases`
+(renewed every minute, let go at the end whatever happened): it is refused while a sweep or
+a cleanup runs, and they are refused (the daily cleanup waits) while it runs.
 """
 
 from __future__ import annotations
@@ -25,12 +31,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from . import maintenance_leases as leases
 from .backups import PREFIX as BACKUP_PREFIX
 from .backups import backup_time, feed_backups, read_backup
 from .database import Database, Statement
 from .errors import TOO_LARGE, ConfigError, DatabaseError, ObjectStoreError, ParseError
 from .feeds_file import feed_url_key
 from .images import object_key
+from .maintenance_leases import Lease
 from .models import FeedSpec, ItemRecord
 from .objectstore import ObjectStore
 from .pipeline import read_feed_body
@@ -139,6 +147,7 @@ async def restore_from_backups(
     specs: Sequence[FeedSpec],
     *,
     now: datetime,
+    owner: str,
     feed_url: str | None = None,
     since: datetime | None = None,
     item_days: int | None = None,
@@ -149,7 +158,8 @@ async def restore_from_backups(
     With ``item_days`` (retention), backups older than that are not replayed: their items
     have expired, and once their tombstones are gone (backups are kept longer than items
     when ``backup_days`` is larger) a replay brought them back, images downloaded anew, for
-    the next cleanup to delete again."""
+    the next cleanup to delete again. ``owner`` holds the restore lease meanwhile (a
+    ConfigError names the sweep or cleanup in the way), timed from ``now``, the present."""
     why = "--since"
     if item_days is not None:
         kept_from = now - timedelta(days=item_days)
@@ -163,20 +173,21 @@ async def restore_from_backups(
         replayed_from=format_timestamp(since) if since is not None else None,
         why_not_older=why,
     )
-    for done, target in enumerate(targets, start=1):
+    async with leases.holding(db, leases.RESTORE, owner=owner, now=now, command="restore") as lease:
+        for done, target in enumerate(targets, start=1):
 
-        def tick(feed_done: bool = False, url: str = target.url, done: int = done) -> None:
-            if progress is not None:
-                total = len(targets)
-                progress(RestoreProgress(url, done, total, report.items_recovered, feed_done))
+            def tick(feed_done: bool = False, url: str = target.url, done: int = done) -> None:
+                if progress is not None:
+                    total = len(targets)
+                    progress(RestoreProgress(url, done, total, report.items_recovered, feed_done))
 
-        if not target.in_database and target.spec is not None:
-            report.feeds_created += await _create_feed(db, target.spec, now)
-        await _restore_feed(db, objects, target, since, report, tick)
-        tick(feed_done=True)
-    if feed_url is None:
-        known_ids = {target.feed_id for target in targets}
-        report.unknown_feed_folders = len(await _backup_feed_ids(objects) - known_ids)
+            if not target.in_database and target.spec is not None:
+                report.feeds_created += await _create_feed(db, target.spec, now)
+            await _restore_feed(db, objects, target, since, report, tick, lease)
+            tick(feed_done=True)
+        if feed_url is None:
+            known_ids = {target.feed_id for target in targets}
+            report.unknown_feed_folders = len(await _backup_feed_ids(objects) - known_ids)
     log.info("%s", report.summary())
     return report
 
@@ -207,6 +218,7 @@ async def _restore_feed(
     since: datetime | None,
     report: RestoreReport,
     tick: Callable[[], None],
+    lease: Lease,
 ) -> None:
     previous: bytes | None = None
     replayed: set[str] = set()
@@ -218,6 +230,7 @@ async def _restore_feed(
         if since is not None and taken < since:
             report.backups_before += 1
             continue
+        lease.check()
         try:
             body, content_type = await read_backup(objects, backup)
         except ObjectStoreError as exc:  # this file (expired meanwhile, a broken link...)
@@ -283,7 +296,7 @@ async def _restore_feed(
         if earlier:  # stored before this run: an interrupted restore left their images unlinked
             uncertain += await _stored_with_pending_images(db, target.feed_id, earlier)
         report.images_relinked += await _relink_images(
-            db, objects, target.feed_id, certain, uncertain, taken
+            db, objects, target.feed_id, certain, uncertain, taken, lease
         )
         follows_replayed = True
         tick()
@@ -316,6 +329,7 @@ async def _relink_images(
     certain: Sequence[ItemRecord],
     uncertain: Sequence[ItemRecord],
     taken: datetime,
+    lease: Lease,
 ) -> int:
     """Mark the new tasks whose image is already archived as ``success`` with that key.
 
@@ -356,6 +370,7 @@ async def _relink_images(
             )
     if not statements:
         return 0
+    lease.check()  # the orphan sweep deletes what no row names: not while we name it
     return sum(1 for rows in await db.batch(statements) if rows)
 
 

@@ -12,6 +12,10 @@ the keys the expired rows name (never a prefix), less any a living row names too
 also writes a tombstone ``(feed_id, guid, deleted_at)`` per item: a feed that still lists an
 expired item must not bring it back (see :mod:`.tombstones`). Decisions are pure functions of
 their inputs; the clock is a parameter.
+
+One cleanup runs at a time, and never beside a restore (it would delete backups the restore
+replays): the daily run and ``cleanup`` by hand both hold the ``cleanup`` lease of
+:mod:`.maintenance_leases`, renewed while they run.
 """
 
 from __future__ import annotations
@@ -22,9 +26,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from . import maintenance_leases as leases
 from .backups import CONTENT_TYPE_SUFFIX, stored_time
 from .backups import PREFIX as BACKUP_PREFIX
 from .database import Database, SqlValue, Statement
+from .maintenance_leases import Lease
 from .objectstore import MAX_KEYS_PER_DELETE, ObjectStore
 from .store import MAX_PARAMS, chunked, placeholders
 from .timestamps import format_timestamp
@@ -143,6 +149,8 @@ class CleanupReport:
     items_expiring: int | None = None
     """How many items are past the cutoff, counted up front only for a progress display."""
     progress: Callable[[CleanupReport], None] | None = None
+    lease: Lease | None = None
+    """The cleanup lease this run holds, checked after every chunk (None: a dry run)."""
     sample_backups: list[str] = field(default_factory=list)
     sample_items: list[str] = field(default_factory=list)
     sample_objects: list[str] = field(default_factory=list)
@@ -169,8 +177,11 @@ class CleanupReport:
     async def tick(self) -> None:
         """After each chunk: let the event loop run first (on SQLite and a local folder
         nothing here waits, so a SIGTERM's handler never ran and ``run`` ignored it until
-        the whole cleanup was over), then report, where a stop request ends the cleanup."""
+        the whole cleanup was over), make sure the lease is still ours before the next
+        chunk's deletes, then report, where a stop request ends the cleanup."""
         await asyncio.sleep(0)
+        if self.lease is not None:
+            self.lease.check()
         if self.progress is not None:
             self.progress(self)
 
@@ -322,31 +333,63 @@ async def run_cleanup(
     backup_days: int,
     dry_run: bool = False,
     progress: Callable[[CleanupReport], None] | None = None,
+    owner: str | None = None,
 ) -> CleanupReport:
     """Backups, then items with their objects, then old tombstones; ``dry_run`` only counts.
 
-    ``progress`` hears the report after every chunk of backups and every page of items."""
+    ``progress`` hears the report after every chunk of backups and every page of items.
+    ``owner`` holds the cleanup lease (:func:`claim_cleanup`, :func:`take_cleanup`): it is
+    renewed while the cleanup runs, and a cleanup that fails or is stopped lets go of it but
+    keeps its time, the daily run's wait before it is tried again (a restore or a cleanup by
+    hand need not wait for that)."""
     report = CleanupReport(
         retention_cutoffs(now, item_days=item_days, backup_days=backup_days),
         dry_run=dry_run,
         progress=progress,
     )
-    await sweep_backups(objects, report)
-    await expire_items(db, objects, report)
-    sweep = await expire_tombstones(
-        db, objects, before=report.cutoffs.items_before, now=now, dry_run=dry_run
+    if owner is None or dry_run:
+        await _clean(db, objects, report, now)
+        return report
+    lease = Lease(
+        db,
+        CLEANUP_TASK,
+        owner,
+        length=CLEANUP_LEASE,
+        clock=leases.clock_from(now),
+        command="cleanup",
     )
-    report.tombstones_dropped, report.tombstones_kept = sweep.dropped, sweep.kept
-    log.info("%s", report.summary())
+    report.lease = lease
+    try:
+        await lease.renew()  # also makes sure the lease is ours
+        lease.check()
+        async with leases.renewed(lease):
+            await _clean(db, objects, report, now)
+    except BaseException:
+        await lease.release(backoff=True)
+        raise
     return report
 
 
-# --- the daily run ------------------------------------------------------------------------
+async def _clean(db: Database, objects: ObjectStore, report: CleanupReport, now: datetime) -> None:
+    await sweep_backups(objects, report)
+    await expire_items(db, objects, report)
+    sweep = await expire_tombstones(
+        db, objects, before=report.cutoffs.items_before, now=now, dry_run=report.dry_run
+    )
+    report.tombstones_dropped, report.tombstones_kept = sweep.dropped, sweep.kept
+    log.info("%s", report.summary())
 
-CLEANUP_TASK = "cleanup"
+
+# --- the daily run, and a run by hand -----------------------------------------------------
+
+CLEANUP_TASK = leases.CLEANUP
 CLEANUP_EVERY = timedelta(days=1)
 CLEANUP_LEASE = timedelta(hours=1)
-"""A claimed cleanup that crashed or failed is tried again by anyone after this long."""
+"""A claimed cleanup that crashed or failed is tried again by anyone after this long; a
+running one renews it every minute."""
+
+_RESTORES_WAITED_FOR: set[str] = set()
+"""The restores whose wait the daily claim has logged at INFO (then DEBUG, every cycle)."""
 
 
 async def claim_cleanup(
@@ -357,41 +400,57 @@ async def claim_cleanup(
     every: timedelta = CLEANUP_EVERY,
     lease: timedelta = CLEANUP_LEASE,
 ) -> bool:
-    """Take the day's cleanup if it is due and nobody holds it (one winner among collectors).
+    """Take the day's cleanup if it is due and nobody holds it (one winner among collectors),
+    nor a restore runs (it waits for it, and is tried again next cycle).
 
     The time of the last cleanup lives in the ``maintenance`` table, so restarts and several
     collectors sharing the database agree on it.
     """
-    stamp = format_timestamp(now)
-    results = await db.batch(
-        [
-            Statement("INSERT OR IGNORE INTO maintenance (task) VALUES (?)", (CLEANUP_TASK,)),
-            Statement(
-                "UPDATE maintenance SET lease_owner = ?, lease_until = ? WHERE task = ? "
-                "AND (last_done_at IS NULL OR last_done_at <= ?) "
-                "AND (lease_until IS NULL OR lease_until <= ?) RETURNING task",
-                (
-                    owner,
-                    format_timestamp(now + lease),
-                    CLEANUP_TASK,
-                    format_timestamp(now - every),
-                    stamp,
-                ),
-            ),
-        ]
+    claimed = await leases.claim(
+        db,
+        CLEANUP_TASK,
+        owner=owner,
+        now=now,
+        length=lease,
+        due_before=now - every,
+        wait_out_backoff=True,
     )
-    return bool(results[1])
+    last = claimed.last_done_at
+    due = last is None or last <= format_timestamp(now - every)
+    for holder in claimed.in_the_way if due else ():
+        if holder.task != leases.RESTORE:
+            continue
+        level = logging.DEBUG if holder.owner in _RESTORES_WAITED_FOR else logging.INFO
+        _RESTORES_WAITED_FOR.add(holder.owner)
+        log.log(
+            level,
+            "cleanup: the daily cleanup is due but waits, %s (it would delete backups the "
+            "restore replays); it is tried again every cycle",
+            leases.describe(holder),
+        )
+    return claimed.taken
 
 
-async def record_cleanup(db: Database, *, started_at: datetime) -> None:
-    """Remember when the last cleanup (daily or manual) started, and free the lease."""
+async def take_cleanup(db: Database, *, now: datetime, owner: str) -> None:
+    """Take the cleanup lease for ``cleanup`` by hand, due or not; raise ConfigError naming
+    the holder while another cleanup (the daily one of a collector) or a restore runs."""
+    await leases.take(
+        db, CLEANUP_TASK, owner=owner, now=now, command="cleanup", length=CLEANUP_LEASE
+    )
+
+
+async def record_cleanup(db: Database, *, started_at: datetime, owner: str) -> None:
+    """Remember when the last cleanup (daily or by hand) started, and let go of ``owner``'s
+    lease (never another process's, which took it after ours ran out)."""
     await db.batch(
         [
             Statement("INSERT OR IGNORE INTO maintenance (task) VALUES (?)", (CLEANUP_TASK,)),
             Statement(
-                "UPDATE maintenance SET last_done_at = ?, lease_owner = NULL, lease_until = NULL "
+                "UPDATE maintenance SET last_done_at = ?, "
+                "lease_until = CASE WHEN lease_owner = ? THEN NULL ELSE lease_until END, "
+                "lease_owner = CASE WHEN lease_owner = ? THEN NULL ELSE lease_owner END "
                 "WHERE task = ?",
-                (format_timestamp(started_at), CLEANUP_TASK),
+                (format_timestamp(started_at), owner, owner, CLEANUP_TASK),
             ),
         ]
     )

@@ -14,7 +14,7 @@ from ..dbbackup import backup_sqlite
 from ..errors import ConfigError
 from ..orphans import OrphanReport, sweep_orphans
 from ..restore import restore_from_backups
-from ..retention import record_cleanup, run_cleanup
+from ..retention import record_cleanup, run_cleanup, take_cleanup
 from .app import app, guard, load_command_settings, since_option, text_argument, with_collector
 from .progress import ProgressDisplay, cleanup_callback, open_display, restore_callback
 
@@ -40,8 +40,11 @@ def cleanup(
 
     async def work(collector: Collector) -> None:
         now = collector.clock()
+        owner = collector.owner
         display = open_display()
         try:
+            if not dry_run:  # refused while a restore or another cleanup runs
+                await take_cleanup(collector.db, now=now, owner=owner)
             report = await run_cleanup(
                 collector.db,
                 collector.objects,
@@ -50,15 +53,17 @@ def cleanup(
                 backup_days=settings.retention.backup_days,
                 dry_run=dry_run,
                 progress=cleanup_callback(display),
+                owner=None if dry_run else owner,
             )
             if not dry_run:
-                await record_cleanup(collector.db, started_at=now)
+                await record_cleanup(collector.db, started_at=now, owner=owner)
             swept = None
-            if orphans:
+            if orphans:  # its lease counts from now, not from the start of the retention
                 swept = await sweep_orphans(
                     collector.db,
                     collector.objects,
-                    now=now,
+                    now=collector.clock(),
+                    owner=owner,
                     dry_run=dry_run,
                     progress=_orphans_callback(display),
                 )
@@ -110,6 +115,7 @@ def restore(
                 collector.objects,
                 specs,
                 now=collector.clock(),
+                owner=collector.owner,
                 feed_url=feed,
                 since=since_at,
                 item_days=settings.retention.item_days,

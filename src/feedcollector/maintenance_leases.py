@@ -1,0 +1,362 @@
+"""Maintenance leases: one process at a time per task, and no two tasks at once that clash.
+
+The rows of the ``maintenance`` table (``task``, ``last_done_at``, ``lease_owner``,
+``lease_until``) are leases every process sharing the database sees, on SQLite and D1 alike. A
+lease is taken in one batch, a transaction (``UPDATE ... WHERE <free> AND NOT EXISTS
+<a clashing lease> RETURNING``): of two processes taking clashing leases at once, one wins.
+
+What clashes (:data:`CLASHES`):
+
+- ``restore`` and the orphan sweep (``orphans``): the sweep deletes archived images that no row
+  names, and restore names them again (it relinks them). Side by side, the sweep deleted
+  what restore was about to link: rows of ``success`` pointing at nothing.
+- ``restore`` and the retention ``cleanup``: the cleanup deletes backups older than
+  ``backup_days``, which a restore replays (it reads ``item_days`` back), and expires items
+  whose images a restore may be linking.
+- each task with itself.
+
+The sweep and the cleanup may overlap: neither names an object, each deletes only what no row
+(or an expired one) names.
+
+A holder renews its lease every :data:`RENEW_EVERY` while it works (a restore may take hours),
+and lets go at the end, also after an error or Ctrl-C; a killed process's lease runs out by
+itself. Before each step that deletes or names objects the work asks :meth:`Lease.check`: it
+goes on only while its lease is its own for at least one more renewal period, so a process
+whose renewals failed (or that was suspended) stops instead of running beside the one that
+took the lease after it ran out.
+
+A lease with a time and no owner is a failed daily cleanup waiting to be tried again (see
+:mod:`.retention`): only the daily claim waits for it; nothing runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from .collector import owner_has_stopped
+from .database import Database, SqlValue, Statement
+from .errors import ConfigError, StorageError
+from .store import placeholders
+from .timestamps import format_timestamp
+
+log = logging.getLogger("feedcollector")
+
+RESTORE = "restore"
+ORPHANS = "orphans"
+CLEANUP = "cleanup"
+
+CLASHES: dict[str, tuple[str, ...]] = {
+    RESTORE: (RESTORE, ORPHANS, CLEANUP),
+    ORPHANS: (ORPHANS, RESTORE),
+    CLEANUP: (CLEANUP, RESTORE),
+}
+"""Per task, the tasks (itself included) whose live lease keeps it from starting."""
+
+NAMES = {
+    RESTORE: "a restore",
+    ORPHANS: "an orphan sweep (`cleanup --orphans`)",
+    CLEANUP: "a retention cleanup (the daily one of `run`, or `cleanup`)",
+}
+WHY = {
+    frozenset({RESTORE, ORPHANS}): "the sweep deletes archived images that no row names yet, "
+    "and the restore links them again",
+    frozenset({RESTORE, CLEANUP}): "the cleanup deletes old backups, which the restore "
+    "replays, and old items, whose images it may be linking",
+}
+
+LEASE = timedelta(minutes=5)
+"""How long a restore's or sweep's lease lasts unrenewed: a killed process's frees soon."""
+RENEW_EVERY = timedelta(minutes=1)
+"""How often a holder renews its lease; also the least it must have left to go on."""
+
+
+class LeaseLost(StorageError):
+    """The work's lease ran out unrenewed, or another process holds it now: the work stops
+    where a storage failure would stop it (a command exits 1, the daily cleanup is tried
+    again later)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """A live lease of another process (or of this one under another owner)."""
+
+    task: str
+    owner: str
+    until: str
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    taken: bool
+    in_the_way: tuple[Holder, ...]
+    """The live leases that kept it (none: a daily cleanup that was not due)."""
+    last_done_at: str | None
+
+
+def live(alias: str = "") -> str:
+    """The SQL condition of a lease that someone holds (one ``?``: now)."""
+    return f"{alias}lease_owner IS NOT NULL AND {alias}lease_until > ?"
+
+
+async def claim(
+    db: Database,
+    task: str,
+    *,
+    owner: str,
+    now: datetime,
+    length: timedelta,
+    due_before: datetime | None = None,
+    wait_out_backoff: bool = False,
+) -> Claim:
+    """Take ``task``'s lease for ``owner`` unless a live lease of it or of a task it clashes
+    with is in the way, in one transaction; never raises for a refusal.
+
+    ``due_before``: only if the task was last done at or before then (the daily cleanup).
+    ``wait_out_backoff``: an ownerless ``lease_until`` (a failed run's wait) holds it too."""
+    stamp = format_timestamp(now)
+    clashing = CLASHES[task]
+    others = [other for other in clashing if other != task]
+    free = "lease_until IS NULL OR lease_until <= ?"
+    if not wait_out_backoff:
+        free = f"lease_owner IS NULL OR {free}"
+    params: list[SqlValue] = [owner, format_timestamp(now + length), task, stamp]
+    due = ""
+    if due_before is not None:
+        due = " AND (last_done_at IS NULL OR last_done_at <= ?)"
+        params.append(format_timestamp(due_before))
+    params += [*others, stamp]
+    results = await db.batch(
+        [
+            Statement("INSERT OR IGNORE INTO maintenance (task) VALUES (?)", (task,)),
+            Statement(
+                f"UPDATE maintenance SET lease_owner = ?, lease_until = ? WHERE task = ? "  # noqa: S608 (fixed text)
+                f"AND ({free}){due} AND NOT EXISTS (SELECT 1 FROM maintenance o WHERE o.task "
+                f"IN ({placeholders(len(others))}) AND {live('o.')}) RETURNING task",
+                tuple(params),
+            ),
+            Statement(
+                "SELECT task, last_done_at, lease_owner, lease_until FROM maintenance "  # noqa: S608 (placeholders)
+                f"WHERE task IN ({placeholders(len(clashing))}) ORDER BY task",
+                clashing,
+            ),
+        ]
+    )
+    taken = bool(results[1])
+    rows = results[2]
+    holders = tuple(
+        Holder(row["task"], row["lease_owner"], row["lease_until"])
+        for row in rows
+        if row["lease_owner"] is not None
+        and row["lease_until"] is not None
+        and row["lease_until"] > stamp
+        and not (taken and row["task"] == task)
+    )
+    done = next((row["last_done_at"] for row in rows if row["task"] == task), None)
+    return Claim(taken, holders, done)
+
+
+async def live_leases(db: Database, tasks: Sequence[str], now: datetime) -> list[Holder]:
+    """Who holds a lease of ``tasks`` now (without taking anything)."""
+    rows = await db.query(
+        "SELECT task, lease_owner, lease_until FROM maintenance "  # noqa: S608 (placeholders)
+        f"WHERE task IN ({placeholders(len(tasks))}) AND {live()} ORDER BY task",
+        (*tasks, format_timestamp(now)),
+    )
+    return [Holder(row["task"], row["lease_owner"], row["lease_until"]) for row in rows]
+
+
+def describe(holder: Holder) -> str:
+    """Who holds a lease and until when, in words, and whether that process is gone."""
+    name = NAMES[holder.task]
+    if owner_has_stopped(holder.owner):
+        return (
+            f"{name} was under way: collector {holder.owner} of this machine holds its lease "
+            f"until {holder.until}, but that process has stopped without letting go (killed?)"
+        )
+    return f"{name} is under way: collector {holder.owner} holds its lease until {holder.until}"
+
+
+def refusal(command: str, task: str, holders: Sequence[Holder]) -> str:
+    """The error of ``command`` kept from taking ``task``'s lease by ``holders``."""
+    if not holders:  # let go between the update and the read: rare, and a retry is enough
+        return f"{command}: another process held the {task} lease a moment ago; run it again"
+    parts = []
+    for holder in holders:
+        if holder.task == task:
+            why = f"one {task} at a time"
+        else:
+            why = WHY[frozenset({task, holder.task})]
+        parts.append(f"{describe(holder)} ({why})")
+    last = max(holder.until for holder in holders)
+    if all(owner_has_stopped(holder.owner) for holder in holders):
+        what = f"Run {command} again once its lease runs out at {last}"
+    else:
+        what = (
+            f"Wait for it to finish, then run {command} again; if that process is dead, its "
+            f"lease runs out at {last} (a process at work renews it every minute)"
+        )
+    return f"{command}: refused, {'; and '.join(parts)}. {what}"
+
+
+def clock_from(now: datetime) -> Callable[[], datetime]:
+    """A clock that reads ``now`` when made and moves on with the time since: a lease's
+    times count on the caller's clock (the clock seam of the collector, a test's clock)."""
+    started = time.monotonic()
+    return lambda: now + timedelta(seconds=time.monotonic() - started)
+
+
+class Lease:
+    """A lease this process holds (or believes it holds) as ``owner``."""
+
+    def __init__(
+        self,
+        db: Database,
+        task: str,
+        owner: str,
+        *,
+        length: timedelta,
+        clock: Callable[[], datetime],
+        command: str,
+        until: datetime | None = None,
+        every: timedelta = RENEW_EVERY,
+    ) -> None:
+        if length <= 2 * every:
+            raise ValueError("maintenance: a lease must last more than two renewal periods")
+        self.db = db
+        self.task = task
+        self.owner = owner
+        self.length = length
+        self.clock = clock
+        self.command = command
+        self.every = every
+        self.until = until
+        """When the lease runs out as last written (None: not known yet, not to be used)."""
+        self.lost: str | None = None
+        """Why the lease is no longer ours, once a renewal found so."""
+
+    async def renew(self) -> None:
+        """Push the lease ``length`` past now, if it is still ours and has not run out."""
+        now = self.clock()
+        until = (now + self.length).replace(microsecond=0)
+        rows = await self.db.query(
+            "UPDATE maintenance SET lease_until = ? WHERE task = ? AND lease_owner = ? "
+            "AND lease_until > ? RETURNING task",
+            (format_timestamp(until), self.task, self.owner, format_timestamp(now)),
+        )
+        if rows:
+            self.until = until
+            return
+        left = f"it ran out at {format_timestamp(self.until)}" if self.until else "not taken"
+        self.lost = (
+            f"its {self.task} lease is no longer its own ({left}; another process may hold it)"
+        )
+
+    def check(self) -> None:
+        """Raise :class:`LeaseLost` unless the lease is ours for another renewal period."""
+        if self.lost is None and self.until is not None:
+            if self.clock() + self.every < self.until:
+                return
+            self.lost = (
+                f"its {self.task} lease runs out at {format_timestamp(self.until)} and could "
+                "not be renewed (the database did not answer, or this process was suspended)"
+            )
+        raise LeaseLost(
+            f"{self.command}: stopped, {self.lost}, so that it does not run beside a process "
+            f"that may take the lease. Run {self.command} again"
+        )
+
+    async def release(self, *, backoff: bool = False) -> None:
+        """Let go of the lease if it is still ours. ``backoff`` keeps its time as the wait of
+        a failed daily cleanup. A database that does not answer leaves it to run out."""
+        keep = "" if backoff else ", lease_until = NULL"
+        try:
+            await self.db.query(
+                f"UPDATE maintenance SET lease_owner = NULL{keep} "  # noqa: S608 (fixed text)
+                "WHERE task = ? AND lease_owner = ?",
+                (self.task, self.owner),
+            )
+        except StorageError as exc:
+            until = format_timestamp(self.until) if self.until else "soon"
+            log.warning(
+                "%s: its %s lease could not be let go (it runs out at %s): %s",
+                self.command,
+                self.task,
+                until,
+                exc,
+            )
+
+
+async def _renew_forever(lease: Lease) -> None:
+    while lease.lost is None:
+        await asyncio.sleep(lease.every.total_seconds())
+        try:
+            await lease.renew()
+        except StorageError as exc:
+            log.warning(
+                "%s: its %s lease could not be renewed (tried again in %g s): %s",
+                lease.command,
+                lease.task,
+                lease.every.total_seconds(),
+                exc,
+            )
+
+
+@asynccontextmanager
+async def renewed(lease: Lease) -> AsyncIterator[Lease]:
+    """Renew ``lease`` every ``lease.every`` in the background while the body runs."""
+    renewer = asyncio.create_task(_renew_forever(lease))
+    try:
+        yield lease
+    finally:
+        renewer.cancel()
+        await asyncio.wait([renewer])
+        if not renewer.cancelled():
+            renewer.result()
+
+
+async def take(
+    db: Database,
+    task: str,
+    *,
+    owner: str,
+    now: datetime,
+    command: str,
+    length: timedelta = LEASE,
+    clock: Callable[[], datetime] | None = None,
+    every: timedelta = RENEW_EVERY,
+) -> Lease:
+    """Take ``task``'s lease for ``command``, or raise ConfigError naming who is in the way."""
+    claimed = await claim(db, task, owner=owner, now=now, length=length)
+    if not claimed.taken:
+        raise ConfigError(refusal(command, task, claimed.in_the_way))
+    until = (now + length).replace(microsecond=0)
+    return Lease(
+        db,
+        task,
+        owner,
+        length=length,
+        clock=clock or clock_from(now),
+        command=command,
+        until=until,
+        every=every,
+    )
+
+
+@asynccontextmanager
+async def holding(
+    db: Database, task: str, *, owner: str, now: datetime, command: str
+) -> AsyncIterator[Lease]:
+    """Hold ``task``'s lease while the body runs: taken (or refused with a ConfigError),
+    renewed every minute, let go at the end whatever happened."""
+    lease = await take(db, task, owner=owner, now=now, command=command)
+    try:
+        async with renewed(lease):
+            yield lease
+    finally:
+        await lease.release()
