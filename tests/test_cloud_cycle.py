@@ -10,11 +10,15 @@ cleanly and that the next cycle completes it.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
+import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -23,6 +27,7 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from feedcollector import store, store_items
@@ -830,6 +835,7 @@ def test_run_once_from_the_command_line_on_the_cloud_pair(
     assert [s.object(key) for key in s.keys("images/")] == [image] * 4
     assert s.rows("SELECT COUNT(*) AS n FROM image_tasks WHERE status = 'success'") == [{"n": 4}]
 
+    s = cloud_shape([url])  # the Worker answers again
     again = feedcollector(s.config, s.environ, "fetch", "--all")
     assert again.returncode == 0, again.stderr
     assert "not modified" in again.stderr
@@ -906,3 +912,219 @@ def test_a_batch_over_the_workers_body_limit_backs_off_the_feed(
         )
         s = Shape("cloud", tmp_path, config, cloud_environ(proxy.token), proxy=proxy, s3=s3_server)
         assert_refused_then_backed_off(s, feed_server, url, "request body over 100000 bytes")
+
+
+# --- stopping `run` while the Worker hangs --------------------------------------------------
+
+HANG_S = 120.0
+"""Generous "did not hang" bound: these collectors wait an hour (``[database] timeout``) for an
+answer, so only a stop that gives up waiting ends them before it."""
+NO_ANSWER = FakeReply(delay_s=3600.0)
+"""A Worker that took the request and never answers."""
+RELEASE_LEASES = "UPDATE feeds SET lease_owner = NULL, lease_until = NULL WHERE lease_owner = ?"
+
+
+class Service:
+    """``feedcollector run`` in a process of its own; its log is read line by line as it comes."""
+
+    def __init__(self, s: Shape) -> None:
+        keep = {
+            k: v for k, v in os.environ.items() if k not in ("FEEDCOLLECTOR_CONFIG", *s.environ)
+        }
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "feedcollector", "--config", str(s.config), "run"],
+            cwd=s.folder,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**keep, **s.environ},
+        )
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stderr is not None
+        self.lines.extend(self.process.stderr)
+
+    def log(self) -> str:
+        return "".join(self.lines)
+
+    def wait_for(self, what: str, happened: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + HANG_S
+        while not happened():
+            assert self.process.poll() is None, f"run exited before {what}:\n{self.log()}"
+            assert time.monotonic() < deadline, f"{what} never happened:\n{self.log()}"
+            time.sleep(0.05)
+
+    def wait(self) -> int:
+        """Its exit code (a process still waiting after ``HANG_S`` fails the test)."""
+        try:
+            code = self.process.wait(timeout=HANG_S)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"run did not stop within {HANG_S:g} s:\n{self.log()}")
+        self._reader.join()
+        return code
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+def post_to_worker(proxy: D1Proxy, path: str, payload: dict[str, Any]) -> None:
+    """Send a request the relay took on to the Worker, as a relay that hangs after does."""
+    answer = httpx.post(
+        f"{proxy.url}{path}",
+        json=payload,
+        headers={"Authorization": f"Bearer {proxy.token}"},
+        timeout=60,
+    )
+    assert answer.status_code == 200, answer.text
+
+
+@pytest.mark.cloud
+def test_sigterm_stops_run_when_the_worker_hangs_after_applying_a_batch(
+    feed_server: FeedServer, d1_proxy: D1Proxy, cloud_shape: Callable[..., Shape]
+) -> None:
+    """The Worker applies the batch storing a feed's items, then answers nothing more. A stop
+    waited for that answer, then for the feed's hand-back, for when to wake, and for the
+    leases' hand-back: four times ``[database] timeout``. It gives up after a bounded wait; the
+    batch that was applied stays whole, and fetching the feed again stores nothing twice."""
+    url, _ = image_feed(feed_server)
+    hung = threading.Event()
+
+    def rule(path: str, payload: dict[str, Any]) -> FakeReply | None:
+        if items_batch(path, payload):
+            post_to_worker(d1_proxy, path, payload)
+            hung.set()
+        return NO_ANSWER if hung.is_set() else None
+
+    relay = FaultyRelay(d1_proxy.url, rule)
+    s = cloud_shape([url], proxy_url=relay.url, database_timeout="1h")
+    service = Service(s)
+    try:
+        service.wait_for("the items batch", hung.is_set)
+        service.process.send_signal(signal.SIGTERM)
+        assert service.wait() == 0, service.log()
+    finally:
+        service.kill()
+        relay.close()
+    log = service.log()
+    assert "database: stopping, gave up waiting for the D1 proxy" in log
+    assert "1 unanswered request(s) abandoned, none sent after them" in log
+    assert "the leases this collector holds expire by themselves" in log
+    assert "run: stopped, without the database's last answers (see above)" in log
+    assert len(relay.faults) == 1, "nothing was sent after the batch left unanswered"
+    assert s.count("items") == 4, "the batch the Worker applied is whole"
+    assert s.count("image_tasks") == 4
+
+    s = cloud_shape([url])  # the Worker answers again
+    again = feedcollector(s.config, s.environ, "fetch", "--all")
+    assert again.returncode == 0, again.stderr
+    assert s.count("items") == 4, "fetched again: no item stored twice"
+    assert s.count("image_tasks") == 4
+
+
+@pytest.mark.cloud
+def test_sigterm_while_run_sleeps_bounds_the_lease_hand_back_to_a_hung_worker(
+    feed_server: FeedServer, d1_proxy: D1Proxy, cloud_shape: Callable[..., Shape]
+) -> None:
+    """Stopped between cycles, ``run`` handed its leases back to a Worker that stopped
+    answering after the cycle, and waited ``[database] timeout`` for it: a request sent after
+    the stop is bounded too."""
+    url, _ = image_feed(feed_server)
+    hung = threading.Event()
+
+    def rule(path: str, payload: dict[str, Any]) -> FakeReply | None:
+        if hung.is_set():
+            return NO_ANSWER
+        if "MIN(next_fetch_at)" in str(payload.get("sql")):  # the cycle is over: it sleeps
+            hung.set()
+        return None
+
+    relay = FaultyRelay(d1_proxy.url, rule)
+    s = cloud_shape([url], proxy_url=relay.url, database_timeout="1h")
+    service = Service(s)
+    try:
+        service.wait_for("the sleep after the first cycle", hung.is_set)
+        service.process.send_signal(signal.SIGTERM)
+        assert service.wait() == 0, service.log()
+    finally:
+        service.kill()
+        relay.close()
+    log = service.log()
+    assert [(path, payload["sql"]) for path, payload in relay.faults] == [
+        ("/query", RELEASE_LEASES)
+    ], "the stop's one request: the leases' hand-back, started after the stop"
+    assert "database: stopping, gave up waiting for the D1 proxy" in log
+    assert "the leases this collector holds expire by themselves" in log
+    assert s.count("items") == 4, "the cycle before the stop is stored"
+
+
+@pytest.mark.cloud
+def test_a_request_timing_out_during_a_stop_gives_the_worker_up(
+    feed_server: FeedServer, d1_proxy: D1Proxy, cloud_shape: Callable[..., Shape]
+) -> None:
+    """A ``[database] timeout`` shorter than the stop's patience runs out first for the request
+    in flight at the stop (here the cycle's first, to a Worker that answered only the
+    migrations); ``run`` then asked when to wake and handed its leases back, a timeout each."""
+    url, _ = image_feed(feed_server)
+    relay = FaultyRelay(
+        d1_proxy.url,
+        lambda path, payload: None if "schema_migrations" in json.dumps(payload) else NO_ANSWER,
+    )
+    s = cloud_shape([url], proxy_url=relay.url, database_timeout="2s")
+    service = Service(s)
+    try:
+        service.wait_for("a request left unanswered", lambda: bool(relay.faults))
+        service.process.send_signal(signal.SIGTERM)
+        assert service.wait() == 0, service.log()
+    finally:
+        service.kill()
+        relay.close()
+    log = service.log()
+    assert "timed out after 2s" in log
+    assert "database: stopping, gave up waiting for the D1 proxy" in log
+    sent = [payload.get("sql") for _, payload in relay.faults]
+    assert RELEASE_LEASES not in sent, "the leases' hand-back was not sent to the hung Worker"
+    assert "SELECT MIN(next_fetch_at)" not in " ".join(map(str, sent)), "nor when to wake"
+    assert feed_server.hits("/feed") == []
+
+
+@pytest.mark.cloud
+def test_a_second_ctrl_c_exits_without_waiting_for_a_hung_worker(
+    feed_server: FeedServer, d1_proxy: D1Proxy, cloud_shape: Callable[..., Shape]
+) -> None:
+    """The second Ctrl-C cancelled the work, then still waited ``[database] timeout`` to hand
+    the leases back to a Worker that stopped answering at the items batch. It sends nothing
+    more: the feed's lease expires by itself."""
+    url, _ = image_feed(feed_server)
+    hung = threading.Event()
+
+    def rule(path: str, payload: dict[str, Any]) -> FakeReply | None:
+        if items_batch(path, payload):
+            hung.set()
+        return NO_ANSWER if hung.is_set() else None
+
+    relay = FaultyRelay(d1_proxy.url, rule)
+    s = cloud_shape([url], proxy_url=relay.url, database_timeout="1h")
+    service = Service(s)
+    try:
+        service.wait_for("the items batch", hung.is_set)
+        service.process.send_signal(signal.SIGINT)
+        service.wait_for("the first stop", lambda: "run: stopping after" in service.log())
+        service.process.send_signal(signal.SIGINT)
+        assert service.wait() == 130, service.log()
+    finally:
+        service.kill()
+        relay.close()
+    log = service.log()
+    assert "run: second interrupt, exiting now" in log
+    assert "database: stopping, gave up waiting for the D1 proxy" in log
+    assert "interrupted" in log
+    assert len(relay.faults) == 1, "the leases were not handed back: nothing was sent"
+    (feed,) = s.rows("SELECT last_fetched_at, lease_owner, lease_until FROM feeds")
+    assert feed["last_fetched_at"] is None, "the unanswered batch was not applied"
+    assert feed["lease_owner"] is not None, "the lease is left to expire"
+    assert feed["lease_until"] is not None
+    assert s.count("items") == 0

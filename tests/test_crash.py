@@ -466,6 +466,36 @@ def test_a_second_interrupt_exits_at_once_and_leaves_consistent_files(
     assert_consistent(project, site)
 
 
+def test_sigterm_while_another_process_holds_the_write_lock_stops_in_bounded_time(
+    feed_server: FeedServer, tmp_path: Path
+) -> None:
+    """The stop's last write (handing the collector's leases back) waited for another
+    process's SQLite write lock (a sqlite3 shell in a transaction) for the whole
+    ``[database] timeout``, here an hour, past any service manager's patience."""
+    site = Site(feed_server)
+    site.feed("one", 2, images=0)
+    project = make_project(tmp_path, site)
+    text = project.config.read_text()
+    project.config.write_text(text.replace("[database]\n", '[database]\ntimeout = "1h"\n'))
+    process = project.start("run")
+    ready = time.monotonic() + EXIT_LIMIT_S
+    while "cycle: 1 feeds" not in project.log() and time.monotonic() < ready:
+        time.sleep(0.02)
+    holder = sqlite3.connect(project.db, isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        process.send_signal(signal.SIGTERM)
+        code, _ = wait_exit(process)
+    finally:
+        holder.close()
+
+    log = project.log()
+    assert code == 0, log
+    assert "cycle: 1 feeds (1 updated" in log
+    assert "database: stopping, gave up waiting for another process's write lock" in log
+    assert project.rows("SELECT COUNT(*) AS n FROM items") == [{"n": 2}]
+
+
 # --- a full disk, a read-only database ------------------------------------------------------------
 
 

@@ -20,6 +20,7 @@ import pytest
 
 from feedcollector import service
 from feedcollector.backends.local import LocalObjectStore
+from feedcollector.breaker import STORAGE_TRIP_AFTER
 from feedcollector.collector import open_collector
 from feedcollector.config import load_settings
 from feedcollector.database import Database
@@ -68,6 +69,56 @@ def test_a_feed_aborted_by_a_storage_error_waits_for_the_next_poll(
     p.cycle()
     assert len(feed_server.hits("/feed")) == 2, "the next poll retries it"
     assert p.rows("SELECT COUNT(*) AS n FROM items") == [{"n": 1}]
+
+
+def test_run_once_exits_1_when_storage_failing_stopped_a_cycle_that_stored_nothing() -> None:
+    """A 304 among the feeds storage aborted is no abort, so "every feed aborted" no longer
+    held, and ``run --once`` (or ``fetch``) ended 0 on a cycle that stored nothing."""
+    started, why = Clock()(), "storage: cannot write backups/f/x.xml"
+    stopped = CycleReport(started, feeds=4, aborted=3, not_modified=1, left=6, storage_failing=why)
+    with pytest.raises(StorageError) as raised:
+        service.refuse_storage_down(stopped)
+    assert str(raised.value).startswith(
+        "storage: 3 feeds this cycle refreshed were aborted by storage errors, and 6 more were "
+        "left untried (logged above)"
+    )
+
+    some_stored = CycleReport(started, feeds=5, stored=2, aborted=3, left=5, storage_failing=why)
+    service.refuse_storage_down(some_stored)  # what it stored is there; the next run probes again
+    service.refuse_storage_down(CycleReport(started, feeds=4, aborted=3, not_modified=1))
+
+
+def test_fetch_all_with_storage_failing_requests_a_few_feeds_and_exits_1(
+    feed_server: FeedServer, tmp_path: Path
+) -> None:
+    """``fetch --all`` goes through the cycle's breaker: it stops after a few storage aborts,
+    leaves the other feeds as they were, and exits 1 saying why."""
+    urls = [feed_server.route(f"/f{n}", body=rss([Entry(f"{n}", guid=f"{n}")])) for n in range(8)]
+    p = polite_project(tmp_path, urls, host_gap="0s", concurrency=1)
+    (tmp_path / "objects").mkdir()
+    (tmp_path / "objects" / "backups").write_text("a file where the backups folder goes")
+    done = subprocess.run(
+        [sys.executable, "-m", "feedcollector", "--config", str(p.config), "fetch", "--all"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=HANG_S,
+    )
+    assert done.returncode == 1, done.stderr
+    sent = sum(len(feed_server.hits(f"/f{n}")) for n in range(8))
+    assert sent == STORAGE_TRIP_AFTER
+    assert "storage: failing, so this cycle starts no more feeds" in done.stderr
+    assert "all 3 feeds this cycle refreshed were aborted by storage errors, and 5 more" in (
+        done.stderr
+    )
+    assert done.stderr.count("aborted for this cycle") == STORAGE_TRIP_AFTER
+    rows = p.rows(
+        "SELECT DISTINCT last_fetched_at, consecutive_failures, lease_owner, "
+        "next_fetch_at <= strftime('%Y-%m-%dT%H:%M:%SZ', 'now') AS due FROM feeds"
+    )
+    assert rows == [
+        {"last_fetched_at": None, "consecutive_failures": 0, "lease_owner": None, "due": 1}
+    ], "every feed is as it was: never fetched, due now"
 
 
 def test_a_feed_another_collector_holds_does_not_wake_the_scheduler(
@@ -259,7 +310,7 @@ def test_signals_off_the_main_thread_keep_pythons_handling(
     errors: list[BaseException] = []
 
     async def start_and_restore() -> None:
-        restore = service._stop_on_signals(asyncio.Event())
+        restore = service._stop_on_signals(asyncio.Event(), lambda _patience: None)
         restore()
 
     def in_thread() -> None:

@@ -10,13 +10,15 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import aiohttp
 import httpx
 
 from . import store_schedule
 from .backends import open_database, open_object_store
+from .backends.d1 import D1Database
+from .backends.sqlite import SQLiteDatabase
 from .config import Settings
 from .database import Database
 from .errors import StorageError
@@ -30,6 +32,12 @@ from .schema import migrate
 from .timestamps import utc_now
 
 log = logging.getLogger("feedcollector")
+
+STOP_PATIENCE = timedelta(seconds=10)
+"""How long a stopping collector still waits for the database, in all (never longer than
+``[database] timeout``): a D1 request or a SQLite batch takes well under a second, and a
+service manager's stop should not wait a timeout per write for a Worker that stopped answering
+or another process that holds SQLite's write lock."""
 
 
 def _owner_id() -> str:
@@ -100,6 +108,18 @@ class Collector:
         if self._image_http is not None:
             await self._image_http.aclose()
             self._image_http = None
+
+    def stop_waiting_for_database(self, patience: timedelta = STOP_PATIENCE) -> None:
+        """A stop was asked for: bound what it still waits for the database, ``patience`` in
+        all (a D1 Worker's answers, :meth:`.D1Database.stop_waiting`; another process's
+        SQLite write lock, :meth:`.SQLiteDatabase.stop_waiting`)."""
+        if isinstance(self.db, D1Database | SQLiteDatabase):
+            self.db.stop_waiting(patience.total_seconds())
+
+    @property
+    def gave_up_on_database(self) -> bool:
+        """Whether a stop gave up waiting for the database (its answers lost, leases kept)."""
+        return isinstance(self.db, D1Database | SQLiteDatabase) and self.db.gave_up
 
     @property
     def page_size(self) -> int:

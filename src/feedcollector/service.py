@@ -5,7 +5,8 @@ still collected), refreshes the due feeds and downloads pending images, runs
 the retention cleanup when the last one is a day old, then sleeps until the next feed falls
 due (at most ``POLL_INTERVAL``, so feeds added to the file are picked up quickly). Ctrl-C or
 SIGTERM stops claiming new work, lets in-flight feeds finish and write their state, then
-returns; a second Ctrl-C exits at once.
+returns; the database (a hung D1 Worker, another process's SQLite write lock) is waited for
+``STOP_PATIENCE`` at most in all, and a second Ctrl-C exits at once.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from . import retention, store
 from .claims import sync_feeds_file
-from .collector import Collector
+from .collector import STOP_PATIENCE, Collector
 from .errors import ConfigError, StorageError
 from .pipeline import run_cycle
 from .report import CycleReport
@@ -38,7 +39,7 @@ async def run_forever(collector: Collector) -> None:
     """Cycle until asked to stop. A feeds file that cannot be used at start is fatal (exit 2);
     later it is logged and the known feeds are still collected (:class:`FeedsFileWatch`). A
     storage outage skips a cycle; a SQLite file deleted or replaced under it is fatal."""
-    restore = _stop_on_signals(collector.stopping)
+    restore = _stop_on_signals(collector.stopping, collector.stop_waiting_for_database)
     feeds_file = FeedsFileWatch()
     database_file = _database_file(collector)
     opened = _identity(database_file)
@@ -58,10 +59,15 @@ async def run_forever(collector: Collector) -> None:
             except StorageError as exc:
                 log.error("%s (this cycle skipped; the next cycle retries)", exc)
             await cleanup_if_due(collector)
+            if collector.stopping.is_set():  # no sleep ahead: asking when to wake is a wait
+                break
             await _sleep(collector, await next_wake(collector, started))
     finally:
         restore()
-    log.info("run: stopped cleanly")
+    if collector.gave_up_on_database:
+        log.info("run: stopped, without the database's last answers (see above)")
+    else:
+        log.info("run: stopped cleanly")
 
 
 def _database_file(collector: Collector) -> Path | None:
@@ -120,7 +126,7 @@ async def run_once(collector: Collector) -> None:
     """``run --once``: one cycle, then the daily cleanup if it is due (for cron set-ups).
 
     SIGTERM (a timer unit stopping) and Ctrl-C finish the in-flight feeds here too."""
-    restore = _stop_on_signals(collector.stopping)
+    restore = _stop_on_signals(collector.stopping, collector.stop_waiting_for_database)
     try:
         report = await run_cycle(collector)
         await cleanup_if_due(collector)
@@ -130,14 +136,19 @@ async def run_once(collector: Collector) -> None:
 
 
 def refuse_storage_down(report: CycleReport) -> None:
-    """Raise StorageError when every feed the cycle refreshed was aborted by one: a revoked
-    key, a missing bucket or a full disk stops every feed alike, and ``run --once`` (or
-    ``fetch``) ended 0 each time, nothing in ``status``, every body downloaded again."""
-    if report.aborted and report.aborted == report.feeds - report.deferred:
+    """Raise StorageError when every feed the cycle refreshed was aborted by one, or storage
+    failing stopped the cycle before any feed was stored: a revoked key, a missing bucket or a
+    full disk stops every feed alike, and ``run --once`` (or ``fetch``) ended 0 each time,
+    nothing in ``status``, every body downloaded again."""
+    every_one = report.aborted == report.feeds - report.deferred
+    stopped = report.storage_failing is not None and not report.stored
+    if report.aborted and (every_one or stopped):
+        what = "all " if every_one else ""
+        left = f", and {report.left} more were left untried" if report.left else ""
         raise StorageError(
-            f"storage: all {report.aborted} feeds this cycle refreshed were aborted by "
-            "storage errors (logged above): the database or object store cannot be used "
-            "now; nothing was stored, the next run tries again"
+            f"storage: {what}{report.aborted} feeds this cycle refreshed were aborted by "
+            f"storage errors{left} (logged above): the database or object store cannot be "
+            "used now; nothing was stored, the next run tries again"
         )
 
 
@@ -163,8 +174,9 @@ async def cleanup_if_due(collector: Collector) -> CleanupReport | None:
             item_days=retain.item_days,
             backup_days=retain.backup_days,
             progress=_stop_between_chunks(collector.stopping),
+            owner=collector.owner,
         )
-        await retention.record_cleanup(collector.db, started_at=now)
+        await retention.record_cleanup(collector.db, started_at=now, owner=collector.owner)
     except StorageError as exc:
         log.error("%s (cleanup stopped; it is tried again within the hour)", exc)
         return None
@@ -220,17 +232,24 @@ def _until(moment: datetime, now: datetime) -> timedelta:
     return max(moment - now, timedelta(0))
 
 
-def _stop_on_signals(stopping: asyncio.Event) -> Callable[[], None]:
-    """First SIGINT/SIGTERM: finish in-flight work; second SIGINT: exit now."""
+def _stop_on_signals(
+    stopping: asyncio.Event, stop_waiting: Callable[[timedelta], None]
+) -> Callable[[], None]:
+    """First SIGINT/SIGTERM: finish in-flight work, waiting for the database ``STOP_PATIENCE``
+    at most in all (``stop_waiting``: a hung D1 Worker held each request of the stop for the
+    whole ``[database] timeout``, one after another); second SIGINT: exit now, without
+    waiting for the database at all (handing back the leases was such a request)."""
     loop = asyncio.get_running_loop()
     main_task = asyncio.current_task()
 
     def request_stop(signum: int) -> None:
         if stopping.is_set() and signum == signal.SIGINT and main_task is not None:
             log.warning("run: second interrupt, exiting now")
+            stop_waiting(timedelta(0))
             main_task.cancel()
             return
         stopping.set()
+        stop_waiting(STOP_PATIENCE)
         log.info("run: stopping after in-flight feeds finish (Ctrl-C again to exit at once)")
 
     handled = []

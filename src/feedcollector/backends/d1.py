@@ -10,12 +10,18 @@ binds them as BLOBs and returns BLOB columns the same way); D1 binds every numbe
 (INTEGER columns convert it back by affinity) and results come back as JSON numbers, so an
 integral REAL reads as ``int``; integers beyond 2**53 cannot cross JSON exactly and are refused
 here rather than silently rounded.
+
+A stopping collector bounds its waits (:meth:`D1Database.stop_waiting`): a Worker that takes
+connections and never answers otherwise held every request of the stop for the whole
+``[database] timeout``, one after another.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+import logging
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -36,6 +42,8 @@ _SHOWN_PARAM = 80
 _SHOWN_PARAMS = 20
 _SHOWN_BODY = 500
 
+log = logging.getLogger("feedcollector")
+
 
 class D1Database:
     """D1 through the Proxy Worker at ``url`` (e.g. ``https://proxy.example.workers.dev``)."""
@@ -55,6 +63,55 @@ class D1Database:
             headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
             timeout=httpx.Timeout(timeout_s),
             follow_redirects=False,
+        )
+        self._patience_s: float | None = None
+        """Once stopping, how long a request may still wait for its answer (None: not stopping)."""
+        self._stopped_at = 0.0
+        self._waiting: set[asyncio.Timeout] = set()
+        self.gave_up = False
+        """Whether a stop gave up waiting: nothing is sent any more."""
+
+    def stop_waiting(self, patience_s: float) -> None:
+        """The collector is stopping: no request waits more than ``patience_s`` (at most
+        ``timeout_s``) for its answer any more, those in flight counted from now. The first
+        that gets none gives up on the Worker: every request still unanswered is abandoned
+        and none is sent after it, so a hung Worker holds a stop that long in all, not a
+        timeout per request. Abandoning is safe: a batch is atomic on the Worker and items
+        are inserted OR IGNORE, so one whose answer never came is either written or not, and
+        the feed is fetched again next time; the leases this collector holds expire."""
+        loop = asyncio.get_running_loop()
+        patience = max(min(patience_s, self.timeout_s), 0.0)
+        if self._patience_s is None:
+            self._stopped_at = loop.time()
+        elif patience >= self._patience_s:
+            return
+        self._patience_s = patience
+        if patience == 0.0:
+            self._give_up(len(self._waiting))
+            return
+        deadline = loop.time() + patience
+        for bound in self._waiting:
+            when = bound.when()
+            if not bound.expired() and (when is None or when > deadline):
+                bound.reschedule(deadline)
+
+    def _give_up(self, unanswered: int) -> None:
+        """Abandon every request in flight and refuse the ones to come (see stop_waiting)."""
+        if self.gave_up:
+            return
+        self.gave_up = True
+        for bound in self._waiting:
+            if not bound.expired():
+                bound.reschedule(asyncio.get_running_loop().time())
+        waited = asyncio.get_running_loop().time() - self._stopped_at
+        log.warning(
+            "database: stopping, gave up waiting for the D1 proxy %s after %.1f s: %d "
+            "unanswered request(s) abandoned, none sent after them (a write among them may or "
+            "may not have been applied: its feed is fetched again next time, and no item is "
+            "stored twice); the leases this collector holds expire by themselves",
+            self.url,
+            waited,
+            unanswered,
         )
 
     async def query(self, sql: str, params: Sequence[SqlValue] = ()) -> list[Row]:
@@ -99,8 +156,13 @@ class D1Database:
             raise DatabaseError(
                 f"database: D1 proxy {where}: cannot encode {request}: {exc}"
             ) from exc
+        if self.gave_up:
+            raise DatabaseError(
+                f"database: D1 proxy {where}: not sent, the collector is stopping and gave up "
+                f"waiting for the proxy; {request}"
+            )
         try:
-            response = await self._client.post(endpoint, content=body)
+            response = await self._answer(endpoint, body, where, request)
         except httpx.TimeoutException as exc:
             raise DatabaseError(
                 f"database: D1 proxy {where} timed out after {self.timeout_s:g}s "
@@ -128,6 +190,31 @@ class D1Database:
                 f"({_shorten(response.text, _SHOWN_BODY)!r}); {request}"
             )
         return answer
+
+    async def _answer(self, endpoint: str, body: bytes, where: str, request: str) -> httpx.Response:
+        """POST ``body``, for as long as a stop lets it wait (:meth:`stop_waiting`). A request
+        that runs out of its own ``timeout_s`` during a stop gives up on the Worker too."""
+        patience = self._patience_s
+        bound = asyncio.timeout(patience)
+        try:
+            async with bound:
+                self._waiting.add(bound)
+                try:
+                    return await self._client.post(endpoint, content=body)
+                finally:
+                    self._waiting.discard(bound)
+        except httpx.TimeoutException:
+            if self._patience_s is not None:  # its own timeout ran out first, as good a sign
+                self._give_up(len(self._waiting) + 1)
+            raise
+        except TimeoutError as exc:
+            if not bound.expired():
+                raise
+            self._give_up(len(self._waiting) + 1)
+            raise DatabaseError(
+                f"database: D1 proxy {where}: gave up waiting for the answer, the collector is "
+                f"stopping (what it asked may or may not have been done); {request}"
+            ) from exc
 
 
 def describe_statement(statement: Statement) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import logging
 import os
 import sqlite3
 import time
@@ -29,8 +30,9 @@ holds (half of a surrogate pair: UnicodeEncodeError, a ValueError) or an integer
 
 
 BUSY_FIX = (
-    "Another process holds a write lock on it: wait for it to finish (another feedcollector "
-    "command, or a sqlite3 shell with a transaction open) and run the command again."
+    "Another process holds a write lock on it (another feedcollector command, or a sqlite3 "
+    "shell with a transaction open): let it finish. A running collector tries again in its "
+    "next cycle; a command can be run again."
 )
 FIRST_BUSY_PAUSE_S = 0.001
 LONGEST_BUSY_PAUSE_S = 0.05
@@ -38,6 +40,7 @@ LONGEST_BUSY_PAUSE_S = 0.05
 the longest: its batches take milliseconds, a shell's transaction may take minutes."""
 
 T = TypeVar("T")
+log = logging.getLogger("feedcollector")
 
 
 class SQLiteDatabase:
@@ -46,6 +49,12 @@ class SQLiteDatabase:
     def __init__(self, path: Path | str, *, busy_timeout_s: float = 30.0) -> None:
         self.path = str(path)
         self.busy_timeout_s = busy_timeout_s
+        self._stop_by: float | None = None
+        """Once stopping: when every wait for the write lock ends (``time.monotonic``)."""
+        self._waited_s = 0.0
+        """How long the last wait for the write lock lasted, for its error message."""
+        self.gave_up = False
+        """Whether a stop cut a wait for the write lock short (what it waited for is undone)."""
         try:
             if self.path != ":memory:":
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
@@ -147,6 +156,8 @@ class SQLiteDatabase:
         try:
             return await self._when_unlocked(attempt)
         except DRIVER_ERRORS as exc:
+            if statement is begin and statements:  # name what could not begin, not BEGIN
+                statement = statements[0]
             raise DatabaseError(self._describe(exc, statement.sql, statement.params)) from exc
 
     async def exec(self, sql: str) -> None:
@@ -160,12 +171,21 @@ class SQLiteDatabase:
         finally:
             self._conn.execute("PRAGMA busy_timeout = 0")
 
+    def stop_waiting(self, patience_s: float) -> None:
+        """The collector is stopping: waits for another process's write lock end
+        ``patience_s`` from now at the latest, however long ``[database] timeout`` is (a stop
+        waited a whole timeout for each of its last writes). What such a write would have done
+        is left undone: the feed is fetched again next time, the leases expire by themselves."""
+        stop_by = time.monotonic() + max(patience_s, 0.0)
+        if self._stop_by is None or stop_by < self._stop_by:
+            self._stop_by = stop_by
+
     async def _when_unlocked(self, attempt: Callable[[], T]) -> T:
         """``attempt()``, tried again while another process holds the write lock, until
-        :attr:`busy_timeout_s` has passed. A busy statement changed nothing (a batch is
-        rolled back whole), so trying it again is safe."""
+        :attr:`busy_timeout_s` has passed (or a stop's patience, :meth:`stop_waiting`). A busy
+        statement changed nothing (a batch is rolled back whole), so trying it again is safe."""
         pause = FIRST_BUSY_PAUSE_S
-        deadline = None
+        began = time.monotonic()
         while True:
             try:
                 return attempt()
@@ -173,16 +193,31 @@ class SQLiteDatabase:
                 if not _busy(exc):
                     raise
                 now = time.monotonic()
-                if deadline is None:
-                    deadline = now + self.busy_timeout_s
+                self._waited_s = min(round(now - began, 2), self.busy_timeout_s)
+                deadline = began + self.busy_timeout_s
+                if self._stop_by is not None and self._stop_by < deadline:
+                    deadline = self._stop_by
+                    if now >= deadline:
+                        self._give_up()
                 if now >= deadline:
                     raise
                 await asyncio.sleep(min(pause, deadline - now))
                 pause = min(2 * pause, LONGEST_BUSY_PAUSE_S)
 
+    def _give_up(self) -> None:
+        if not self.gave_up:
+            self.gave_up = True
+            log.warning(
+                "database: stopping, gave up waiting for another process's write lock on "
+                "SQLite %s: the writes still waiting are not done (their feeds are fetched "
+                "again next time, no item is stored twice), and the leases this collector "
+                "holds expire by themselves",
+                self.path,
+            )
+
     def _describe(self, exc: Exception, sql: str, params: Sequence[SqlValue]) -> str:
         shown = [p if not isinstance(p, str) or len(p) <= 80 else p[:77] + "..." for p in params]
-        waited = f" (waited {self.busy_timeout_s:g} s)" if _busy(exc) else ""
+        waited = f" (waited {self._waited_s:g} s)" if _busy(exc) else ""
         fix = f" {BUSY_FIX}" if _busy(exc) else ""
         return (
             f"database: SQLite {self.path}: {exc}{waited} (sql: {' '.join(sql.split())[:300]}; "

@@ -26,7 +26,7 @@ def run(
             "--once",
             help="Run one cycle (due feeds, then their images and pending image retries, then "
             "the daily cleanup if a day has passed) and exit 0, even if some feeds failed "
-            "(1 if storage errors aborted every one).",
+            "(1 if storage errors kept it from storing anything).",
         ),
     ] = False,
 ) -> None:
