@@ -29,16 +29,14 @@ from feedcollector.retention import (
     CleanupReport,
     ItemCursor,
     ItemPage,
-    claim_cleanup,
     delete_chunks,
     expire_items,
     is_expired_backup,
-    last_cleanup_at,
-    record_cleanup,
     retention_cutoffs,
     run_cleanup,
     sweep_backups,
 )
+from feedcollector.retention_daily import claim_cleanup, last_cleanup_at, record_cleanup
 from feedcollector.schedule import feed_id_for
 from feedcollector.schema import migrate
 from feedcollector.spill import content_key

@@ -27,7 +27,7 @@ from feedcollector.database import Database
 from feedcollector.errors import StorageError
 from feedcollector.pipeline import run_cycle
 from feedcollector.report import CycleReport, FeedOutcome
-from feedcollector.retention import last_cleanup_at
+from feedcollector.retention_daily import last_cleanup_at
 from feedcollector.schedule import feed_id_for
 from feedcollector.timestamps import format_timestamp
 

@@ -32,6 +32,7 @@ from .backups import PREFIX as BACKUP_PREFIX
 from .database import Database, SqlValue, Statement
 from .maintenance_leases import Lease
 from .objectstore import MAX_KEYS_PER_DELETE, ObjectStore
+from .retention_daily import CLEANUP_LEASE, CLEANUP_TASK
 from .store import MAX_PARAMS, chunked, placeholders
 from .timestamps import format_timestamp
 from .tombstones import expire_tombstones
@@ -338,7 +339,7 @@ async def run_cleanup(
     """Backups, then items with their objects, then old tombstones; ``dry_run`` only counts.
 
     ``progress`` hears the report after every chunk of backups and every page of items.
-    ``owner`` holds the cleanup lease (:func:`claim_cleanup`, :func:`take_cleanup`): it is
+    ``owner`` holds the cleanup lease (:mod:`.retention_daily`): it is
     renewed while the cleanup runs, and a cleanup that fails or is stopped lets go of it but
     keeps its time, the daily run's wait before it is tried again (a restore or a cleanup by
     hand need not wait for that)."""
@@ -378,84 +379,3 @@ async def _clean(db: Database, objects: ObjectStore, report: CleanupReport, now:
     )
     report.tombstones_dropped, report.tombstones_kept = sweep.dropped, sweep.kept
     log.info("%s", report.summary())
-
-
-# --- the daily run, and a run by hand -----------------------------------------------------
-
-CLEANUP_TASK = leases.CLEANUP
-CLEANUP_EVERY = timedelta(days=1)
-CLEANUP_LEASE = timedelta(hours=1)
-"""A claimed cleanup that crashed or failed is tried again by anyone after this long; a
-running one renews it every minute."""
-
-_RESTORES_WAITED_FOR: set[str] = set()
-"""The restores whose wait the daily claim has logged at INFO (then DEBUG, every cycle)."""
-
-
-async def claim_cleanup(
-    db: Database,
-    *,
-    now: datetime,
-    owner: str,
-    every: timedelta = CLEANUP_EVERY,
-    lease: timedelta = CLEANUP_LEASE,
-) -> bool:
-    """Take the day's cleanup if it is due and nobody holds it (one winner among collectors),
-    nor a restore runs (it waits for it, and is tried again next cycle).
-
-    The time of the last cleanup lives in the ``maintenance`` table, so restarts and several
-    collectors sharing the database agree on it.
-    """
-    claimed = await leases.claim(
-        db,
-        CLEANUP_TASK,
-        owner=owner,
-        now=now,
-        length=lease,
-        due_before=now - every,
-        wait_out_backoff=True,
-    )
-    last = claimed.last_done_at
-    due = last is None or last <= format_timestamp(now - every)
-    for holder in claimed.in_the_way if due else ():
-        if holder.task != leases.RESTORE:
-            continue
-        level = logging.DEBUG if holder.owner in _RESTORES_WAITED_FOR else logging.INFO
-        _RESTORES_WAITED_FOR.add(holder.owner)
-        log.log(
-            level,
-            "cleanup: the daily cleanup is due but waits, %s (it would delete backups the "
-            "restore replays); it is tried again every cycle",
-            leases.describe(holder),
-        )
-    return claimed.taken
-
-
-async def take_cleanup(db: Database, *, now: datetime, owner: str) -> None:
-    """Take the cleanup lease for ``cleanup`` by hand, due or not; raise ConfigError naming
-    the holder while another cleanup (the daily one of a collector) or a restore runs."""
-    await leases.take(
-        db, CLEANUP_TASK, owner=owner, now=now, command="cleanup", length=CLEANUP_LEASE
-    )
-
-
-async def record_cleanup(db: Database, *, started_at: datetime, owner: str) -> None:
-    """Remember when the last cleanup (daily or by hand) started, and let go of ``owner``'s
-    lease (never another process's, which took it after ours ran out)."""
-    await db.batch(
-        [
-            Statement("INSERT OR IGNORE INTO maintenance (task) VALUES (?)", (CLEANUP_TASK,)),
-            Statement(
-                "UPDATE maintenance SET last_done_at = ?, "
-                "lease_until = CASE WHEN lease_owner = ? THEN NULL ELSE lease_until END, "
-                "lease_owner = CASE WHEN lease_owner = ? THEN NULL ELSE lease_owner END "
-                "WHERE task = ?",
-                (format_timestamp(started_at), owner, owner, CLEANUP_TASK),
-            ),
-        ]
-    )
-
-
-async def last_cleanup_at(db: Database) -> str | None:
-    rows = await db.query("SELECT last_done_at FROM maintenance WHERE task = ?", (CLEANUP_TASK,))
-    return rows[0]["last_done_at"] if rows else None

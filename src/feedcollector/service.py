@@ -19,7 +19,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from . import retention, store
+from . import retention, retention_daily, store
 from .claims import sync_feeds_file
 from .collector import STOP_PATIENCE, Collector
 from .errors import ConfigError, StorageError
@@ -164,7 +164,7 @@ async def cleanup_if_due(collector: Collector) -> CleanupReport | None:
         return None
     now = collector.clock()
     try:
-        if not await retention.claim_cleanup(collector.db, now=now, owner=collector.owner):
+        if not await retention_daily.claim_cleanup(collector.db, now=now, owner=collector.owner):
             return None
         retain = collector.settings.retention
         report = await retention.run_cleanup(
@@ -176,7 +176,7 @@ async def cleanup_if_due(collector: Collector) -> CleanupReport | None:
             progress=_stop_between_chunks(collector.stopping),
             owner=collector.owner,
         )
-        await retention.record_cleanup(collector.db, started_at=now, owner=collector.owner)
+        await retention_daily.record_cleanup(collector.db, started_at=now, owner=collector.owner)
     except StorageError as exc:
         log.error("%s (cleanup stopped; it is tried again within the hour)", exc)
         return None

@@ -1,0 +1,96 @@
+"""When the retention cleanup runs: once a day, one collector at a time, never beside a
+restore (:mod:`.retention` does the cleaning).
+
+The time of the last cleanup and the lease of the one running live in the ``maintenance``
+table (:mod:`.maintenance_leases`), so restarts and several collectors sharing the database
+agree on them; ``cleanup`` by hand takes the same lease, due or not.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+from . import maintenance_leases as leases
+from .database import Database, Statement
+from .timestamps import format_timestamp
+
+log = logging.getLogger("feedcollector")
+
+CLEANUP_TASK = leases.CLEANUP
+CLEANUP_EVERY = timedelta(days=1)
+CLEANUP_LEASE = timedelta(hours=1)
+"""A claimed cleanup that crashed or failed is tried again by anyone after this long; a
+running one renews it every minute."""
+
+_RESTORES_WAITED_FOR: set[str] = set()
+"""The restores whose wait the daily claim has logged at INFO (then DEBUG, every cycle)."""
+
+
+async def claim_cleanup(
+    db: Database,
+    *,
+    now: datetime,
+    owner: str,
+    every: timedelta = CLEANUP_EVERY,
+    lease: timedelta = CLEANUP_LEASE,
+) -> bool:
+    """Take the day's cleanup if it is due and nobody holds it (one winner among collectors),
+    nor a restore runs (it waits for it, and is tried again next cycle).
+
+    The time of the last cleanup lives in the ``maintenance`` table, so restarts and several
+    collectors sharing the database agree on it.
+    """
+    claimed = await leases.claim(
+        db,
+        CLEANUP_TASK,
+        owner=owner,
+        now=now,
+        length=lease,
+        due_before=now - every,
+        wait_out_backoff=True,
+    )
+    last = claimed.last_done_at
+    due = last is None or last <= format_timestamp(now - every)
+    for holder in claimed.in_the_way if due else ():
+        if holder.task != leases.RESTORE:
+            continue
+        level = logging.DEBUG if holder.owner in _RESTORES_WAITED_FOR else logging.INFO
+        _RESTORES_WAITED_FOR.add(holder.owner)
+        log.log(
+            level,
+            "cleanup: the daily cleanup is due but waits, %s (it would delete backups the "
+            "restore replays); it is tried again every cycle",
+            leases.describe(holder),
+        )
+    return claimed.taken
+
+
+async def take_cleanup(db: Database, *, now: datetime, owner: str) -> None:
+    """Take the cleanup lease for ``cleanup`` by hand, due or not; raise ConfigError naming
+    the holder while another cleanup (the daily one of a collector) or a restore runs."""
+    await leases.take(
+        db, CLEANUP_TASK, owner=owner, now=now, command="cleanup", length=CLEANUP_LEASE
+    )
+
+
+async def record_cleanup(db: Database, *, started_at: datetime, owner: str) -> None:
+    """Remember when the last cleanup (daily or by hand) started, and let go of ``owner``'s
+    lease (never another process's, which took it after ours ran out)."""
+    await db.batch(
+        [
+            Statement("INSERT OR IGNORE INTO maintenance (task) VALUES (?)", (CLEANUP_TASK,)),
+            Statement(
+                "UPDATE maintenance SET last_done_at = ?, "
+                "lease_until = CASE WHEN lease_owner = ? THEN NULL ELSE lease_until END, "
+                "lease_owner = CASE WHEN lease_owner = ? THEN NULL ELSE lease_owner END "
+                "WHERE task = ?",
+                (format_timestamp(started_at), owner, owner, CLEANUP_TASK),
+            ),
+        ]
+    )
+
+
+async def last_cleanup_at(db: Database) -> str | None:
+    rows = await db.query("SELECT last_done_at FROM maintenance WHERE task = ?", (CLEANUP_TASK,))
+    return rows[0]["last_done_at"] if rows else None
