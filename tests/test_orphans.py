@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from feedcollector import maintenance_leases as leases
 from feedcollector.backends.local import LocalObjectStore
 from feedcollector.backends.sqlite import SQLiteDatabase
 from feedcollector.backups import backup_key
@@ -265,3 +266,29 @@ def test_the_sweep_is_refused_while_a_restore_holds_its_lease_and_takes_over_a_s
     assert pair.rows("SELECT lease_owner, lease_until FROM maintenance WHERE task = 'orphans'") == [
         {"lease_owner": None, "lease_until": None}
     ], "let go at the end"
+
+
+def test_after_a_restore_that_did_not_finish_a_dry_sweep_warns_and_a_sweep_is_refused(
+    pair: Pair, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The mark of the first unfinished restore stays until a restore finishes: its images
+    wait to be linked, and the sweep would delete them."""
+    pair.run(add_feed(pair.db))
+    pair.run(add_item(pair, "kept", NOW, images=(True,)))
+    orphan = object_key(FEED_ID, "not-linked-yet", 0, "png")
+    pair.run(pair.objects.put(orphan, b"png"))
+    assert pair.run(leases.restore_began(pair.db, NOW))
+    assert not pair.run(leases.restore_began(pair.db, NOW + timedelta(hours=1)))
+    later = datetime.now(UTC) + LATER
+
+    with caplog.at_level(logging.WARNING, logger="feedcollector"):
+        dry = sweep(pair, now=later, dry_run=True)
+    assert dry.images == 1
+    begun = f"a restore begun at {format_timestamp(NOW)} did not finish"
+    assert any(begun in r.getMessage() for r in caplog.records)
+    with pytest.raises(ConfigError, match=begun):
+        sweep(pair, now=later)
+    assert orphan in every_key(pair)
+
+    pair.run(leases.restore_finished(pair.db))
+    assert sweep(pair, now=later).images == 1

@@ -630,7 +630,9 @@ def test_cleanup_orphans_is_refused_while_a_restore_runs_and_every_image_is_link
 @pytest.mark.parametrize("ending", ["error", "interrupt"])
 def test_a_restore_lets_go_of_its_lease_however_it_ends(pair: Pair, ending: str) -> None:
     """While a restore runs, a sweep is refused; once it has failed (a storage error) or been
-    interrupted (Ctrl-C cancels it), its lease is let go and the sweep is not held back."""
+    interrupted (Ctrl-C cancels it), its lease is let go, but the sweep is still refused: the
+    images of the feeds it did not reach wait to be linked, and no row names them yet (the
+    sweep deleted them). The same restore run again to its end lets the sweep go on."""
     later = utc_now() + timedelta(days=2)  # the archived images are past the sweep's grace
     pair.run(archive_two_feeds(pair.objects, START))
     refusals: list[str] = []
@@ -649,9 +651,10 @@ def test_a_restore_lets_go_of_its_lease_however_it_ends(pair: Pair, ending: str)
         held_up.set()
         await asyncio.Event().wait()  # until Ctrl-C
 
+    specs = [FeedSpec(A_URL), FeedSpec(B_URL)]
+
     async def scenario() -> None:
         held = HeldStore(pair.objects, f"backups/{feed_id_for(B_URL)}/", at_the_second_feed)
-        specs = [FeedSpec(A_URL), FeedSpec(B_URL)]
         restoring = asyncio.create_task(
             restore_from_backups(pair.db, held, specs, now=later, owner=OWNER)
         )
@@ -663,10 +666,22 @@ def test_a_restore_lets_go_of_its_lease_however_it_ends(pair: Pair, ending: str)
             restoring.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await restoring
+        with pytest.raises(ConfigError) as unfinished:
+            await sweep()
+        refusals.append(str(unfinished.value))
+        await restore_from_backups(pair.db, pair.objects, specs, now=later, owner=OWNER)
         await sweep()
 
     pair.run(scenario())
-    (refusal,) = refusals
+    refusal, unfinished = refusals
+    assert unfinished.startswith(
+        f"cleanup: refused, a restore begun at {format_timestamp(later)} did not finish"
+    ), unfinished
+    assert "Run `feedcollector restore` again first" in unfinished
+    assert pair.rows("SELECT task FROM maintenance WHERE task = 'restore-unfinished'") == []
+    assert pair.rows("SELECT DISTINCT status FROM image_tasks") == [{"status": "success"}], (
+        "every image linked, none swept"
+    )
     assert refusal.startswith(f"cleanup: refused, a restore is under way: collector {OWNER}")
     assert pair.rows("SELECT lease_owner FROM maintenance WHERE task = 'restore'") == [
         {"lease_owner": None}

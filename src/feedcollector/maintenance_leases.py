@@ -70,6 +70,10 @@ WHY = {
     "replays, and old items, whose images it may be linking",
 }
 
+UNFINISHED_RESTORE = "restore-unfinished"
+"""The row of a restore that began (its ``last_done_at``) and has not finished: until one
+does, archived images may wait to be linked again, which the orphan sweep would delete."""
+
 LEASE = timedelta(minutes=5)
 """How long a restore's or sweep's lease lasts unrenewed: a killed process's frees soon."""
 RENEW_EVERY = timedelta(minutes=1)
@@ -169,6 +173,27 @@ async def live_leases(db: Database, tasks: Sequence[str], now: datetime) -> list
         (*tasks, format_timestamp(now)),
     )
     return [Holder(row["task"], row["lease_owner"], row["lease_until"]) for row in rows]
+
+
+async def restore_began(db: Database, now: datetime) -> bool:
+    """Mark a restore as begun; True when this one made the mark (none was left before)."""
+    rows = await db.query(
+        "INSERT OR IGNORE INTO maintenance (task, last_done_at) VALUES (?, ?) RETURNING task",
+        (UNFINISHED_RESTORE, format_timestamp(now)),
+    )
+    return bool(rows)
+
+
+async def restore_finished(db: Database) -> None:
+    await db.query("DELETE FROM maintenance WHERE task = ?", (UNFINISHED_RESTORE,))
+
+
+async def unfinished_restore(db: Database) -> str | None:
+    """When the restore began that has not finished yet, if one has not."""
+    rows = await db.query(
+        "SELECT last_done_at FROM maintenance WHERE task = ?", (UNFINISHED_RESTORE,)
+    )
+    return rows[0]["last_done_at"] if rows else None
 
 
 def describe(holder: Holder) -> str:

@@ -19,7 +19,9 @@ A ``restore`` names archived objects of any age again, so a sweep beside one del
 the restore was about to link (rows of ``success`` pointing at nothing). The sweep therefore
 holds the ``orphans`` lease of :mod:`.maintenance_leases`, which no restore shares: it is
 refused while a restore runs, and a restore is refused while it runs. A dry run deletes
-nothing and takes no lease; it warns that a running restore's images count as orphans.
+nothing and takes no lease; it warns that a running restore's images count as orphans. A
+restore that stopped before its end leaves its images to link too: the sweep is refused
+until a restore finishes.
 """
 
 from __future__ import annotations
@@ -111,6 +113,7 @@ async def sweep_orphans(
     else:
         held = leases.holding(db, leases.ORPHANS, owner=owner, now=now, command="cleanup")
     async with held as lease:
+        await _mind_an_unfinished_restore(db, refuse=lease is not None)
         report = OrphanReport(now, min_age, dry_run=dry_run, progress=progress)
         await _sweep_all(_Sweep(db, objects, report, lease), chunk_size)
     log.info("%s", report.summary())
@@ -123,6 +126,25 @@ async def _warn_of_a_restore(db: Database, now: datetime) -> None:
             "cleanup: %s: the images it has not linked again yet count as orphans in this dry run",
             leases.describe(holder),
         )
+
+
+async def _mind_an_unfinished_restore(db: Database, *, refuse: bool) -> None:
+    """A restore stopped before its end left images to link again, which no row names yet:
+    the sweep refuses to delete them (a dry run says its count holds them)."""
+    began = await leases.unfinished_restore(db)
+    if began is None:
+        return
+    what = (
+        f"a restore begun at {began} did not finish (stopped or failed), and the archived "
+        "images it has not linked again yet look like orphans"
+    )
+    if not refuse:
+        log.warning("cleanup: %s: they count as orphans in this dry run", what)
+        return
+    raise ConfigError(
+        f"cleanup: refused, {what}. Run `feedcollector restore` again first (it goes on "
+        "where it stopped), then the sweep."
+    )
 
 
 async def _sweep_all(sweep: _Sweep, chunk_size: int) -> None:

@@ -20,7 +20,9 @@ Relinking names archived objects of any age again, which the orphan sweep (``cle
 --orphans``) deletes while no row names them, and the retention cleanup deletes backups a
 restore replays. A restore therefore holds the ``restore`` lease of :mod:`.maintenance_leases`
 (renewed every minute, let go at the end whatever happened): it is refused while a sweep or
-a cleanup runs, and they are refused (the daily cleanup waits) while it runs.
+a cleanup runs, and they are refused (the daily cleanup waits) while it runs. A restore that
+stopped before its end (Ctrl-C, a failure) leaves a mark the sweep refuses to run beside,
+until a whole restore (or the same one again) finishes: its images wait to be linked.
 """
 
 from __future__ import annotations
@@ -174,6 +176,7 @@ async def restore_from_backups(
         why_not_older=why,
     )
     async with leases.holding(db, leases.RESTORE, owner=owner, now=now, command="restore") as lease:
+        marked = await leases.restore_began(db, now)
         for done, target in enumerate(targets, start=1):
 
             def tick(feed_done: bool = False, url: str = target.url, done: int = done) -> None:
@@ -188,6 +191,8 @@ async def restore_from_backups(
         if feed_url is None:
             known_ids = {target.feed_id for target in targets}
             report.unknown_feed_folders = len(await _backup_feed_ids(objects) - known_ids)
+        if marked or feed_url is None:  # one feed's restore does not finish another's
+            await leases.restore_finished(db)
     log.info("%s", report.summary())
     return report
 
