@@ -1238,3 +1238,28 @@ def test_an_item_over_ten_megabytes_is_read_within_the_body_cap(
     assert (report.stored, report.failed, report.new_items) == (1, 0, 2)
     (spilled,) = p.rows("SELECT content_key FROM items WHERE guid = 'huge'")
     assert p.object(spilled["content_key"]).decode() == huge
+
+
+def test_items_are_dated_when_they_are_stored_so_a_consumer_resuming_misses_none(
+    feed_server: FeedServer, tmp_path: Path
+) -> None:
+    """A slow feed (its answer takes 1.5 s) and a quick one on another host, fetched together
+    with the real clock: the slow one's items are stored last, so they must not be dated
+    before the quick one's. Dated by the fetch's start, they were; a consumer that had read
+    the quick feed's items and resumed from their ``created_at`` (``items --since``, the
+    documented way) never saw the slow feed's."""
+    with FeedServer() as other_host:
+        slow = feed_server.route("/slow", body=rss([Entry("slow", guid="s")]), delay_s=1.5)
+        quick = other_host.route("/quick", body=rss([Entry("quick", guid="q")]))
+        config = write_project(tmp_path, [slow, quick])
+
+        async def cycle() -> CycleReport:
+            async with open_collector(load_settings(config)) as collector:  # the real clock
+                return await run_cycle(collector)
+
+        assert asyncio.run(cycle()).stored == 2
+    with sqlite3.connect(tmp_path / "collector.db") as conn:
+        dated = dict(conn.execute("SELECT guid, created_at FROM items"))
+        fetched = dict(conn.execute("SELECT url, last_fetched_at FROM feeds"))
+    assert dated["s"] > dated["q"], dated
+    assert fetched[slow] < dated["s"], "the feed keeps the time its fetch began"

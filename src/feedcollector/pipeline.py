@@ -193,7 +193,9 @@ async def refresh_feed(
         async with spilled_records(
             collector.objects, collector.db, feed.id, feed.url, plan
         ) as to_store:
-            new_items = await store_items.save_items(collector.db, feed, to_store, success)
+            new_items = await store_items.save_items(
+                collector.db, feed, to_store, success, stored_at=max(collector.clock(), fetched_at)
+            )
         outcome.state = "stored"
         outcome.items = len(records)
         outcome.new_items = new_items

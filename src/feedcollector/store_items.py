@@ -8,6 +8,7 @@ and by recovery from backups (:mod:`.restore`).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
 from .database import Database, Row, SqlValue, Statement
 from .models import Feed, ItemRecord
@@ -108,12 +109,23 @@ def _rows(count: int, width: int) -> str:
 
 
 async def save_items(
-    db: Database, feed: Feed, items: Sequence[ItemRecord], outcome: FetchSuccess
+    db: Database,
+    feed: Feed,
+    items: Sequence[ItemRecord],
+    outcome: FetchSuccess,
+    *,
+    stored_at: datetime | None = None,
 ) -> int:
     """Store a feed's items, their image tasks and its new state in ONE batch; return how many
-    items were new."""
+    items were new.
+
+    The new rows are dated ``stored_at``, the moment the batch is sent (the seed's 入库时间;
+    the fetch's time when not given), not when the fetch began: a consumer resuming from the
+    last ``created_at`` it saw missed the items of a slow feed, fetched before and stored after
+    a quick one it had read."""
     stamp = format_timestamp(outcome.fetched_at)
-    statements = item_statements(feed.id, items, stamp)
+    created = stamp if stored_at is None else format_timestamp(stored_at)
+    statements = item_statements(feed.id, items, created)
     statements.append(
         Statement(
             "UPDATE feeds SET title = COALESCE(config_title, ?, title), last_etag = ?, "
