@@ -359,6 +359,8 @@ def test_image_tasks_count_attempts_and_fail_at_three(db: Database) -> None:
                     store_images.ImageResult(task.id, None, f"image: HTTP 404 (try {cycle})")
                 )
         run(store_images.record_image_results(db, results, moment))
+        # sent again, as after a D1 answer lost on the way: the attempts count once
+        run(store_images.record_image_results(db, results, moment))
     rows = run(
         db.query(
             "SELECT original_url, status, attempts, r2_key, last_error FROM image_tasks ORDER BY position"

@@ -110,7 +110,10 @@ async def image_key(db: Database, task: ImageTask, ext: str, reserved: dict[str,
 async def record_image_results(
     db: Database, results: Sequence[ImageResult], now: datetime, *, release: Sequence[str] = ()
 ) -> list[str]:
-    """Every attempt counts; a success sets ``r2_key``, the third failure marks ``failed``.
+    """Every attempt counts, once: only while its task is leased (recording clears the lease,
+    so a batch sent again after its answer was lost, on D1, does not count the same attempts
+    twice: a failing image reached ``failed`` a try early). A success sets ``r2_key``, the
+    third failure marks ``failed``.
 
     Returns the keys of the successes whose task row is gone (retention deleted the item while
     its image was downloading): no row names those objects, so the caller deletes them. Each
@@ -129,8 +132,9 @@ async def record_image_results(
             statements.append(
                 Statement(
                     "UPDATE image_tasks SET status = 'success', r2_key = ?, "
-                    "attempts = attempts + 1, last_error = NULL, updated_at = ?, "
-                    "lease_until = NULL WHERE id = ? RETURNING id",
+                    "attempts = attempts + CASE WHEN lease_until IS NULL THEN 0 ELSE 1 END, "
+                    "last_error = NULL, updated_at = ?, lease_until = NULL WHERE id = ? "
+                    "RETURNING id",
                     (result.r2_key, stamp, result.task_id),
                 )
             )
@@ -145,7 +149,8 @@ async def record_image_results(
                 Statement(
                     "UPDATE image_tasks SET attempts = attempts + 1, "
                     "status = CASE WHEN attempts + 1 >= ? THEN 'failed' ELSE 'pending' END, "
-                    "last_error = ?, updated_at = ?, lease_until = NULL WHERE id = ?",
+                    "last_error = ?, updated_at = ?, lease_until = NULL "
+                    "WHERE id = ? AND lease_until IS NOT NULL",
                     params,
                 )
             )
