@@ -37,7 +37,7 @@ from feedcollector.schedule import feed_id_for
 from feedcollector.timestamps import format_timestamp
 
 from .feedserver import FeedServer, Route
-from .samples import Clock, Entry, closed_port, md5_8, png, rss, send_ok, write_project
+from .samples import START, Clock, Entry, closed_port, md5_8, png, rss, send_ok, write_project
 
 
 @dataclass
@@ -1149,9 +1149,8 @@ def test_an_unchanged_feeds_file_is_not_synced_again(
     p = project([url])
     p.cycle()
     digest = hashlib.sha256((p.folder / "feeds.yaml").read_bytes()).hexdigest()
-    assert p.rows("SELECT key, value FROM collector_state") == [
-        {"key": "feeds_file_sha256", "value": digest}
-    ]
+    state = "SELECT value FROM collector_state WHERE key = 'feeds_file_sha256'"
+    assert p.rows(state) == [{"value": digest}]
     p.execute("UPDATE feeds SET active = 0")  # a state the file does not describe
     p.clock.advance(hours=1)
     p.cycle()
@@ -1160,7 +1159,7 @@ def test_an_unchanged_feeds_file_is_not_synced_again(
     (p.folder / "feeds.yaml").write_text(f"# edited\nfeeds:\n  - {url}\n")
     p.cycle()
     assert p.rows("SELECT active FROM feeds") == [{"active": 1}]
-    assert p.rows("SELECT value FROM collector_state")[0]["value"] != digest
+    assert p.rows(state)[0]["value"] != digest
 
 
 def test_fetch_concurrency_above_twenty_is_real(project: Callable[..., Project]) -> None:
@@ -1263,3 +1262,24 @@ def test_items_are_dated_when_they_are_stored_so_a_consumer_resuming_misses_none
         fetched = dict(conn.execute("SELECT url, last_fetched_at FROM feeds"))
     assert dated["s"] > dated["q"], dated
     assert fetched[slow] < dated["s"], "the feed keeps the time its fetch began"
+
+
+def test_a_batch_written_after_another_is_never_dated_before_it(
+    feed_server: FeedServer, project: Callable[..., Project]
+) -> None:
+    """A batch dated when it was sent can be written after a later-dated one (it waited for
+    another process's lock, for an event loop busy with other batches, for a slow D1 answer:
+    11 s with a 2 s timeout in an audit), and a consumer that had resumed from the later date
+    missed its items. Dated inside its transaction, it is never dated before what is stored."""
+    quick = feed_server.route("/quick", body=rss([Entry("quick", guid="q")]))
+    late = feed_server.route("/late", status=500, body=b"not yet")
+    p = project([quick, late])
+    p.clock.advance(hours=1)
+    p.cycle()
+    feed_server.route("/late", body=rss([Entry("late", guid="l")]))
+    p.clock.now = START  # this batch is dated an hour before the one already written
+    assert p.cycle(force=True).new_items == 1
+    assert p.rows("SELECT guid, created_at FROM items ORDER BY guid") == [
+        {"guid": "l", "created_at": "2026-03-02T10:00:00Z"},
+        {"guid": "q", "created_at": "2026-03-02T10:00:00Z"},
+    ]

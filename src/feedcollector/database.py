@@ -23,6 +23,14 @@ class Statement:
     params: tuple[SqlValue, ...] = ()
 
 
+def naming_statement(statements: Sequence[Statement]) -> Statement:
+    """The statement an error of a whole batch is named by: its write with the most
+    parameters (the items of a feed's batch, not the reads and small writes around them),
+    else its first statement."""
+    writes = [s for s in statements if s.sql.lstrip()[:6].upper() != "SELECT"]
+    return max(writes, key=lambda s: len(s.params)) if writes else statements[0]
+
+
 class Database(Protocol):
     """What every database backend offers (SQLite file, D1 through the Proxy Worker)."""
 

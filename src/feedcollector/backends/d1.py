@@ -28,7 +28,7 @@ from typing import Any
 
 import httpx
 
-from ..database import Row, SqlValue, Statement
+from ..database import Row, SqlValue, Statement, naming_statement
 from ..errors import TOO_LARGE, DatabaseError
 
 MAX_PARAMS_PER_STATEMENT = 100
@@ -128,7 +128,7 @@ class D1Database:
                 {"sql": s.sql, "params": _encode_params(s, self.url)} for s in statements
             ]
         }
-        named = _naming_statement(statements)
+        named = naming_statement(statements)
         described = Statement(f"[{len(statements)} statements] {named.sql}", named.params)
         answer = await self._post("/batch", payload, described)
         results = answer.get("results")
@@ -224,15 +224,6 @@ def describe_statement(statement: Statement) -> str:
     more = len(statement.params) - _SHOWN_PARAMS
     suffix = f" +{more} more" if more > 0 else ""
     return f"sql: {sql}; params: {shown}{suffix}"
-
-
-def _naming_statement(statements: Sequence[Statement]) -> Statement:
-    """The statement an error of a whole batch is named by: its first write (a leading read,
-    such as the items batch's ``total_changes()``, says little), else its first statement."""
-    for statement in statements:
-        if statement.sql.lstrip()[:6].upper() != "SELECT":
-            return statement
-    return statements[0]
 
 
 def _encode_params(statement: Statement, url: str) -> list[Any]:

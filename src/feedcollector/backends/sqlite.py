@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from ..database import Row, SqlValue, Statement
+from ..database import Row, SqlValue, Statement, naming_statement
 from ..errors import DatabaseError
 
 DRIVER_ERRORS = (sqlite3.Error, ValueError, OverflowError)
@@ -157,7 +157,7 @@ class SQLiteDatabase:
             return await self._when_unlocked(attempt)
         except DRIVER_ERRORS as exc:
             if statement is begin and statements:  # name what could not begin, not BEGIN
-                statement = statements[0]
+                statement = naming_statement(statements)
             raise DatabaseError(self._describe(exc, statement.sql, statement.params)) from exc
 
     async def exec(self, sql: str) -> None:
