@@ -496,6 +496,100 @@ def test_sigterm_while_another_process_holds_the_write_lock_stops_in_bounded_tim
     assert project.rows("SELECT COUNT(*) AS n FROM items") == [{"n": 2}]
 
 
+# --- a stop while run starts: opening the database, migrations -----------------------------------
+
+
+def has_open(pid: int, path: Path) -> bool:
+    """Whether process ``pid`` has ``path`` open (Linux: its /proc fd links)."""
+    try:
+        return any(os.readlink(fd) == str(path) for fd in Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:  # an fd closed while listed, or the process gone
+        return False
+
+
+def wait_until(process: subprocess.Popen[bytes], condition: Callable[[], bool]) -> bool:
+    """True once ``condition`` holds; False if the process ended first (or it never did)."""
+    deadline = time.monotonic() + EXIT_LIMIT_S
+    while not condition():
+        if process.poll() is not None or time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+@contextlib.contextmanager
+def held_in_migrations(project: Project, *command: str) -> Iterator[subprocess.Popen[bytes]]:
+    """``command`` started while another process (a sqlite3 shell in a transaction) holds the
+    write lock of a new database, ``[database] timeout`` an hour: its migrations wait for it.
+    Yields once the process has opened the database, that is while it starts."""
+    if not Path("/proc/self/fd").is_dir():
+        pytest.skip("needs /proc to see when the collector has opened its database")
+    text = project.config.read_text()
+    project.config.write_text(text.replace("[database]\n", '[database]\ntimeout = "1h"\n'))
+    holder = sqlite3.connect(project.db, isolation_level=None)
+    try:
+        holder.execute("PRAGMA journal_mode = WAL")
+        holder.execute("BEGIN IMMEDIATE")
+        process = project.start(*command)
+        try:
+            assert wait_until(process, lambda: has_open(process.pid, project.db)), project.log()
+            yield process
+        finally:
+            process.kill()
+            process.wait()
+    finally:
+        holder.close()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
+@pytest.mark.parametrize("command", [("run",), ("run", "--once")], ids=" ".join)
+def test_a_stop_while_run_starts_is_clean(
+    feed_server: FeedServer, tmp_path: Path, command: tuple[str, ...], signum: signal.Signals
+) -> None:
+    """SIGTERM or Ctrl-C while ``run`` opened its database and migrated it killed it by the
+    signal (exit -15; with Ctrl-C, "interrupted" and 130): the handlers came with the first
+    cycle. Now a service manager stopping a collector still starting sees it stop cleanly: the
+    migration waiting for another process's write lock is given up after the stop's patience
+    (one transaction: nothing half applied), no feed is fetched, and it exits 0."""
+    site = Site(feed_server)
+    site.feed("one", 2, images=0)
+    project = make_project(tmp_path, site)
+    with held_in_migrations(project, *command) as process:
+        process.send_signal(signum)
+        code, _ = wait_exit(process)
+
+    log = project.log()
+    assert code == 0, log
+    assert "run: stopping" in log
+    assert "database: stopping, gave up waiting for another process's write lock" in log
+    assert "run: stopped while starting" in log
+    assert site.feed_requests() == 0
+    assert project.rows("PRAGMA integrity_check") == [{"integrity_check": "ok"}]
+    again = project.start("run", "--once")
+    assert again.wait(timeout=EXIT_LIMIT_S) == 0, project.log()
+    assert project.rows("SELECT COUNT(*) AS n FROM items") == [{"n": 2}]
+
+
+def test_a_second_interrupt_while_run_starts_exits_at_once(
+    feed_server: FeedServer, tmp_path: Path
+) -> None:
+    """The first Ctrl-C while ``run`` starts asks for a clean stop; a second one still exits at
+    once (130), without waiting for the write lock another process holds."""
+    site = Site(feed_server)
+    site.feed("one", 2, images=0)
+    project = make_project(tmp_path, site)
+    with held_in_migrations(project, "run") as process:
+        process.send_signal(signal.SIGINT)
+        assert wait_until(process, lambda: "run: stopping" in project.log()), project.log()
+        process.send_signal(signal.SIGINT)
+        code, _ = wait_exit(process)
+
+    log = project.log()
+    assert code == 130, log
+    assert "run: second interrupt, exiting now" in log
+    assert project.rows("PRAGMA integrity_check") == [{"integrity_check": "ok"}]
+
+
 # --- a full disk, a read-only database ------------------------------------------------------------
 
 

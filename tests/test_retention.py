@@ -687,3 +687,31 @@ def test_a_lease_is_renewed_while_its_work_runs_and_a_lapsed_one_stops_it(pair: 
         return str(rows[0]["lease_until"])
 
     pair.run(scenario())
+
+
+def test_a_refusal_says_when_a_lease_in_the_way_was_last_renewed(pair: Pair) -> None:
+    """A lease whose holder could not let go of it (its work ended while the database did not
+    answer) can only run out, and the refusal said its work was under way. Unrenewed for longer
+    than a holder at work lets pass, the refusal says since when; renewed lately, it does not."""
+
+    def refusal(task: str, renewed_ago: timedelta) -> str:
+        hold_lease(pair, task, "web1:4242:0badf00d", NOW + leases.LENGTHS[task] - renewed_ago)
+        with pytest.raises(ConfigError) as refused:
+            pair.run(leases.take(pair.db, leases.RESTORE, owner=OWNER, now=NOW, command="restore"))
+        pair.run(pair.db.query("DELETE FROM maintenance"))
+        return str(refused.value)
+
+    idle = ", though it last renewed it at {} (one at work does every minute: its work may have "
+    cleanup_until = format_timestamp(NOW + HOUR - timedelta(minutes=10))
+    assert (
+        f"holds its lease until {cleanup_until}"
+        + idle.format(format_timestamp(NOW - timedelta(minutes=10)))
+        + "ended without letting go, the database not answering then, or that process is stuck "
+        "or gone) (the cleanup deletes old backups"
+    ) in refusal("cleanup", timedelta(minutes=10))
+    sweep_until = format_timestamp(NOW + leases.LEASE - timedelta(minutes=4))
+    assert f"holds its lease until {sweep_until}" + idle.format(
+        format_timestamp(NOW - timedelta(minutes=4))
+    ) in refusal("orphans", timedelta(minutes=4))
+    for task in ("cleanup", "orphans"):
+        assert "though it last renewed it" not in refusal(task, timedelta(minutes=2)), task

@@ -19,6 +19,7 @@ from feedcollector.config import load_settings
 from feedcollector.pipeline import run_cycle
 from feedcollector.reading import read_item
 from feedcollector.retention import CleanupReport
+from feedcollector.retention_daily import CLEANUP_LEASE
 from feedcollector.schedule import feed_id_for
 from feedcollector.service import cleanup_if_due
 from feedcollector.spill import INLINE_CONTENT_LIMIT, content_key
@@ -291,7 +292,7 @@ def test_cleanup_by_hand_is_refused_while_the_daily_one_holds_the_lease(
     old_backup = tmp_path / "objects" / "backups" / feed_id_for(url) / "2020-01-01T00:00:00Z.xml"
     old_backup.write_bytes(b"<rss/>")
     daily = "web1:4242:0badf00d"
-    until = utc_now() + timedelta(minutes=50)
+    until = utc_now() + CLEANUP_LEASE  # renewed just now: at work
     hold_lease(database, "cleanup", daily, until)
     before = sqlite_rows(database, "SELECT * FROM maintenance")
 

@@ -8,31 +8,36 @@ tests' fixed one, so every decision is checked exactly.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import sqlite3
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Sequence
-from datetime import timedelta
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime, timedelta
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
+from feedcollector import maintenance_leases as leases
 from feedcollector import service
 from feedcollector.backends.local import LocalObjectStore
 from feedcollector.breaker import STORAGE_TRIP_AFTER
-from feedcollector.collector import open_collector
+from feedcollector.collector import Collector, open_collector
 from feedcollector.config import load_settings
-from feedcollector.database import Database
-from feedcollector.errors import StorageError
+from feedcollector.database import CountingDatabase, Database, Row, SqlValue, Statement
+from feedcollector.errors import ConfigError, StorageError
 from feedcollector.pipeline import run_cycle
 from feedcollector.report import CycleReport, FeedOutcome
-from feedcollector.retention_daily import last_cleanup_at
+from feedcollector.retention import run_cleanup
+from feedcollector.retention_daily import CLEANUP_LEASE, last_cleanup_at, take_cleanup
 from feedcollector.schedule import feed_id_for
-from feedcollector.timestamps import format_timestamp
+from feedcollector.timestamps import format_timestamp, parse_timestamp
 
 from .feedserver import FeedServer
-from .samples import Clock, Entry, rss
+from .samples import Clock, Entry, rss, write_project
 from .scheduling import execute, polite_project, stamp
 from .test_pipeline import Project
 
@@ -326,3 +331,249 @@ def test_signals_off_the_main_thread_keep_pythons_handling(
     assert errors == []
     kept = [r.getMessage() for r in caplog.records if "keeps Python's default" in r.getMessage()]
     assert [message.split()[1] for message in kept] == ["SIGINT", "SIGTERM"]
+
+
+# --- the daily cleanup's failures: what the log says, what its lease is left as -------------------
+
+T = TypeVar("T")
+CLEANUP_STARTS = Clock().now
+"""When the daily cleanup of these tests claims its lease (the tests' fixed clock)."""
+OTHER = "web2:77:0badf00d"
+"""Another collector (of another machine)."""
+
+
+class Hooked(CountingDatabase):
+    """A collector's real database; ``hook`` sees the SQL of each round trip (a batch's
+    statements joined by "; ") before it is sent, to act at a known point as another process
+    would (take the write lock, take over a lease)."""
+
+    def __init__(self, inner: Database, hook: Callable[[str], None]) -> None:
+        super().__init__(inner)
+        self.hook = hook
+
+    async def query(self, sql: str, params: Sequence[SqlValue] = ()) -> list[Row]:
+        self.hook(sql)
+        return await super().query(sql, params)
+
+    async def batch(self, statements: Sequence[Statement]) -> list[list[Row]]:
+        self.hook("; ".join(statement.sql for statement in statements))
+        return await super().batch(statements)
+
+
+class WriteLock:
+    """Another process's SQLite write lock (a sqlite3 shell with a transaction open), taken
+    before the first round trip whose SQL starts with or contains ``marker``, and held until
+    :meth:`release`."""
+
+    def __init__(self, database: Path, marker: str, *, starts: bool = False) -> None:
+        self.database = database
+        self.marker = marker
+        self.starts = starts
+        self.holder: sqlite3.Connection | None = None
+
+    def hook(self, sql: str) -> None:
+        found = sql.startswith(self.marker) if self.starts else self.marker in sql
+        if self.holder is None and found:
+            self.holder = sqlite3.connect(self.database, isolation_level=None)
+            self.holder.execute("BEGIN IMMEDIATE")
+
+    def release(self) -> None:
+        assert self.holder is not None, "the lock was taken"
+        self.holder.close()
+
+
+def with_daily_collector(
+    tmp_path: Path, clock: Clock, scenario: Callable[[Collector], Awaitable[T]]
+) -> T:
+    """``scenario`` with a collector whose ``[database] timeout`` is 0.3 s."""
+    config = write_project(tmp_path, ["https://blog.example/feed"])
+    config.write_text(config.read_text().replace("[database]\n", '[database]\ntimeout = "300ms"\n'))
+
+    async def go() -> T:
+        async with open_collector(load_settings(config), clock=clock) as collector:
+            return await scenario(collector)
+
+    return asyncio.run(go())
+
+
+async def cleanup_row(db: Database) -> dict[str, object]:
+    (row,) = await db.query(
+        "SELECT lease_owner, lease_until, last_done_at FROM maintenance WHERE task = 'cleanup'"
+    )
+    return row
+
+
+async def restore_refused(db: Database, now: datetime) -> str | None:
+    """A restore's refusal now, or None when it could start (it lets go at once)."""
+    try:
+        lease = await leases.take(db, leases.RESTORE, owner=OTHER, now=now, command="restore")
+    except ConfigError as exc:
+        return str(exc)
+    await lease.release()
+    return None
+
+
+def logged(caplog: pytest.LogCaptureFixture, level: int) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno == level]
+
+
+def test_a_daily_cleanup_that_could_not_be_claimed_is_tried_again_next_cycle(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The claim itself failed (another process held the SQLite write lock past ``[database]
+    timeout``): nothing was claimed, yet the log said it was tried again within the hour."""
+    lock = WriteLock(tmp_path / "collector.db", "SET lease_owner = ?, lease_until = ?")
+
+    async def scenario(collector: Collector) -> tuple[object, list[Row], object]:
+        collector.db = Hooked(collector.db, lock.hook)
+        failed = await service.cleanup_if_due(collector)
+        lock.release()
+        claimed = await collector.db.query("SELECT * FROM maintenance")
+        return failed, claimed, await service.cleanup_if_due(collector)
+
+    with caplog.at_level(logging.INFO, logger="feedcollector"):
+        failed, claimed, next_cycle = with_daily_collector(tmp_path, Clock(), scenario)
+
+    assert (failed, claimed) == (None, []), "nothing claimed, nothing run"
+    assert next_cycle is not None, "the next cycle claims it and runs it"
+    (error,) = logged(caplog, logging.ERROR)
+    assert error.startswith(
+        "cleanup: the daily cleanup could not be claimed, so none started; the next cycle tries "
+        "again: database: SQLite "
+    ), error
+    assert "within the hour" not in error
+
+
+def test_a_daily_cleanup_that_lost_its_lease_says_it_tries_again_by_itself(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its lease taken over by another collector (ours ran out while this process was
+    suspended), the daily cleanup stops, and said "Run cleanup again" though it retries by
+    itself; ``cleanup`` by hand still says so."""
+    database = tmp_path / "collector.db"
+    armed = [True]
+
+    def take_over(sql: str) -> None:
+        if armed[0] and "SET lease_until = ? WHERE task = ? AND lease_owner = ?" in sql:
+            armed[0] = False
+            with contextlib.closing(sqlite3.connect(database)) as conn, conn:
+                conn.execute(
+                    "UPDATE maintenance SET lease_owner = ? WHERE task = 'cleanup'", (OTHER,)
+                )
+
+    async def scenario(collector: Collector) -> tuple[object, str]:
+        collector.db = Hooked(collector.db, take_over)
+        daily = await service.cleanup_if_due(collector)
+        await collector.db.query("UPDATE maintenance SET lease_owner = NULL, lease_until = NULL")
+        now = collector.clock()
+        await take_cleanup(collector.db, now=now, owner=collector.owner)
+        armed[0] = True
+        retain = collector.settings.retention
+        with pytest.raises(leases.LeaseLost) as by_hand:
+            await run_cleanup(
+                collector.db,
+                collector.objects,
+                now=now,
+                item_days=retain.item_days,
+                backup_days=retain.backup_days,
+                owner=collector.owner,
+            )
+        return daily, str(by_hand.value)
+
+    with caplog.at_level(logging.INFO, logger="feedcollector"):
+        daily, by_hand = with_daily_collector(tmp_path, Clock(), scenario)
+
+    assert daily is None
+    (error,) = logged(caplog, logging.ERROR)
+    assert error.startswith("cleanup: stopped, its cleanup lease is no longer its own"), error
+    assert error.endswith(
+        "The daily cleanup is tried again by itself once its lease is free (within the hour), "
+        "unless the process that holds it now finishes it; nothing needs doing by hand"
+    ), error
+    assert "Run cleanup again" not in error
+    assert by_hand.startswith("cleanup: stopped, its cleanup lease is no longer its own")
+    assert by_hand.endswith("Run cleanup again"), by_hand
+
+
+def test_a_daily_cleanup_done_but_not_recorded_leaves_no_live_lease(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The record after the cleanup failed: the lease kept its owner for an hour (restores and
+    cleanups by hand refused, naming a collector that cleaned nothing), and the log said the
+    cleanup had stopped. Its deletes are over, so it lets go first, its time kept as the daily
+    run's wait."""
+    lock = WriteLock(tmp_path / "collector.db", "last_done_at = ?")
+    clock = Clock(CLEANUP_STARTS)
+
+    async def scenario(collector: Collector) -> tuple[object, dict[str, object], str | None]:
+        collector.db = Hooked(collector.db, lock.hook)
+        report = await service.cleanup_if_due(collector)
+        lock.release()
+        clock.advance(minutes=1)
+        return report, await cleanup_row(collector.db), await restore_refused(collector.db, clock())
+
+    with caplog.at_level(logging.INFO, logger="feedcollector"):
+        report, row, refused = with_daily_collector(tmp_path, clock, scenario)
+
+    assert report is not None, "it was done"
+    assert row["lease_owner"] is None, "let go"
+    assert row["lease_until"] is not None, "its time kept: the daily run's wait"
+    assert row["last_done_at"] is None
+    assert refused is None, "a restore need not wait"
+    (error,) = logged(caplog, logging.ERROR)
+    assert error.startswith(
+        "cleanup: its deletes are done, but recording the cleanup failed, so it does not count "
+        "as the day's one and the daily cleanup may run again within the hour (finding little "
+        "left to delete): database: SQLite "
+    ), error
+
+
+def test_a_lease_the_daily_cleanup_could_not_let_go_of_is_let_go_at_the_next_cycle(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Neither the letting go nor the record got through (the write lock held past the
+    timeout): the lease can only run out, an hour later. Meanwhile a refusal says it is not
+    renewed, and the collector's next cycle lets go of it once the database answers."""
+    lock = WriteLock(
+        tmp_path / "collector.db", "UPDATE maintenance SET lease_owner = NULL", starts=True
+    )
+    clock = Clock(CLEANUP_STARTS)
+
+    async def scenario(collector: Collector) -> list[object]:
+        collector.db = Hooked(collector.db, lock.hook)
+        seen: list[object] = [await service.cleanup_if_due(collector)]
+        lock.release()
+        seen.append(await cleanup_row(collector.db))
+        clock.advance(minutes=5)
+        seen.append(await restore_refused(collector.db, clock()))
+        seen.append(await service.cleanup_if_due(collector))
+        seen.append(await cleanup_row(collector.db))
+        seen.append(await restore_refused(collector.db, clock()))
+        return [*seen, collector.owner]
+
+    with caplog.at_level(logging.INFO, logger="feedcollector"):
+        report, left, refusal, next_cycle, row, refused, owner = with_daily_collector(
+            tmp_path, clock, scenario
+        )
+
+    assert report is not None
+    assert isinstance(left, dict)
+    assert left["lease_owner"] == owner, "nothing got through"
+    until = str(left["lease_until"])
+    renewed = format_timestamp(parse_timestamp(until) - CLEANUP_LEASE)
+    assert refusal == (
+        "restore: refused, a retention cleanup (the daily one of `run`, or `cleanup`) is under "
+        f"way: collector {owner} holds its lease until {until}, though it last renewed it at "
+        f"{renewed} (one at work does every minute: its work may have ended without letting go, "
+        "the database not answering then, or that process is stuck or gone) (the cleanup "
+        "deletes old backups, which the restore replays, and old items, whose images it may be "
+        "linking). Wait for it to finish, then run restore again; if that process is dead, its "
+        f"lease runs out at {until} (a process at work renews it every minute)"
+    )
+    assert next_cycle is None, "it waits out its lease's time, as after a failure"
+    assert row == {"lease_owner": None, "lease_until": until, "last_done_at": None}
+    assert refused is None
+    (warning,) = logged(caplog, logging.WARNING)
+    assert warning.startswith(
+        f"cleanup: its cleanup lease could not be let go (it runs out at {until})"
+    )

@@ -113,13 +113,12 @@ class Collector:
         """A stop was asked for: bound what it still waits for the database, ``patience`` in
         all (a D1 Worker's answers, :meth:`.D1Database.stop_waiting`; another process's
         SQLite write lock, :meth:`.SQLiteDatabase.stop_waiting`)."""
-        if isinstance(self.db, D1Database | SQLiteDatabase):
-            self.db.stop_waiting(patience.total_seconds())
+        _stop_waiting(self.db, patience)
 
     @property
     def gave_up_on_database(self) -> bool:
         """Whether a stop gave up waiting for the database (its answers lost, leases kept)."""
-        return isinstance(self.db, D1Database | SQLiteDatabase) and self.db.gave_up
+        return _gave_up(self.db)
 
     @property
     def page_size(self) -> int:
@@ -135,6 +134,41 @@ class Collector:
             max_bytes=images.max_bytes,
             allow_private_addresses=images.allow_private_addresses,
         )
+
+
+def _stop_waiting(db: Database, patience: timedelta) -> None:
+    if isinstance(db, D1Database | SQLiteDatabase):
+        db.stop_waiting(patience.total_seconds())
+
+
+def _gave_up(db: Database | None) -> bool:
+    return isinstance(db, D1Database | SQLiteDatabase) and db.gave_up
+
+
+class StopRequest:
+    """Ctrl-C or SIGTERM heard from before the collector opens (``run`` handles them first):
+    ``stopping`` becomes the collector's, and the database's waits are bounded from the
+    moment it is open, migrations included, as :meth:`Collector.stop_waiting_for_database`
+    bounds them later."""
+
+    def __init__(self) -> None:
+        self.stopping = asyncio.Event()
+        self._patience: timedelta | None = None
+        self._db: Database | None = None
+
+    def stop_waiting(self, patience: timedelta) -> None:
+        self._patience = patience if self._patience is None else min(patience, self._patience)
+        if self._db is not None:
+            _stop_waiting(self._db, patience)
+
+    def opened(self, db: Database) -> None:
+        self._db = db
+        if self._patience is not None:
+            _stop_waiting(db, self._patience)
+
+    @property
+    def gave_up_on_database(self) -> bool:
+        return _gave_up(self._db)
 
 
 def _policy(settings: Settings) -> SchedulePolicy:
@@ -167,10 +201,15 @@ async def open_collector(
     *,
     clock: Callable[[], datetime] = utc_now,
     observer: CycleObserver | None = None,
+    stop: StopRequest | None = None,
 ) -> AsyncIterator[Collector]:
-    """Open the backends (applying migrations) and HTTP clients; close them all on exit."""
+    """Open the backends (applying migrations) and HTTP clients; close them all on exit.
+
+    ``stop``: the stop requests of a process that handles signals while this opens."""
     db = open_database(settings)
     try:
+        if stop is not None:
+            stop.opened(db)
         await migrate(db)
         objects = open_object_store(settings)
         # One connection per fetch worker: a smaller pool held workers back, and their wait
@@ -179,6 +218,8 @@ async def open_collector(
             settings.fetch.user_agent, max_connections=settings.fetch.concurrency
         )
         collector = Collector(settings, db, objects, feed_http, clock=clock, observer=observer)
+        if stop is not None:
+            collector.stopping = stop.stopping
         try:
             yield collector
         finally:

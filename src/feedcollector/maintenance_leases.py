@@ -25,8 +25,9 @@ goes on only while its lease is its own for at least one more renewal period, so
 whose renewals failed (or that was suspended) stops instead of running beside the one that
 took the lease after it ran out.
 
-A lease with a time and no owner is a failed daily cleanup waiting to be tried again (see
-:mod:`.retention`): only the daily claim waits for it; nothing runs.
+A lease with a time and no owner is a daily cleanup's wait before it is tried again (see
+:mod:`.retention`): only the daily claim waits for it; nothing runs. A lease its holder could
+not let go of (the database did not answer) can only run out: refusals say it is not renewed.
 """
 
 from __future__ import annotations
@@ -36,14 +37,14 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from .collector import owner_has_stopped
 from .database import Database, SqlValue, Statement
 from .errors import ConfigError, StorageError
 from .store import placeholders
-from .timestamps import format_timestamp
+from .timestamps import format_timestamp, parse_timestamp
 
 log = logging.getLogger("feedcollector")
 
@@ -76,8 +77,14 @@ does, archived images may wait to be linked again, which the orphan sweep would 
 
 LEASE = timedelta(minutes=5)
 """How long a restore's or sweep's lease lasts unrenewed: a killed process's frees soon."""
+CLEANUP_LEASE = timedelta(hours=1)
+"""How long the cleanup's lease lasts unrenewed: also the wait of a daily cleanup that failed."""
+LENGTHS = {RESTORE: LEASE, ORPHANS: LEASE, CLEANUP: CLEANUP_LEASE}
+"""Per task, how far ahead its lease is written: ``lease_until`` less this is when it was."""
 RENEW_EVERY = timedelta(minutes=1)
 """How often a holder renews its lease; also the least it must have left to go on."""
+IDLE_AFTER = 3 * RENEW_EVERY
+"""A lease unrenewed this long is not worked on, as far as anyone can tell."""
 
 
 class LeaseLost(StorageError):
@@ -93,6 +100,14 @@ class Holder:
     task: str
     owner: str
     until: str
+    idle_since: str | None = field(default=None, compare=False)
+    """When it was last renewed, if longer ago than :data:`IDLE_AFTER`."""
+
+
+def _holder(task: str, owner: str, until: str, now: datetime) -> Holder:
+    renewed = parse_timestamp(until) - LENGTHS[task]
+    idle = format_timestamp(renewed) if now - renewed > IDLE_AFTER else None
+    return Holder(task, owner, until, idle)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +137,9 @@ async def claim(
     with is in the way, in one transaction; never raises for a refusal.
 
     ``due_before``: only if the task was last done at or before then (the daily cleanup).
-    ``wait_out_backoff``: an ownerless ``lease_until`` (a failed run's wait) holds it too."""
+    ``wait_out_backoff``: an ownerless ``lease_until`` (a failed run's wait) holds it too, and
+    ``owner``'s own lease becomes one: the daily claim comes between its runs, so that is what
+    its last run could not let go of (the database did not answer then)."""
     stamp = format_timestamp(now)
     clashing = CLASHES[task]
     others = [other for other in clashing if other != task]
@@ -135,9 +152,11 @@ async def claim(
         due = " AND (last_done_at IS NULL OR last_done_at <= ?)"
         params.append(format_timestamp(due_before))
     params += [*others, stamp]
+    leftover = "UPDATE maintenance SET lease_owner = NULL WHERE task = ? AND lease_owner = ?"
     results = await db.batch(
         [
             Statement("INSERT OR IGNORE INTO maintenance (task) VALUES (?)", (task,)),
+            *([Statement(leftover, (task, owner))] if wait_out_backoff else []),
             Statement(
                 f"UPDATE maintenance SET lease_owner = ?, lease_until = ? WHERE task = ? "  # noqa: S608 (fixed text)
                 f"AND ({free}){due} AND NOT EXISTS (SELECT 1 FROM maintenance o WHERE o.task "
@@ -151,10 +170,10 @@ async def claim(
             ),
         ]
     )
-    taken = bool(results[1])
-    rows = results[2]
+    taken = bool(results[-2])
+    rows = results[-1]
     holders = tuple(
-        Holder(row["task"], row["lease_owner"], row["lease_until"])
+        _holder(row["task"], row["lease_owner"], row["lease_until"], now)
         for row in rows
         if row["lease_owner"] is not None
         and row["lease_until"] is not None
@@ -172,7 +191,7 @@ async def live_leases(db: Database, tasks: Sequence[str], now: datetime) -> list
         f"WHERE task IN ({placeholders(len(tasks))}) AND {live()} ORDER BY task",
         (*tasks, format_timestamp(now)),
     )
-    return [Holder(row["task"], row["lease_owner"], row["lease_until"]) for row in rows]
+    return [_holder(row["task"], row["lease_owner"], row["lease_until"], now) for row in rows]
 
 
 async def restore_began(db: Database, now: datetime) -> bool:
@@ -204,7 +223,14 @@ def describe(holder: Holder) -> str:
             f"{name} was under way: collector {holder.owner} of this machine holds its lease "
             f"until {holder.until}, but that process has stopped without letting go (killed?)"
         )
-    return f"{name} is under way: collector {holder.owner} holds its lease until {holder.until}"
+    held = f"{name} is under way: collector {holder.owner} holds its lease until {holder.until}"
+    if holder.idle_since is None:
+        return held
+    return (
+        f"{held}, though it last renewed it at {holder.idle_since} (one at work does every "
+        "minute: its work may have ended without letting go, the database not answering then, "
+        "or that process is stuck or gone)"
+    )
 
 
 def refusal(command: str, task: str, holders: Sequence[Holder]) -> str:
@@ -250,6 +276,7 @@ class Lease:
         command: str,
         until: datetime | None = None,
         every: timedelta = RENEW_EVERY,
+        again: str | None = None,
     ) -> None:
         if length <= 2 * every:
             raise ValueError("maintenance: a lease must last more than two renewal periods")
@@ -260,6 +287,8 @@ class Lease:
         self.clock = clock
         self.command = command
         self.every = every
+        self.again = again or f"Run {command} again"
+        """What :class:`LeaseLost` tells to do next: a daily run tries again by itself."""
         self.until = until
         """When the lease runs out as last written (None: not known yet, not to be used)."""
         self.lost: str | None = None
@@ -293,7 +322,7 @@ class Lease:
             )
         raise LeaseLost(
             f"{self.command}: stopped, {self.lost}, so that it does not run beside a process "
-            f"that may take the lease. Run {self.command} again"
+            f"that may take the lease. {self.again}"
         )
 
     async def release(self, *, backoff: bool = False) -> None:

@@ -43,6 +43,11 @@ ITEM_PAGE_SIZE = 500
 """Expired items handled per page (one key query, one object delete pass, one batch)."""
 SAMPLE_SIZE = 5
 """Keys of each kind shown by ``cleanup --dry-run``."""
+DAILY_AGAIN = (
+    "The daily cleanup is tried again by itself once its lease is free (within the hour), "
+    "unless the process that holds it now finishes it; nothing needs doing by hand"
+)
+"""What a daily cleanup that lost its lease says happens next."""
 
 
 # --- decisions (pure) ---------------------------------------------------------------------
@@ -335,14 +340,17 @@ async def run_cleanup(
     dry_run: bool = False,
     progress: Callable[[CleanupReport], None] | None = None,
     owner: str | None = None,
+    daily: bool = False,
 ) -> CleanupReport:
     """Backups, then items with their objects, then old tombstones; ``dry_run`` only counts.
 
     ``progress`` hears the report after every chunk of backups and every page of items.
-    ``owner`` holds the cleanup lease (:mod:`.retention_daily`): it is
-    renewed while the cleanup runs, and a cleanup that fails or is stopped lets go of it but
-    keeps its time, the daily run's wait before it is tried again (a restore or a cleanup by
-    hand need not wait for that)."""
+    ``owner`` holds the cleanup lease (:mod:`.retention_daily`): it is renewed while the
+    cleanup runs, and let go of as soon as it ends, however it ends, keeping its time as the
+    daily run's wait before it is tried again (a restore or a cleanup by hand need not wait
+    for that), which :func:`.retention_daily.record_cleanup` clears: the deletes are over, so
+    a record the database does not take leaves no live lease behind. ``daily``: the daily run
+    of ``run`` (which tries again by itself), not ``cleanup`` by hand."""
     report = CleanupReport(
         retention_cutoffs(now, item_days=item_days, backup_days=backup_days),
         dry_run=dry_run,
@@ -358,6 +366,7 @@ async def run_cleanup(
         length=CLEANUP_LEASE,
         clock=leases.clock_from(now),
         command="cleanup",
+        again=DAILY_AGAIN if daily else None,
     )
     report.lease = lease
     try:
@@ -365,9 +374,8 @@ async def run_cleanup(
         lease.check()
         async with leases.renewed(lease):
             await _clean(db, objects, report, now)
-    except BaseException:
+    finally:
         await lease.release(backoff=True)
-        raise
     return report
 
 

@@ -13,13 +13,14 @@ from datetime import datetime, timedelta
 
 from . import maintenance_leases as leases
 from .database import Database, Statement
+from .errors import StorageError
 from .timestamps import format_timestamp
 
 log = logging.getLogger("feedcollector")
 
 CLEANUP_TASK = leases.CLEANUP
 CLEANUP_EVERY = timedelta(days=1)
-CLEANUP_LEASE = timedelta(hours=1)
+CLEANUP_LEASE = leases.CLEANUP_LEASE
 """A claimed cleanup that crashed or failed is tried again by anyone after this long; a
 running one renews it every minute."""
 
@@ -39,7 +40,8 @@ async def claim_cleanup(
     nor a restore runs (it waits for it, and is tried again next cycle).
 
     The time of the last cleanup lives in the ``maintenance`` table, so restarts and several
-    collectors sharing the database agree on it.
+    collectors sharing the database agree on it. A lease of ``owner``'s own found here is one
+    its last cleanup could not let go of: it is let go, its time kept as the wait.
     """
     claimed = await leases.claim(
         db,
@@ -76,19 +78,30 @@ async def take_cleanup(db: Database, *, now: datetime, owner: str) -> None:
 
 async def record_cleanup(db: Database, *, started_at: datetime, owner: str) -> None:
     """Remember when the last cleanup (daily or by hand) started, and let go of ``owner``'s
-    lease (never another process's, which took it after ours ran out)."""
-    await db.batch(
-        [
-            Statement("INSERT OR IGNORE INTO maintenance (task) VALUES (?)", (CLEANUP_TASK,)),
-            Statement(
-                "UPDATE maintenance SET last_done_at = ?, "
-                "lease_until = CASE WHEN lease_owner = ? THEN NULL ELSE lease_until END, "
-                "lease_owner = CASE WHEN lease_owner = ? THEN NULL ELSE lease_owner END "
-                "WHERE task = ?",
-                (format_timestamp(started_at), owner, owner, CLEANUP_TASK),
-            ),
-        ]
-    )
+    lease (never another process's, which took it after ours ran out) or clear the wait
+    :func:`.retention.run_cleanup` left when it let go itself.
+
+    A failure raises a StorageError saying that the deletes are done: only the record is
+    missing, so the daily cleanup may run again (and find little left)."""
+    try:
+        await db.batch(
+            [
+                Statement("INSERT OR IGNORE INTO maintenance (task) VALUES (?)", (CLEANUP_TASK,)),
+                Statement(
+                    "UPDATE maintenance SET last_done_at = ?, lease_until = CASE WHEN "
+                    "lease_owner IS NULL OR lease_owner = ? THEN NULL ELSE lease_until END, "
+                    "lease_owner = CASE WHEN lease_owner = ? THEN NULL ELSE lease_owner END "
+                    "WHERE task = ?",
+                    (format_timestamp(started_at), owner, owner, CLEANUP_TASK),
+                ),
+            ]
+        )
+    except StorageError as exc:
+        raise StorageError(
+            "cleanup: its deletes are done, but recording the cleanup failed, so it does not "
+            "count as the day's one and the daily cleanup may run again within the hour "
+            f"(finding little left to delete): {exc}"
+        ) from exc
 
 
 async def last_cleanup_at(db: Database) -> str | None:

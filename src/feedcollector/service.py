@@ -6,25 +6,30 @@ the retention cleanup when the last one is a day old, then sleeps until the next
 due (at most ``POLL_INTERVAL``, so feeds added to the file are picked up quickly). Ctrl-C or
 SIGTERM stops claiming new work, lets in-flight feeds finish and write their state, then
 returns; the database (a hung D1 Worker, another process's SQLite write lock) is waited for
-``STOP_PATIENCE`` at most in all, and a second Ctrl-C exits at once.
+``STOP_PATIENCE`` at most in all, and a second Ctrl-C exits at once. :func:`serve` handles
+them from before the database is opened, so a collector stopped while it starts stops cleanly.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
 from datetime import datetime, timedelta
 from pathlib import Path
 
 from . import retention, retention_daily, store
 from .claims import sync_feeds_file
-from .collector import STOP_PATIENCE, Collector
+from .collector import STOP_PATIENCE, Collector, StopRequest, open_collector
+from .config import Settings
 from .errors import ConfigError, StorageError
+from .maintenance_leases import LeaseLost
 from .pipeline import run_cycle
-from .report import CycleReport
+from .report import CycleObserver, CycleReport
 from .retention import CleanupReport
 from .timestamps import parse_timestamp
 
@@ -35,35 +40,68 @@ REMIND_EVERY = timedelta(hours=1)
 """How often ``run`` repeats the ERROR about a feeds file that stays unusable."""
 
 
+async def serve(
+    settings: Settings,
+    work: Callable[[Collector], Awaitable[None]],
+    *,
+    observer: CycleObserver | None = None,
+) -> None:
+    """Open the collector and run ``work`` (:func:`run_forever`, :func:`run_once`), with
+    Ctrl-C and SIGTERM handled from before the database is opened until it is closed.
+
+    A stop asked for while the collector starts lets the step at hand end (a migration is one
+    transaction, never cut short), waits for the database ``STOP_PATIENCE`` at most, and
+    ``work`` then starts nothing: a service manager stopping a collector that is still
+    starting sees it exit 0, not die by the signal. A second Ctrl-C exits at once."""
+    stop = StopRequest()
+    restore = _stop_on_signals(stop.stopping, stop.stop_waiting)
+    try:
+        async with AsyncExitStack() as opened:
+            try:
+                collector = await opened.enter_async_context(
+                    open_collector(settings, observer=observer, stop=stop)
+                )
+            except StorageError:
+                if not (stop.stopping.is_set() and stop.gave_up_on_database):
+                    raise
+                log.info(
+                    "run: stopped while starting: the migration waiting for the database was "
+                    "given up (see above); each is one transaction, none is half applied"
+                )
+                return
+            # As with_collector does: what start-up built lives as long as the process.
+            gc.freeze()
+            await work(collector)
+    finally:
+        restore()
+
+
 async def run_forever(collector: Collector) -> None:
-    """Cycle until asked to stop. A feeds file that cannot be used at start is fatal (exit 2);
-    later it is logged and the known feeds are still collected (:class:`FeedsFileWatch`). A
-    storage outage skips a cycle; a SQLite file deleted or replaced under it is fatal."""
-    restore = _stop_on_signals(collector.stopping, collector.stop_waiting_for_database)
+    """Cycle until asked to stop (its ``stopping``: see :func:`serve`). A feeds file that
+    cannot be used at start is fatal (exit 2); later it is logged and the known feeds are
+    still collected (:class:`FeedsFileWatch`). A storage outage skips a cycle; a SQLite file
+    deleted or replaced under it is fatal."""
     feeds_file = FeedsFileWatch()
     database_file = _database_file(collector)
     opened = _identity(database_file)
-    try:
-        while not collector.stopping.is_set():
-            if database_file is not None and _identity(database_file) != opened:
-                raise StorageError(
-                    f"storage: the database file {database_file} was deleted or replaced "
-                    "while run was running: what it collected went to the old file, which "
-                    "nothing else reads. Put the file back, or start feedcollector again to "
-                    "use the new one (a restore from the backups rebuilds a lost database)"
-                )
-            started = collector.clock()
-            try:
-                await feeds_file.sync(collector, started)
-                started = (await run_cycle(collector, sync=False)).started
-            except StorageError as exc:
-                log.error("%s (this cycle skipped; the next cycle retries)", exc)
-            await cleanup_if_due(collector)
-            if collector.stopping.is_set():  # no sleep ahead: asking when to wake is a wait
-                break
-            await _sleep(collector, await next_wake(collector, started))
-    finally:
-        restore()
+    while not collector.stopping.is_set():
+        if database_file is not None and _identity(database_file) != opened:
+            raise StorageError(
+                f"storage: the database file {database_file} was deleted or replaced "
+                "while run was running: what it collected went to the old file, which "
+                "nothing else reads. Put the file back, or start feedcollector again to "
+                "use the new one (a restore from the backups rebuilds a lost database)"
+            )
+        started = collector.clock()
+        try:
+            await feeds_file.sync(collector, started)
+            started = (await run_cycle(collector, sync=False)).started
+        except StorageError as exc:
+            log.error("%s (this cycle skipped; the next cycle retries)", exc)
+        await cleanup_if_due(collector)
+        if collector.stopping.is_set():  # no sleep ahead: asking when to wake is a wait
+            break
+        await _sleep(collector, await next_wake(collector, started))
     if collector.gave_up_on_database:
         log.info("run: stopped, without the database's last answers (see above)")
     else:
@@ -125,13 +163,13 @@ class FeedsFileWatch:
 async def run_once(collector: Collector) -> None:
     """``run --once``: one cycle, then the daily cleanup if it is due (for cron set-ups).
 
-    SIGTERM (a timer unit stopping) and Ctrl-C finish the in-flight feeds here too."""
-    restore = _stop_on_signals(collector.stopping, collector.stop_waiting_for_database)
-    try:
-        report = await run_cycle(collector)
-        await cleanup_if_due(collector)
-    finally:
-        restore()
+    SIGTERM (a timer unit stopping) and Ctrl-C finish the in-flight feeds here too, and one
+    that came while the collector started (:func:`serve`) leaves the cycle out."""
+    if collector.stopping.is_set():
+        log.info("run: stopped while starting, before its cycle")
+        return
+    report = await run_cycle(collector)
+    await cleanup_if_due(collector)
     refuse_storage_down(report)
 
 
@@ -155,10 +193,12 @@ def refuse_storage_down(report: CycleReport) -> None:
 async def cleanup_if_due(collector: Collector) -> CleanupReport | None:
     """The daily retention run, by whichever collector claims it first once a day is over.
 
-    A failure leaves the claim in place until its lease expires, so it is retried within the
-    hour rather than on every cycle. So does SIGTERM or Ctrl-C: the cleanup stops after the
-    chunk of backups or page of items at hand (a sweep of a month of backups, or the first
-    cleanup of a large archive, can take longer than a service manager waits).
+    A claim the database does not answer took nothing: the next cycle asks again. A cleanup
+    that fails lets go of its claim but keeps its time, so it is retried within the hour
+    rather than on every cycle. So does SIGTERM or Ctrl-C: the cleanup stops after the chunk
+    of backups or page of items at hand (a sweep of a month of backups, or the first cleanup
+    of a large archive, can take longer than a service manager waits). A cleanup done but not
+    recorded returns its report, and may run again within the hour.
     """
     if collector.stopping.is_set():
         return None
@@ -166,7 +206,15 @@ async def cleanup_if_due(collector: Collector) -> CleanupReport | None:
     try:
         if not await retention_daily.claim_cleanup(collector.db, now=now, owner=collector.owner):
             return None
-        retain = collector.settings.retention
+    except StorageError as exc:
+        log.error(
+            "cleanup: the daily cleanup could not be claimed, so none started; the next cycle "
+            "tries again: %s",
+            exc,
+        )
+        return None
+    retain = collector.settings.retention
+    try:
         report = await retention.run_cleanup(
             collector.db,
             collector.objects,
@@ -175,14 +223,21 @@ async def cleanup_if_due(collector: Collector) -> CleanupReport | None:
             backup_days=retain.backup_days,
             progress=_stop_between_chunks(collector.stopping),
             owner=collector.owner,
+            daily=True,
         )
-        await retention_daily.record_cleanup(collector.db, started_at=now, owner=collector.owner)
+    except LeaseLost as exc:  # says what happens next
+        log.error("%s", exc)
+        return None
     except StorageError as exc:
-        log.error("%s (cleanup stopped; it is tried again within the hour)", exc)
+        log.error("cleanup: the daily cleanup stopped; it is tried again within the hour: %s", exc)
         return None
     except _Stopped:
         log.info("cleanup: stopped part-way, as asked; it is tried again within the hour")
         return None
+    try:
+        await retention_daily.record_cleanup(collector.db, started_at=now, owner=collector.owner)
+    except StorageError as exc:
+        log.error("%s", exc)
     return report
 
 

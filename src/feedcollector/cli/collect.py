@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Annotated
 
 import typer
 
 from ..collector import Collector
-from ..config import load_feeds
+from ..config import Settings, load_feeds
 from ..pipeline import run_cycle
-from ..service import refuse_storage_down, run_forever, run_once
-from .app import app, guard, load_command_settings, usage_error, with_collector
+from ..report import CycleObserver
+from ..service import refuse_storage_down, run_forever, run_once, serve
+from .app import (
+    app,
+    guard,
+    load_command_settings,
+    raise_open_file_limit,
+    run_async,
+    usage_error,
+    with_collector,
+)
 from .progress import CycleProgress, open_display
 
 log = logging.getLogger("feedcollector")
@@ -39,12 +49,12 @@ def run(
     if once:
         display = open_display()
         try:
-            with_collector(settings, run_once, observer=CycleProgress(display))
+            _serve(settings, run_once, observer=CycleProgress(display))
         finally:
             display.close()
         return
     if settings.metrics.listen is None:
-        with_collector(settings, run_forever)
+        _serve(settings, run_forever)
         return
     from ..metrics import CollectorMetrics, serve_metrics  # on use: off by default
 
@@ -52,9 +62,21 @@ def run(
     server = guard(lambda: serve_metrics(settings.metrics.listen or "", metrics))
     log.info("metrics: serving Prometheus metrics at %s", server.url)
     try:
-        with_collector(settings, run_forever, observer=metrics)
+        _serve(settings, run_forever, observer=metrics)
     finally:
         server.close()
+
+
+def _serve(
+    settings: Settings,
+    work: Callable[[Collector], Awaitable[None]],
+    *,
+    observer: CycleObserver | None = None,
+) -> None:
+    """``with_collector`` for ``run``: Ctrl-C and SIGTERM stop it cleanly from before its
+    database is opened (:func:`.service.serve`), also while migrations run."""
+    raise_open_file_limit(settings)
+    run_async(lambda: serve(settings, work, observer=observer))
 
 
 @app.command()
