@@ -138,6 +138,23 @@ def test_parse_since() -> None:
     assert parse_since("9999-12-31T23:59:59-05:00", now) == datetime.max.replace(tzinfo=UTC)
     assert parse_since("0001-01-01T00:00:00+05:00", now) == datetime(1000, 1, 1, tzinfo=UTC)
     assert parse_since("0999-01-01", now) == datetime(1000, 1, 1, tzinfo=UTC), "sorts as text"
+    assert parse_since("2026-03-01T08:00:00z", now) == datetime(2026, 3, 1, 8, tzinfo=UTC)
+    with pytest.raises(ValueError, match=r'needs a unit .* got "2025"'):
+        parse_since("2025", now)  # read as 2025 seconds, it listed the last 34 minutes
+
+
+def test_jsonl_records_stay_one_line_for_every_line_reader(collected: Collected) -> None:
+    """JSON leaves U+2028, U+2029 and NEL raw; ``splitlines`` and JavaScript split on them,
+    and a consumer got one record as three broken lines."""
+    with sqlite3.connect(collected.database) as conn:
+        conn.execute("UPDATE items SET title = 'a\u2028b\u2029c\x85d' WHERE guid = 'n1'")
+    config = str(collected.config)
+    stream = feedcollector("--config", config, "items", "--jsonl", cwd=collected.folder)
+    assert stream.returncode == 0, stream.stderr
+    lines = stream.stdout.splitlines()
+    assert len(lines) == 4
+    records = {r["guid"]: r for r in map(json.loads, lines)}
+    assert records["n1"]["title"] == "a\u2028b\u2029c\x85d"
 
 
 @dataclass

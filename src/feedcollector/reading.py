@@ -126,6 +126,13 @@ def parse_since(text: str, now: datetime) -> datetime:
     """``2026-03-01``, ``2026-03-01T08:00:00Z`` (any ISO 8601; naive means UTC) or a duration
     back from ``now`` (``7d``, ``12h``); raises ValueError with what is accepted."""
     value = text.strip()
+    if value.isdigit():  # parse_duration reads a bare number as seconds: "2025" was 34 min
+        raise ValueError(
+            "--since needs a unit for a duration (7d, 12h) or a whole date (2025-01-01), "
+            f'got "{value}"'
+        )
+    if value[-1:] == "z":  # a lowercase Z, as some tools write UTC
+        value = value[:-1] + "Z"
     try:
         moment = datetime.fromisoformat(value)
     except ValueError:

@@ -31,6 +31,10 @@ from .app import (
     with_collector,
 )
 
+LINE_BREAKS_ESCAPED = str.maketrans({"\u2028": "\\u2028", "\u2029": "\\u2029", "\x85": "\\u0085"})
+"""Line and paragraph separators and NEL, which JSON leaves raw but many line readers split
+on (Python's ``splitlines``, JavaScript): escaped, every JSON Lines record is one line."""
+
 
 @app.command()
 def items(
@@ -138,7 +142,7 @@ async def _print_jsonl(collector: Collector, listed: AsyncIterator[StoredItem]) 
         for item in batch:
             content = await load_content(collector.objects, item)
             line = item_json(item, content, images.get(item.id, ()), collector.objects)
-            typer.echo(json.dumps(line, ensure_ascii=False))
+            typer.echo(json.dumps(line, ensure_ascii=False).translate(LINE_BREAKS_ESCAPED))
         batch.clear()
 
     async for item in listed:
