@@ -12,6 +12,7 @@ from feedcollector.html import (
     image_sources,
     resolve_url,
     rewrite_url_attributes,
+    unescape_attribute,
 )
 from feedcollector.html_images import image_sources_of_items
 
@@ -227,3 +228,37 @@ def test_absolutize_never_raises_on_markup_like_text(html: str) -> None:
     result = absolutize(html, BASE)
     assert result == rewrite_url_attributes(html, BASE)
     image_sources(html)
+
+
+ATTRIBUTE_REFERENCES = [
+    "/i.png?a=1&timestamp=2&param=3&amp;b=4",
+    "x&copy;y",
+    "x&copy y",
+    "x&copyz",
+    "x&notit;",
+    "x&notin;",
+    "&#38;&#x26;&#38",
+    "a&amp=1",
+    "a&lt",
+    "a&unknown;b",
+    "&region=us&section=2&currency=eur&times=3",
+]
+
+
+@pytest.mark.parametrize("value", ATTRIBUTE_REFERENCES)
+def test_attribute_values_are_decoded_as_the_image_stage_reads_them(value: str) -> None:
+    """HTML5 leaves ``&times`` in ``&timestamp=`` as text inside an attribute (a reference
+    without its ``;`` before a letter, digit or ``=``); ``html.unescape`` made it ``×tamp``."""
+    (read,) = image_sources(f'<img src="{value}">')
+    assert unescape_attribute(value) == read
+
+
+def test_a_relative_url_with_entity_like_parameters_is_made_absolute_intact() -> None:
+    """``?a=1&timestamp=2&param=3`` was stored as ``?a=1×tamp=2¶m=3``, and the image
+    fetched at that garbled URL."""
+    html = '<img src="/i.png?a=1&timestamp=2&param=3&section=4">'
+    expected = '<img src="https://example.com/i.png?a=1&timestamp=2&param=3&section=4">'
+    assert absolutize(html, BASE) == expected
+    assert image_sources(absolutize(html, BASE)) == [
+        "https://example.com/i.png?a=1&timestamp=2&param=3&section=4"
+    ]

@@ -18,6 +18,7 @@ import re
 from collections.abc import Callable
 from functools import lru_cache
 from html import unescape
+from html.entities import html5
 from urllib.parse import urljoin, urlsplit
 
 from .html_images import image_sources
@@ -159,6 +160,31 @@ def _may_need_rewriting(html: str, candidates: list[int]) -> bool:
     return False
 
 
+_CHARREF_RE = re.compile(r"&(#[0-9]+;?|#[xX][0-9a-fA-F]+;?|[^\t\n\f <&#;]{1,32};?)")
+_LITERAL_AFTER = frozenset("=0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def unescape_attribute(value: str) -> str:
+    """An attribute value decoded as HTML5 decodes attributes (and the image stage's parser
+    with it): a named reference without its ``;`` followed by a letter, a digit or ``=`` stays
+    text. ``html.unescape`` reads text's rules: ``?a=1&timestamp=2`` became ``a=1×tamp=2``
+    and ``&param=`` ``¶m=``, and a relative image URL was stored, and fetched, garbled."""
+    if "&" not in value:
+        return value
+    return _CHARREF_RE.sub(_attribute_reference, value)
+
+
+def _attribute_reference(match: re.Match[str]) -> str:
+    ref = match[1]
+    if ref[0] == "#" or ref in html5:
+        return unescape(match[0])
+    for end in range(len(ref) - 1, 1, -1):  # the longest name that may go without its ";"
+        if ref[:end] in html5:
+            rest = ref[end:]
+            return match[0] if rest[0] in _LITERAL_AFTER else html5[ref[:end]] + rest
+    return match[0]
+
+
 def _srcset_may_need_rewriting(html: str, value_at: int) -> bool:
     """Could the srcset value at ``value_at`` hold a relative candidate?
 
@@ -169,7 +195,7 @@ def _srcset_may_need_rewriting(html: str, value_at: int) -> bool:
     value = _ATTRIBUTE_VALUE_RE.match(html, value_at)
     if value is None:
         return False
-    for piece in unescape(value[1] or value[2] or value[3] or "").split(","):
+    for piece in unescape_attribute(value[1] or value[2] or value[3] or "").split(","):
         tokens = piece.split(None, 1)
         if tokens and is_relative_url(tokens[0]):
             return True
@@ -278,7 +304,7 @@ def _escape_for_attribute(raw: str, new: str, quote: str) -> str:
     ``&`` becomes ``&amp;`` only if the original used character references; the quote
     character of the attribute is always escaped.
     """
-    if "&" in raw and unescape(raw) != raw:
+    if "&" in raw and unescape_attribute(raw) != raw:
         new = new.replace("&", "&amp;")
     if quote == '"':
         new = new.replace('"', "&quot;")
@@ -288,7 +314,7 @@ def _escape_for_attribute(raw: str, new: str, quote: str) -> str:
 
 
 def _rewrite_url(raw: str, resolve: Callable[[str], str | None]) -> str | None:
-    value = unescape(raw).strip()
+    value = unescape_attribute(raw).strip()
     if not is_relative_url(value):
         return None
     return resolve(value)
@@ -296,7 +322,7 @@ def _rewrite_url(raw: str, resolve: Callable[[str], str | None]) -> str | None:
 
 def _rewrite_srcset(raw: str, resolve: Callable[[str], str | None]) -> str | None:
     """Resolve each candidate URL in place; descriptors, commas and spacing are kept."""
-    value = unescape(raw)
+    value = unescape_attribute(raw)
     pieces: list[str] = []
     done = 0
     position = 0

@@ -25,7 +25,7 @@ import nh3
 from .config_values import parse_duration
 from .database import Database, Row, SqlValue
 from .errors import ObjectNotFoundError
-from .html import MARKUP_RE, RAW_TEXT_ELEMENTS
+from .html import MARKUP_RE, RAW_TEXT_ELEMENTS, unescape_attribute
 from .objectstore import ObjectStore
 from .store import MAX_PARAMS, chunked, placeholders
 from .timestamps import format_timestamp
@@ -188,7 +188,7 @@ def _replace_src(attrs: str, replacements: Mapping[str, str]) -> str | None:
     if source is None:
         return None
     raw = source["dq"] if source["dq"] is not None else source["sq"] or source["uq"] or ""
-    new = replacements.get(html.unescape(raw).strip())
+    new = replacements.get(unescape_attribute(raw).strip())
     if new is None:
         return None
     pieces: list[str] = []
