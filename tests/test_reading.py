@@ -490,3 +490,39 @@ def test_iter_items_pages_among_the_rows_of_one_second_cost_what_other_pages_cos
         most.append(stepping.most())
         asyncio.run(db.close())
     assert most[1] <= most[0] * 1.5, most
+
+
+class ExpiringOnTheWay:
+    """A Database on which retention deletes an item between a page and its long HTML."""
+
+    def __init__(self, inner: SQLiteDatabase, doomed: str) -> None:
+        self.inner = inner
+        self.doomed = doomed
+
+    async def query(self, sql: str, params: Any = ()) -> list[dict[str, Any]]:
+        if sql.startswith("SELECT id, content_html FROM items WHERE id IN"):
+            await self.inner.query("DELETE FROM items WHERE id = ?", (self.doomed,))
+        rows: list[dict[str, Any]] = await self.inner.query(sql, params)
+        return rows
+
+
+def test_an_item_expired_between_its_page_and_its_html_is_left_out(tmp_path: Path) -> None:
+    """Its HTML read after its page found no row: it was listed with no content at all, and a
+    consumer kept it so, never reading that id again."""
+    db = _listing_database(tmp_path / "c.db", lambda n: "2026-03-01T00:00:00Z", 3)
+    long_html = "<p>" + "x" * 20_000 + "</p>"
+    with sqlite3.connect(tmp_path / "c.db") as con:
+        con.execute("UPDATE items SET content_html = ? WHERE id != '00000002'", (long_html,))
+
+    async def listed() -> list[StoredItem]:
+        try:
+            expiring = ExpiringOnTheWay(db, "00000001")
+            return [item async for item in iter_items(expiring)]  # type: ignore[arg-type]
+        finally:
+            await db.close()
+
+    items = asyncio.run(listed())
+    assert [(item.id, item.content_html) for item in items] == [
+        ("00000000", long_html),
+        ("00000002", None),
+    ]

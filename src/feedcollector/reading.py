@@ -296,7 +296,12 @@ async def iter_items(
             rows = await db.query(next_sql, (PAGE_CONTENT_CHARS, *params, *cursor, size))
         contents = await _long_contents(db, rows)
         for row in rows:
-            yield _item({**row, "content_html": contents.get(row["id"], row["content_html"])})
+            html = row["content_html"]
+            if html is None and row["content_chars"]:
+                if row["id"] not in contents:  # expired between the two reads: not an item
+                    continue  # without its HTML, which a consumer would keep as such
+                html = contents[row["id"]]
+            yield _item({**row, "content_html": html})
         if len(rows) < size:
             return
         cursor = (rows[-1]["created_at"], rows[-1]["id"])
