@@ -108,6 +108,27 @@ def test_public_urls_come_from_the_store(tmp_path: Path) -> None:
     )
 
 
+def test_an_archived_image_in_a_picture_is_not_overruled_by_its_sources() -> None:
+    """Browsers take a ``<picture>``'s ``<source srcset>`` before its ``<img>``: with only the
+    img swapped, the original was still loaded. Its sources lose their srcset (a picture whose
+    image is not archived, and a video's source, keep theirs)."""
+    archived = {"https://o.example/a.png": "file:///objects/images/f/ab/0.png"}
+    html = (
+        '<picture><source srcset="https://o.example/a.webp 1x" type="image/webp">'
+        '<source media="(min-width: 80em)" srcset="https://o.example/big.png" sizes="80vw">'
+        '<img src="https://o.example/a.png" srcset="https://o.example/a2.png 2x"></picture>'
+        '<picture><source srcset="https://o.example/b.webp"><img src="https://o.example/b.png">'
+        '</picture><video><source src="https://o.example/v.mp4" srcset="x"></video>'
+    )
+    assert replace_image_sources(html, archived) == (
+        '<picture><source type="image/webp">'
+        '<source media="(min-width: 80em)">'
+        '<img src="file:///objects/images/f/ab/0.png"></picture>'
+        '<picture><source srcset="https://o.example/b.webp"><img src="https://o.example/b.png">'
+        '</picture><video><source src="https://o.example/v.mp4" srcset="x"></video>'
+    )
+
+
 def test_sanitizing_removes_active_content_and_keeps_our_file_urls(tmp_path: Path) -> None:
     objects = LocalObjectStore(tmp_path / "objects")
     html = (

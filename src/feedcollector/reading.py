@@ -16,7 +16,7 @@ from __future__ import annotations
 import html
 import logging
 import re
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 
@@ -158,11 +158,15 @@ before 1000 are written with fewer than four digits."""
 
 
 def replace_image_sources(content_html: str, replacements: Mapping[str, str]) -> str:
-    """Swap ``<img src>`` values found in ``replacements`` (keys are decoded, trimmed URLs)."""
+    """Swap ``<img src>`` values found in ``replacements`` (keys are decoded, trimmed URLs).
+
+    A swapped image loses its ``srcset``, and so do the ``<source>`` elements of its
+    ``<picture>``: browsers prefer those, which point at the originals."""
     if not replacements or "<" not in content_html:
         return content_html
-    pieces: list[str] = []
-    done = 0
+    edits: list[tuple[int, int, str]] = []
+    sources: list[tuple[int, int, str]] | None = None  # in a <picture>: its sources' edits
+    swapped_in_picture = False
     position = 0
     while (match := MARKUP_RE.search(content_html, position)) is not None:
         position = match.end()
@@ -170,13 +174,29 @@ def replace_image_sources(content_html: str, replacements: Mapping[str, str]) ->
         if name == "img":
             attrs = _replace_src(match["attrs"], replacements)
             if attrs is not None:
-                pieces += [content_html[done : match.start("attrs")], attrs]
-                done = match.end("attrs")
+                edits.append((match.start("attrs"), match.end("attrs"), attrs))
+                swapped_in_picture = sources is not None
+        elif name == "picture":
+            sources, swapped_in_picture = [], False
+        elif name == "source" and sources is not None:
+            kept = _without_srcset(match["attrs"])
+            if kept is not None:
+                sources.append((match.start("attrs"), match.end("attrs"), kept))
         elif name in RAW_TEXT_ELEMENTS:
             close = re.compile(rf"</{name}[\s/>]", re.IGNORECASE).search(content_html, position)
             position = close.start() if close is not None else len(content_html)
-    if not pieces:
+        elif match[0][:9].lower() == "</picture":
+            edits += sources if sources is not None and swapped_in_picture else []
+            sources = None
+    if sources is not None and swapped_in_picture:  # a <picture> left open
+        edits += sources
+    if not edits:
         return content_html
+    pieces: list[str] = []
+    done = 0
+    for begin, finish, text in sorted(edits):
+        pieces += [content_html[done:begin], text]
+        done = finish
     pieces.append(content_html[done:])
     return "".join(pieces)
 
@@ -191,15 +211,33 @@ def _replace_src(attrs: str, replacements: Mapping[str, str]) -> str | None:
     new = replacements.get(unescape_attribute(raw).strip())
     if new is None:
         return None
+    swapped = f' src="{html.escape(new, quote=True)}"'
+    return _edited(attrs, found, lambda m: swapped if m is source else None)
+
+
+def _without_srcset(attrs: str) -> str | None:
+    """The attribute text without :data:`DROPPED_WITH_SRC`, or None when it has none."""
+    found = [(m, m["name"].lower()) for m in _ATTR_RE.finditer(attrs)]
+    if not any(name in DROPPED_WITH_SRC for _, name in found):
+        return None
+    return _edited(attrs, found, lambda m: None)
+
+
+def _edited(
+    attrs: str,
+    found: list[tuple[re.Match[str], str]],
+    replace: Callable[[re.Match[str]], str | None],
+) -> str:
+    """``attrs`` with each attribute ``replace`` gives text for replaced, and those of
+    :data:`DROPPED_WITH_SRC` left out."""
     pieces: list[str] = []
     done = 0
     for match, name in found:
-        if match is source:
-            replacement = f' src="{html.escape(new, quote=True)}"'
-        elif name in DROPPED_WITH_SRC:
+        replacement = replace(match)
+        if replacement is None:
+            if name not in DROPPED_WITH_SRC:
+                continue
             replacement = ""
-        else:
-            continue
         pieces += [attrs[done : match.start()], replacement]
         done = match.end()
     pieces.append(attrs[done:])
