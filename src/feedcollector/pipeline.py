@@ -194,7 +194,7 @@ async def refresh_feed(
             collector.objects, collector.db, feed.id, feed.url, plan
         ) as to_store:
             new_items = await store_items.save_items(
-                collector.db, feed, to_store, success, stored_at=max(collector.clock(), fetched_at)
+                collector.db, feed, to_store, success, stored_at=collector.clock()
             )
         outcome.state = "stored"
         outcome.items = len(records)

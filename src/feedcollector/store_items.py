@@ -152,12 +152,12 @@ async def save_items(
     items were new.
 
     The new items are dated ``stored_at``, the moment the batch is sent (the seed's 入库时间;
-    the fetch's time when not given), not when the fetch began (a consumer resuming from the
-    last ``created_at`` it saw missed the items of a slow feed, fetched before and stored after
-    a quick one it had read), and never before a batch written earlier
-    (:func:`stored_at_statement`)."""
+    never before the fetch's time, which stands in when not given), not when the fetch began
+    (a consumer resuming from the last ``created_at`` it saw missed the items of a slow feed,
+    fetched before and stored after a quick one it had read), and never before a batch written
+    earlier (:func:`stored_at_statement`)."""
     stamp = format_timestamp(outcome.fetched_at)
-    created = stamp if stored_at is None else format_timestamp(stored_at)
+    created = format_timestamp(max(stored_at or outcome.fetched_at, outcome.fetched_at))
     statements = [
         stored_at_statement(created),
         *item_statements(feed.id, items, created, dated_in_batch=True),
