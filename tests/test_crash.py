@@ -560,7 +560,8 @@ def test_a_stop_while_run_starts_is_clean(
 
     log = project.log()
     assert code == 0, log
-    assert "run: stopping" in log
+    assert "run: stopping after the start-up step at hand" in log
+    assert "in-flight feeds" not in log
     assert "database: stopping, gave up waiting for another process's write lock" in log
     assert "run: stopped while starting" in log
     assert site.feed_requests() == 0

@@ -153,6 +153,9 @@ class StopRequest:
 
     def __init__(self) -> None:
         self.stopping = asyncio.Event()
+        self.started = False
+        """Set once the collector is open and its work began: a stop then lets in-flight
+        feeds finish; before, the start-up step at hand."""
         self._patience: timedelta | None = None
         self._db: Database | None = None
 

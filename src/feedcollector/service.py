@@ -54,7 +54,7 @@ async def serve(
     ``work`` then starts nothing: a service manager stopping a collector that is still
     starting sees it exit 0, not die by the signal. A second Ctrl-C exits at once."""
     stop = StopRequest()
-    restore = _stop_on_signals(stop.stopping, stop.stop_waiting)
+    restore = _stop_on_signals(stop)
     try:
         async with AsyncExitStack() as opened:
             try:
@@ -71,6 +71,7 @@ async def serve(
                 return
             # As with_collector does: what start-up built lives as long as the process.
             gc.freeze()
+            stop.started = True
             await work(collector)
     finally:
         restore()
@@ -287,25 +288,25 @@ def _until(moment: datetime, now: datetime) -> timedelta:
     return max(moment - now, timedelta(0))
 
 
-def _stop_on_signals(
-    stopping: asyncio.Event, stop_waiting: Callable[[timedelta], None]
-) -> Callable[[], None]:
-    """First SIGINT/SIGTERM: finish in-flight work, waiting for the database ``STOP_PATIENCE``
-    at most in all (``stop_waiting``: a hung D1 Worker held each request of the stop for the
-    whole ``[database] timeout``, one after another); second SIGINT: exit now, without
-    waiting for the database at all (handing back the leases was such a request)."""
+def _stop_on_signals(stop: StopRequest) -> Callable[[], None]:
+    """First SIGINT/SIGTERM: finish in-flight work (the feeds, or while starting the step at
+    hand), waiting for the database ``STOP_PATIENCE`` at most in all (a hung D1 Worker held
+    each request of the stop for the whole ``[database] timeout``, one after another); second
+    SIGINT: exit now, without waiting for the database at all (handing back the leases was
+    such a request)."""
     loop = asyncio.get_running_loop()
     main_task = asyncio.current_task()
 
     def request_stop(signum: int) -> None:
-        if stopping.is_set() and signum == signal.SIGINT and main_task is not None:
+        if stop.stopping.is_set() and signum == signal.SIGINT and main_task is not None:
             log.warning("run: second interrupt, exiting now")
-            stop_waiting(timedelta(0))
+            stop.stop_waiting(timedelta(0))
             main_task.cancel()
             return
-        stopping.set()
-        stop_waiting(STOP_PATIENCE)
-        log.info("run: stopping after in-flight feeds finish (Ctrl-C again to exit at once)")
+        stop.stopping.set()
+        stop.stop_waiting(STOP_PATIENCE)
+        waits_for = "in-flight feeds finish" if stop.started else "the start-up step at hand"
+        log.info("run: stopping after %s (Ctrl-C again to exit at once)", waits_for)
 
     handled = []
     for signum in (signal.SIGINT, signal.SIGTERM):
