@@ -254,6 +254,64 @@ def test_config_title_wins_over_the_channel_title(db: Database) -> None:
     assert run(db.query("SELECT title FROM feeds"))[0]["title"] == "My name"
 
 
+def titles(db: Database) -> dict[str, object]:
+    return run(db.query("SELECT title, config_title, channel_title, last_etag FROM feeds"))[0]
+
+
+def test_deleting_the_feeds_file_title_brings_back_the_channel_title(db: Database) -> None:
+    """The feeds file's title wrote over ``feeds.title``: deleted from the file, it stayed
+    (and was exported to OPML) until the feed sent a changed body, forever behind 304s."""
+    url = "https://a.example/"
+    run(store.sync_feeds(db, [FeedSpec(url, title="My name")], NOW))
+    (feed,) = claim(db)
+    run(store_items.save_items(db, feed, [], success()))
+    assert titles(db) == {
+        "title": "My name",
+        "config_title": "My name",
+        "channel_title": "Blog",
+        "last_etag": '"v1"',
+    }
+
+    run(store.sync_feeds(db, [FeedSpec(url)], NOW))
+    assert titles(db) == {
+        "title": "Blog",
+        "config_title": None,
+        "channel_title": "Blog",
+        "last_etag": '"v1"',
+    }
+    run(store.sync_feeds(db, [FeedSpec(url, title="Renamed")], NOW))
+    assert titles(db)["title"] == "Renamed"
+    run(store.sync_feeds(db, [], NOW))
+    run(store.sync_feeds(db, [FeedSpec(url)], NOW))  # back in the file, without its title
+    assert titles(db)["title"] == "Blog"
+
+
+def test_a_title_deleted_before_the_channel_title_was_kept_reads_the_body_again(
+    db: Database,
+) -> None:
+    """A feed stored before ``channel_title`` existed: its own title is unknown, so the next
+    fetch is unconditional and reads the body (a 304 or the same body would not name it)."""
+    url = "https://a.example/"
+    run(store.sync_feeds(db, [FeedSpec(url, title="My name")], NOW))
+    (feed,) = claim(db)
+    run(store_items.save_items(db, feed, [], success()))
+    run(db.query("UPDATE feeds SET channel_title = NULL, body_digest = 'digest'"))
+
+    run(store.sync_feeds(db, [FeedSpec(url)], NOW))
+    assert titles(db) == {
+        "title": "My name",
+        "config_title": None,
+        "channel_title": None,
+        "last_etag": None,
+    }
+    assert run(db.query("SELECT body_digest, last_modified FROM feeds")) == [
+        {"body_digest": None, "last_modified": None}
+    ]
+    (feed,) = claim(db, now=NOW + timedelta(hours=1))
+    run(store_items.save_items(db, feed, [], success()))
+    assert titles(db)["title"] == "Blog"
+
+
 def test_failures_and_not_modified_bookkeeping(db: Database) -> None:
     run(store.sync_feeds(db, [FeedSpec("https://a.example/"), FeedSpec("https://b.example/")], NOW))
     a, b = sorted(claim(db), key=lambda f: f.url)

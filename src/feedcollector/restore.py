@@ -273,8 +273,9 @@ async def _restore_feed(
                 )
                 statements.append(
                     Statement(
-                        "UPDATE feeds SET title = ? WHERE id = ? AND title IS NULL",
-                        (parsed.title, target.feed_id),
+                        "UPDATE feeds SET title = COALESCE(title, ?), "
+                        "channel_title = COALESCE(channel_title, ?) WHERE id = ?",
+                        (parsed.title, parsed.title, target.feed_id),
                     )
                 )
                 results = await db.batch(statements)

@@ -168,6 +168,12 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
         "on another host), so every process defers the host that asked",
         ("ALTER TABLE feeds ADD COLUMN rate_limited_by TEXT",),
     ),
+    (
+        13,
+        "feeds.channel_title: the feed's own title, kept beside title (the feeds file's title "
+        "when it has one), so that deleting a feeds-file title brings the channel's back",
+        ("ALTER TABLE feeds ADD COLUMN channel_title TEXT",),
+    ),
 )
 
 

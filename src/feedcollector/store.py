@@ -92,6 +92,17 @@ class SyncReport:
     """``(old URL, new URL)`` of moved feeds now listed at their new URL (ids carried over)."""
 
 
+_TITLES = "config_title = ?, title = COALESCE(?, channel_title, title)"
+"""A feeds-file title (given twice) wins; without one, the channel's own title is back."""
+
+_READ_AGAIN_FOR_ITS_TITLE = (
+    "UPDATE feeds SET last_etag = NULL, last_modified = NULL, body_digest = NULL "
+    "WHERE url = ? AND channel_title IS NULL"
+)
+"""A feed whose feeds-file title was deleted and whose own title is not known (stored before
+``channel_title`` was): its next fetch reads a whole body again, which names it."""
+
+
 async def sync_feeds(db: Database, specs: Sequence[FeedSpec], now: datetime) -> SyncReport:
     """Make the ``feeds`` table follow the feeds file (one batch, only when something changed)."""
     rows = await db.query(
@@ -122,27 +133,31 @@ async def sync_feeds(db: Database, specs: Sequence[FeedSpec], now: datetime) -> 
     ]
     statements += [
         Statement(
-            "UPDATE feeds SET active = 1, config_title = ?, interval_seconds = ?, "
+            f"UPDATE feeds SET active = 1, {_TITLES}, interval_seconds = ?, "
             "next_fetch_at = ?, gone_at = NULL, moved_to = NULL WHERE url = ?",
-            (s.title, interval_seconds_of(s), stamp, s.url),
+            (s.title, s.title, interval_seconds_of(s), stamp, s.url),
         )
         for s in plan.reactivated
     ]
     statements += [
         Statement(
             "UPDATE feeds SET url = ?, moved_to = NULL, active = 1, gone_at = NULL, "
-            "config_title = ?, title = COALESCE(?, title), interval_seconds = ? WHERE id = ?",
+            f"{_TITLES}, interval_seconds = ? WHERE id = ?",
             (s.url, s.title, s.title, interval_seconds_of(s), row.id),
         )
         for row, s in plan.renamed
     ]
     statements += [
         Statement(
-            "UPDATE feeds SET config_title = ?, title = COALESCE(?, title), "
-            "interval_seconds = ? WHERE url = ?",
+            f"UPDATE feeds SET {_TITLES}, interval_seconds = ? WHERE url = ?",
             (s.title, s.title, interval_seconds_of(s), s.url),
         )
         for s in plan.changed
+    ]
+    statements += [
+        Statement(_READ_AGAIN_FOR_ITS_TITLE, (s.url,))
+        for s in (*plan.reactivated, *plan.changed)
+        if s.title is None and known[s.url].config_title is not None
     ]
     statements += [
         Statement("UPDATE feeds SET active = 0 WHERE id = ?", (row.id,)) for row in plan.removed

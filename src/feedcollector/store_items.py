@@ -164,13 +164,15 @@ async def save_items(
     ]
     statements.append(
         Statement(
-            "UPDATE feeds SET title = COALESCE(config_title, ?, title), last_etag = ?, "
+            "UPDATE feeds SET title = COALESCE(config_title, ?, title), "
+            "channel_title = COALESCE(?, channel_title), last_etag = ?, "
             "last_modified = ?, last_fetched_at = ?, next_fetch_at = ?, "
             "consecutive_failures = 0, last_error = NULL, last_status = ?, "
             "feed_ttl_seconds = ?, post_gap_seconds = ?, newest_item_at = ?, "
             "gone_at = NULL, retry_after_until = NULL, body_digest = ?, "
             "lease_owner = NULL, lease_until = NULL WHERE id = ?",
             (
+                outcome.title,
                 outcome.title,
                 outcome.etag,
                 outcome.last_modified,
