@@ -676,10 +676,11 @@ def test_invalid_bare_url_in_json(tmp_path: Path) -> None:
     ],
 )
 def test_an_interval_under_a_millisecond_is_refused(tmp_path: Path, name: str, text: str) -> None:
+    """The range named is a feed interval's (it said "from 1ms", and 500ms was then refused)."""
     path = write(tmp_path, name, text)
     assert feeds_error(path).startswith(
         f'config: {path} line 3: "interval" must be a duration like "30m", "2h" or "1h30m" '
-        "from 1ms to 3650d, got 1e-09. Fix the value or remove the key"
+        "from 1s to 3650d, got 1e-09. Fix the value or remove the key"
     )
 
 
@@ -693,7 +694,8 @@ def test_a_feed_interval_under_a_second_is_refused(tmp_path: Path, interval: str
         f"feeds:\n  - url: https://example.com/a\n    interval: {interval}\n",
     )
     assert feeds_error(path).startswith(
-        f'config: {path} line 3: "interval" must be at least 1s, got '
+        f'config: {path} line 3: "interval" must be a duration like "30m", "2h" or "1h30m" '
+        "from 1s to 3650d, got "
     )
     one = write(tmp_path, "one.yaml", "feeds:\n  - url: https://example.com/a\n    interval: 1s\n")
     assert [spec.interval for spec in load_feeds(one)] == [timedelta(seconds=1)]
@@ -707,7 +709,7 @@ def test_an_interval_too_large_for_a_float_is_refused(tmp_path: Path) -> None:
     )
     assert feeds_error(path).startswith(
         f'config: {path} line 3: "interval" must be a duration like "30m", "2h" or "1h30m" '
-        "from 1ms to 3650d, got -1000"
+        "from 1s to 3650d, got -1000"
     )
 
 

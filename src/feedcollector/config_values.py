@@ -111,8 +111,9 @@ _SHORTEST = timedelta(milliseconds=1)
 (and every fetch timed out at once)."""
 
 
-def parse_duration(value: object) -> timedelta:
-    """Read "90s", "30m", "1h30m", "2d", "500ms" or a bare number of seconds (must be > 0)."""
+def parse_duration(value: object, *, shortest: timedelta = _SHORTEST) -> timedelta:
+    """Read "90s", "30m", "1h30m", "2d", "500ms" or a bare number of seconds, from
+    ``shortest`` to 3650 days (the error names the range the caller allows)."""
     text = re.sub(r"\s+", "", value.lower()) if isinstance(value, str) else ""
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
@@ -127,8 +128,11 @@ def parse_duration(value: object) -> timedelta:
     else:
         raise ValueError(f"must be {DURATION_HINT}, got {describe_value(value)}")
     in_range = not math.isnan(seconds) and 0 < seconds <= _MAX_SECONDS
-    if not in_range or timedelta(seconds=seconds) < _SHORTEST:
-        raise ValueError(f"must be {DURATION_HINT} from 1ms to 3650d, got {describe_value(value)}")
+    if not in_range or timedelta(seconds=seconds) < shortest:
+        raise ValueError(
+            f"must be {DURATION_HINT} from {format_duration(shortest)} to 3650d, "
+            f"got {describe_value(value)}"
+        )
     return timedelta(seconds=seconds)
 
 

@@ -358,16 +358,11 @@ def _entry_interval(
         return None
     shown = format_duration(default) if default is not None else "[fetch] default_interval"
     fix = f"Fix the value or remove the key to use the default ({shown})."
-    try:
-        interval = parse_duration(node.value)
+    try:  # kept in whole seconds: shorter would be 0, which means "not pinned"
+        return parse_duration(node.value, shortest=MIN_FEED_INTERVAL)
     except ValueError as exc:
         problems.append(Problem(f'"interval" {exc}', fix, line=node.line))
         return None
-    if interval < MIN_FEED_INTERVAL:  # kept in whole seconds: 0 would mean "not pinned"
-        what = f'"interval" must be at least 1s, got {format_duration(interval)}'
-        problems.append(Problem(what, fix, line=node.line))
-        return None
-    return interval
 
 
 def _entry_title(node: Node | None, problems: list[Problem]) -> str | None:
