@@ -25,7 +25,7 @@ from feedcollector import maintenance_leases as leases
 from feedcollector import service
 from feedcollector.backends.local import LocalObjectStore
 from feedcollector.breaker import STORAGE_TRIP_AFTER
-from feedcollector.collector import Collector, open_collector
+from feedcollector.collector import Collector, StopRequest, open_collector
 from feedcollector.config import load_settings
 from feedcollector.database import CountingDatabase, Database, Row, SqlValue, Statement
 from feedcollector.errors import ConfigError, StorageError
@@ -315,7 +315,7 @@ def test_signals_off_the_main_thread_keep_pythons_handling(
     errors: list[BaseException] = []
 
     async def start_and_restore() -> None:
-        restore = service._stop_on_signals(asyncio.Event(), lambda _patience: None)
+        restore = service._stop_on_signals(StopRequest())
         restore()
 
     def in_thread() -> None:
