@@ -9,6 +9,7 @@ from feedcollector.html import (
     URL_ATTRIBUTE_SUFFIXES,
     URL_ATTRIBUTES,
     absolutize,
+    edit_attributes,
     image_sources,
     resolve_url,
     rewrite_url_attributes,
@@ -121,6 +122,24 @@ def test_an_unquoted_value_gets_quotes_when_the_url_needs_them() -> None:
 
 def test_a_quote_inside_a_resolved_value_is_escaped_for_its_quoting() -> None:
     assert absolutize("<a href='it&#39;s'>", BASE) == "<a href='https://example.com/blog/it&#39;s'>"
+
+
+def test_edit_attributes_replaces_a_value_or_a_whole_attribute() -> None:
+    """A value edit keeps the name and spacing as written; a whole one takes the white space
+    before the attribute along, so a dropped attribute leaves no gap."""
+    attrs = " ALT=\"a\"\n  SRC = 'x' srcset=y.png sizes checked"
+    seen: list[tuple[str, str]] = []
+    names = ("alt", "src", "srcset", "sizes")
+    assert edit_attributes(attrs, dict.fromkeys(names, lambda *v: seen.append(v[:2])), 0) is None
+    assert seen == [("a", '"'), ("x", "'"), ("y.png", ""), ("", "")]
+    assert edit_attributes(attrs, {"src": lambda raw, _, mark: f'"{mark}{raw}"'}, "~") == (
+        ' ALT="a"\n  SRC = "~x" srcset=y.png sizes checked'
+    )
+    dropped = dict.fromkeys(("srcset", "sizes"), lambda *_: "")
+    assert edit_attributes(attrs, dropped, None, whole=True) == " ALT=\"a\"\n  SRC = 'x' checked"
+    assert edit_attributes(attrs, {"src": lambda *_: ' src="z"'}, None, whole=True) == (
+        ' ALT="a" src="z" srcset=y.png sizes checked'
+    )
 
 
 def test_resolve_url() -> None:

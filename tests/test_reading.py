@@ -103,6 +103,14 @@ def test_public_urls_come_from_the_store(tmp_path: Path) -> None:
     assert render_item_html(html, tasks, cdn) == '<img src="https://cdn.example/images/f/ab/0.png">'
     private = S3ObjectStore("http://127.0.0.1:9", "bucket", "auto", "key", "secret")
     assert render_item_html(html, tasks, private) == html, "no public URL: originals stay"
+    served = LocalObjectStore(tmp_path, public_base_url="https://home.example/objects/")
+    assert render_item_html(html, tasks, served) == (
+        '<img src="https://home.example/objects/images/f/ab/0.png">'
+    ), "a served objects folder: its public URL (it was accepted and ignored)"
+    local = LocalObjectStore(tmp_path)
+    assert render_item_html(html, tasks, local) == (
+        f'<img src="{(tmp_path / "images/f/ab/0.png").resolve().as_uri()}">'
+    )
     assert replace_image_sources(html, {f"{ORIGIN}/a.png?x=1&y=2": "https://c/x?a=1&b=2"}) == (
         '<img src="https://c/x?a=1&amp;b=2">'
     )
@@ -126,6 +134,20 @@ def test_an_archived_image_in_a_picture_is_not_overruled_by_its_sources() -> Non
         '<img src="file:///objects/images/f/ab/0.png"></picture>'
         '<picture><source srcset="https://o.example/b.webp"><img src="https://o.example/b.png">'
         '</picture><video><source src="https://o.example/v.mp4" srcset="x"></video>'
+    )
+
+
+def test_only_the_first_src_of_an_image_counts_and_its_srcset_goes_wherever_it_stands() -> None:
+    """Browsers read the first of repeated attributes; the swapped ``src`` is written anew."""
+    archived = {"https://o.example/a.png": "file:///objects/0.png"}
+    html = (
+        "<img srcset=\"https://o.example/a2.png 2x\"\n  SRC = 'https://o.example/a.png' "
+        'src="https://o.example/b.png" sizes>'
+        '<img src="https://o.example/b.png" src="https://o.example/a.png" srcset="x 2x">'
+    )
+    assert replace_image_sources(html, archived) == (
+        '<img src="file:///objects/0.png" src="https://o.example/b.png">'
+        '<img src="https://o.example/b.png" src="https://o.example/a.png" srcset="x 2x">'
     )
 
 
@@ -335,6 +357,20 @@ def test_items_and_item_commands(collected: Collected) -> None:
     assert rendered.returncode == 0, rendered.stderr
     assert rendered.stdout.startswith('<p>x</p><img src="file://')
     assert "missing.png" in rendered.stdout
+    served = Path(config).with_name("served.toml")
+    served.write_text(
+        Path(config)
+        .read_text()
+        .replace(
+            'path = "objects"\n', 'path = "objects"\npublic_base_url = "https://home.example/o"\n'
+        )
+    )
+    rendered = feedcollector(
+        "--config", served, "item", item_id, "--render", "--html", cwd=collected.folder
+    )
+    assert rendered.stdout.startswith(
+        f'<p>x</p><img src="https://home.example/o/{archived["key"]}"'
+    ), "the local folder served at [storage] public_base_url (the key was ignored)"
 
     unknown_item = feedcollector("--config", config, "item", "nope", cwd=collected.folder)
     assert unknown_item.returncode == 2

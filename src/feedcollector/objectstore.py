@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 from typing import NamedTuple, Protocol
+from urllib.parse import quote
 
 MAX_KEYS_PER_DELETE = 1000
 """S3 ``DeleteObjects`` (and R2) accept at most this many keys per call."""
@@ -57,3 +58,9 @@ class ObjectStore(Protocol):
     async def close(self) -> None:
         """Release connections."""
         ...
+
+
+def public_url_under(base: str, key: str) -> str:
+    """``<base>/<key>``: the URL of an object under ``[storage] public_base_url`` (a CDN or
+    R2's public bucket, or a web server that serves the local objects folder)."""
+    return f"{base.rstrip('/')}/{quote(key, safe='/')}"

@@ -2,21 +2,21 @@
 
 ``content_html`` is immutable and keeps the feed's original image URLs. At read time
 :func:`render_item_html` swaps the ``src`` of every image archived successfully for its public
-object URL (``[storage] public_base_url`` on S3/R2, a ``file://`` URL for the local folder),
-so the item displays even after the source site is gone (seed section 6). ``pending`` and
-``failed`` images keep their original URL, and so do all images when the store has no public
-URL. Only ``src`` values of ``<img>`` tags change, compared after decoding character references
-(``&amp;``) exactly as the image stage read them; an ``<img>`` whose ``src`` is replaced loses
-its ``srcset``, which browsers would otherwise prefer and which points at the originals.
-Optional sanitizing (nh3) is for display: scripts, event handlers and ``javascript:`` URLs go.
+object URL (under ``[storage] public_base_url`` when set, on S3/R2 or for a served local folder;
+else a ``file://`` URL for the local folder), so the item displays even after the source site is
+gone (seed section 6). ``pending`` and ``failed`` images keep their original URL, and so do all
+images when the store has no public URL (S3/R2 without a base URL). Only ``src`` values of
+``<img>`` tags change, compared after decoding character references (``&amp;``) exactly as the
+image stage read them; an ``<img>`` whose ``src`` is replaced loses its ``srcset``, which
+browsers would otherwise prefer and which points at the originals. Optional sanitizing (nh3) is
+for display: scripts, event handlers and ``javascript:`` URLs go.
 """
 
 from __future__ import annotations
 
 import html
 import logging
-import re
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 
@@ -25,7 +25,15 @@ import nh3
 from .config_values import parse_duration
 from .database import Database, Row, SqlValue
 from .errors import ObjectNotFoundError
-from .html import MARKUP_RE, RAW_TEXT_ELEMENTS, unescape_attribute
+from .feeds_file import feed_url_key
+from .html import (
+    MARKUP_RE,
+    RAW_TEXT_ELEMENTS,
+    AttributeEdit,
+    edit_attributes,
+    raw_text_end,
+    unescape_attribute,
+)
 from .objectstore import ObjectStore
 from .store import MAX_PARAMS, chunked, placeholders
 from .timestamps import format_timestamp
@@ -40,11 +48,7 @@ ones are read after it, grouped up to :data:`CONTENT_GROUP_CHARS`. A page of 200
 memory); this way no answer of a listing is over about 16 MB."""
 CONTENT_GROUP_CHARS = 4 * 2**20
 DROPPED_WITH_SRC = frozenset({"srcset", "data-srcset", "sizes"})
-
-_ATTR_RE = re.compile(
-    r"\s*(?P<name>[^\s\"'>/=]+)"
-    r"(?:\s*=\s*(?:\"(?P<dq>[^\"]*)\"|'(?P<sq>[^']*)'|(?P<uq>[^\s>]+)))?"
-)
+_DROPPING: dict[str, AttributeEdit[None]] = {name: lambda *_: "" for name in DROPPED_WITH_SRC}
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,8 +187,7 @@ def replace_image_sources(content_html: str, replacements: Mapping[str, str]) ->
             if kept is not None:
                 sources.append((match.start("attrs"), match.end("attrs"), kept))
         elif name in RAW_TEXT_ELEMENTS:
-            close = re.compile(rf"</{name}[\s/>]", re.IGNORECASE).search(content_html, position)
-            position = close.start() if close is not None else len(content_html)
+            position = raw_text_end(content_html, name, position)
         elif match[0][:9].lower() == "</picture":
             edits += sources if sources is not None and swapped_in_picture else []
             sources = None
@@ -202,46 +205,24 @@ def replace_image_sources(content_html: str, replacements: Mapping[str, str]) ->
 
 
 def _replace_src(attrs: str, replacements: Mapping[str, str]) -> str | None:
-    """The attribute text with ``src`` replaced and srcset dropped, or None when unchanged."""
-    found = [(m, m["name"].lower()) for m in _ATTR_RE.finditer(attrs)]
-    source = next((m for m, name in found if name == "src"), None)
-    if source is None:
-        return None
-    raw = source["dq"] if source["dq"] is not None else source["sq"] or source["uq"] or ""
-    new = replacements.get(unescape_attribute(raw).strip())
-    if new is None:
-        return None
-    swapped = f' src="{html.escape(new, quote=True)}"'
-    return _edited(attrs, found, lambda m: swapped if m is source else None)
+    """The attribute text with ``src`` replaced and srcset dropped, or None when unchanged.
+
+    Only the first ``src`` counts, as in browsers; it is written anew as `` src="..."``."""
+    first = True
+
+    def swap(raw: str, quote: str, _: None) -> str | None:
+        nonlocal first
+        new = replacements.get(unescape_attribute(raw).strip()) if first else None
+        first = False
+        return None if new is None else f' src="{html.escape(new, quote=True)}"'
+
+    swapped = edit_attributes(attrs, {"src": swap}, None, whole=True)
+    return None if swapped is None else _without_srcset(swapped) or swapped
 
 
 def _without_srcset(attrs: str) -> str | None:
     """The attribute text without :data:`DROPPED_WITH_SRC`, or None when it has none."""
-    found = [(m, m["name"].lower()) for m in _ATTR_RE.finditer(attrs)]
-    if not any(name in DROPPED_WITH_SRC for _, name in found):
-        return None
-    return _edited(attrs, found, lambda m: None)
-
-
-def _edited(
-    attrs: str,
-    found: list[tuple[re.Match[str], str]],
-    replace: Callable[[re.Match[str]], str | None],
-) -> str:
-    """``attrs`` with each attribute ``replace`` gives text for replaced, and those of
-    :data:`DROPPED_WITH_SRC` left out."""
-    pieces: list[str] = []
-    done = 0
-    for match, name in found:
-        replacement = replace(match)
-        if replacement is None:
-            if name not in DROPPED_WITH_SRC:
-                continue
-            replacement = ""
-        pieces += [attrs[done : match.start()], replacement]
-        done = match.end()
-    pieces.append(attrs[done:])
-    return "".join(pieces)
+    return edit_attributes(attrs, _DROPPING, None, whole=True)
 
 
 # --- reading from the database ------------------------------------------------------------
@@ -289,9 +270,15 @@ def _item(row: Row) -> StoredItem:
     return StoredItem(**{field.name: row[field.name] for field in fields(StoredItem)})
 
 
-async def find_feed_id(db: Database, feed_url: str) -> str | None:
-    rows = await db.query("SELECT id FROM feeds WHERE url = ?", (feed_url,))
-    return rows[0]["id"] if rows else None
+async def stored_feed_urls(db: Database, feed_url: str) -> list[str]:
+    """The database's spellings of ``feed_url``: itself when stored as written, else those
+    alike as the feeds file compares URLs (scheme and host in any case). The database keeps
+    every spelling a feeds file used, so there may be several: a caller asks for one."""
+    if await db.query("SELECT 1 AS found FROM feeds WHERE url = ?", (feed_url,)):
+        return [feed_url]
+    key = feed_url_key(feed_url)
+    rows = await db.query("SELECT url FROM feeds")
+    return sorted(str(row["url"]) for row in rows if feed_url_key(str(row["url"])) == key)
 
 
 async def iter_items(

@@ -44,4 +44,4 @@ def open_object_store(settings: Settings) -> ObjectStore:
         )
     from .local import LocalObjectStore
 
-    return LocalObjectStore(st.path)
+    return LocalObjectStore(st.path, public_base_url=st.public_base_url)

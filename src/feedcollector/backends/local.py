@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ..errors import ObjectNotFoundError, ObjectStoreError
-from ..objectstore import ListedObject
+from ..objectstore import ListedObject, public_url_under
 
 _TEMP_DIR = ".partial"
 _TEMP_PREFIX = ".partial-"
@@ -26,8 +26,9 @@ ABANDONED_AFTER_S = 3600.0
 class LocalObjectStore:
     """Objects as files under ``root`` (``<root>/<key>``)."""
 
-    def __init__(self, root: Path | str) -> None:
+    def __init__(self, root: Path | str, *, public_base_url: str | None = None) -> None:
         self.root = Path(root).resolve()
+        self.public_base_url = public_base_url
         self._temp = self.root / _TEMP_DIR
         self._swept = False
 
@@ -167,6 +168,10 @@ class LocalObjectStore:
                 raise ObjectStoreError(f"storage: cannot delete {path}: {exc}") from exc
 
     def public_url(self, key: str) -> str | None:
+        """Under ``public_base_url`` when the folder is served (a reader on another machine),
+        else the file's own URL."""
+        if self.public_base_url:
+            return public_url_under(self.public_base_url, key)
         return self._path(key).as_uri()
 
     async def close(self) -> None:

@@ -12,14 +12,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, timedelta
 from typing import TYPE_CHECKING
-from urllib.parse import quote
 
 import obstore
 from obstore.exceptions import BaseError, InvalidPathError
 from obstore.store import S3Store
 
 from ..errors import ObjectNotFoundError, ObjectStoreError
-from ..objectstore import MAX_KEYS_PER_DELETE, ListedObject
+from ..objectstore import MAX_KEYS_PER_DELETE, ListedObject, public_url_under
 
 if TYPE_CHECKING:
     from obstore import ObjectMeta
@@ -139,7 +138,7 @@ class S3ObjectStore:
     def public_url(self, key: str) -> str | None:
         if not self.public_base_url:
             return None
-        return f"{self.public_base_url.rstrip('/')}/{quote(key, safe='/')}"
+        return public_url_under(self.public_base_url, key)
 
     async def close(self) -> None:
         return None
