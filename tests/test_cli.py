@@ -6,11 +6,13 @@ import json
 import os
 import re
 import resource
+import shlex
 import signal
 import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -22,9 +24,14 @@ from .samples import Entry, rss, write_project
 
 
 def feedcollector(
-    *args: str, cwd: Path, timeout: float = 120, open_files: tuple[int, int] | None = None
+    *args: str,
+    cwd: Path,
+    timeout: float = 120,
+    open_files: tuple[int, int] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """The CLI in a process of its own; ``open_files`` sets its (soft, hard) open-file limit."""
+    """The CLI in a process of its own; ``open_files`` sets its (soft, hard) open-file limit,
+    ``env`` adds to the environment (which has no FEEDCOLLECTOR_CONFIG otherwise)."""
 
     def limit() -> None:
         if open_files is not None:
@@ -36,7 +43,7 @@ def feedcollector(
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={k: v for k, v in os.environ.items() if k != "FEEDCOLLECTOR_CONFIG"},
+        env={k: v for k, v in os.environ.items() if k != "FEEDCOLLECTOR_CONFIG"} | dict(env or {}),
         preexec_fn=limit,
     )
 
@@ -126,6 +133,81 @@ def test_fetch_refuses_urls_outside_the_feeds_file(feed_server: FeedServer, tmp_
     assert feedcollector("--config", str(config), "fetch", cwd=tmp_path).returncode == 2
 
 
+def test_fetch_items_and_restore_take_a_feed_url_whose_scheme_and_host_case_differ(
+    feed_server: FeedServer, tmp_path: Path
+) -> None:
+    """URLs compare as the feeds file compares them (``add``, ``remove``, ``import-opml``):
+    ``fetch HTTP://...`` exited 2 "not in the feeds file", ``items --feed HTTP://...`` "no
+    feed in the database". The database may hold two spellings (the file's URL respelled):
+    the one written exactly wins, else ``items`` says which ones to choose from."""
+    url = feed_server.route("/rss.xml", body=rss([Entry("a", guid="a")]))
+    config = str(write_project(tmp_path, [url]))
+    shouted = url.replace("http://", "HTTP://")
+
+    fetched = feedcollector("--config", config, "fetch", shouted, shouted, cwd=tmp_path)
+    assert fetched.returncode == 0, fetched.stderr
+    assert len(feed_server.hits("/rss.xml")) == 1, "once, though named twice"
+    assert f"feed {url}: HTTP 200, 1 new of 1 items" in fetched.stderr, "the file's spelling"
+    listed = feedcollector("--config", config, "items", "--feed", shouted, cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    assert f"<{url}>" in listed.stdout
+    restored = feedcollector("--config", config, "restore", "--feed", shouted, cwd=tmp_path)
+    assert restored.returncode == 0, restored.stderr
+
+    (tmp_path / "feeds.yaml").write_text(f"feeds:\n  - url: {shouted}\n")
+    assert feedcollector("--config", config, "run", "--once", cwd=tmp_path).returncode == 0
+    exact = feedcollector("--config", config, "items", "--feed", url, cwd=tmp_path)
+    assert exact.returncode == 0, exact.stderr
+    assert f"<{url}>" in exact.stdout
+    mixed = url.replace("http://", "Http://")
+    unsure = feedcollector("--config", config, "items", "--feed", mixed, cwd=tmp_path)
+    assert unsure.returncode == 2
+    assert f"items: {mixed} names 2 feeds of the database: {shouted}, {url}" in unsure.stderr
+
+
+def test_hints_carry_the_config_they_were_given_so_they_work_from_any_folder(
+    feed_server: FeedServer, tmp_path: Path
+) -> None:
+    """A command a message suggests ran on the defaults when pasted in another folder: it
+    names the ``--config`` of the command, absolute and quoted for a shell. A config from
+    FEEDCOLLECTOR_CONFIG is not repeated: the environment carries it over."""
+    url = feed_server.route("/atom.xml", body=rss([Entry("a", guid="a")]))
+    project = tmp_path / "my feeds"
+    project.mkdir()
+    write_project(project, [])
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    config = shlex.quote(str(project / "feedcollector.toml"))
+    assert config.startswith("'"), "the folder's name has a space"
+
+    added = feedcollector("--config", "feedcollector.toml", "add", url, cwd=project)
+    assert added.returncode == 0, added.stderr
+    hint = f"feedcollector --config {config} fetch {url}"
+    assert f"`{hint}` does it now" in added.stdout
+    hits = len(feed_server.hits("/atom.xml"))
+    pasted = feedcollector(*shlex.split(hint)[1:], cwd=elsewhere)
+    assert pasted.returncode == 0, pasted.stderr
+    assert len(feed_server.hits("/atom.xml")) == hits + 1
+    assert list(elsewhere.iterdir()) == [], "nothing made on the defaults there"
+
+    listed = feedcollector("-c", "feedcollector.toml", "add", "--list", url, cwd=project)
+    assert f"`feedcollector --config {config} add --pick N {url}`" in listed.stderr
+    unknown = feedcollector("-c", "feedcollector.toml", "fetch", url + "x", cwd=project)
+    assert f"`feedcollector --config {config} add URL`" in unknown.stderr
+    removed = feedcollector("--config", "feedcollector.toml", "remove", url, cwd=project)
+    assert removed.returncode == 0, removed.stderr
+    assert f"`feedcollector --config {config} status` lists it as removed" in removed.stdout
+
+    from_env = {"FEEDCOLLECTOR_CONFIG": str(project / "feedcollector.toml")}
+    again = feedcollector("add", url, cwd=elsewhere, env=from_env)
+    assert again.returncode == 0, again.stderr
+    assert f"`feedcollector fetch {url}` does it now" in again.stdout
+    quoted = feed_server.route("/feed", body=rss([]))
+    odd = feedcollector("add", quoted + "?a=1&b=2", cwd=elsewhere, env=from_env)
+    assert odd.returncode == 0, odd.stderr
+    assert f"`feedcollector fetch '{quoted}?a=1&b=2'` does it now" in odd.stdout
+
+
 def test_arguments_that_are_not_utf8_are_usage_errors(tmp_path: Path) -> None:
     (tmp_path / "feeds.yaml").write_text("feeds:\n  - https://a.example/feed\n")
     for args, name in (
@@ -184,6 +266,34 @@ def test_cleanup_orphans_deletes_old_objects_no_row_names(
     assert not any(path.exists() for path in orphans)
     assert young.exists()
     assert sorted(objects.rglob("*.xml")) == backups
+
+
+def test_a_dry_sweep_on_a_database_without_items_says_the_sweep_would_refuse(
+    tmp_path: Path,
+) -> None:
+    """The sweep refuses (exit 2) when no row names anything, and its message points at the
+    dry run; that printed "would delete 3 image objects" with no word of the refusal. It lists
+    them all the same, says the real run would refuse and why, and exits 0 as dry runs do."""
+    config = str(write_project(tmp_path, []))
+    old = time.time() - 3 * 86400
+    images = [tmp_path / f"objects/images/lost/{n}/0.png" for n in range(3)]
+    for path in images:
+        path.parent.mkdir(parents=True)
+        path.write_bytes(b"archived")
+        os.utime(path, (old, old))
+
+    refused = feedcollector("--config", config, "cleanup", "--orphans", cwd=tmp_path)
+    assert refused.returncode == 2, refused.stderr
+    reason = "the database holds no items, so every image and content object would count"
+    assert f"error: cleanup: {reason}" in refused.stderr
+    dry = feedcollector("--config", config, "cleanup", "--orphans", "--dry-run", cwd=tmp_path)
+    assert dry.returncode == 0, dry.stderr
+    assert "orphans: would delete" not in dry.stdout
+    assert "orphans: found 3 image objects and 0 content objects that no row names" in dry.stdout
+    assert f"`cleanup --orphans` would refuse (exit 2) and delete none: {reason}" in dry.stdout
+    assert "run `feedcollector restore` first" in dry.stdout
+    assert "    images/lost/0/0.png" in dry.stdout.splitlines()
+    assert all(path.exists() for path in images)
 
 
 def test_a_bad_feeds_file_exits_2_naming_the_file_and_line(tmp_path: Path) -> None:

@@ -212,6 +212,33 @@ def test_a_database_without_items_deletes_nothing(embedded: Pair) -> None:
     assert pair.keys("images/") == [object_key(FEED_ID, "g", 0, "png")]
 
 
+def test_a_dry_run_on_a_database_without_items_gives_the_reason_the_sweep_refuses(
+    embedded: Pair,
+) -> None:
+    """The refusal's message points at the dry run, which said "would delete" and no more:
+    it counts the same objects and says the sweep would refuse, in the refusal's words."""
+    pair = embedded
+    later = datetime.now(UTC) + LATER
+    pair.run(pair.objects.put(object_key(FEED_ID, "g", 0, "png"), b"x"))
+    with pytest.raises(ConfigError) as refused:
+        sweep(pair, now=later)
+    dry = sweep(pair, now=later, dry_run=True)
+    assert (dry.images, dry.samples) == (1, [object_key(FEED_ID, "g", 0, "png")])
+    assert dry.refusal is not None
+    assert dry.refusal.startswith("the database holds no items")
+    assert dry.refusal in str(refused.value)
+    assert "would delete" not in dry.summary()
+    assert f"`cleanup --orphans` would refuse (exit 2) and delete none: {dry.refusal}" in (
+        dry.summary()
+    )
+
+    pair.run(add_feed(pair.db))
+    pair.run(add_item(pair, "kept", NOW))
+    named = sweep(pair, now=later, dry_run=True)
+    assert (named.images, named.refusal) == (1, None)
+    assert "would delete 1 image objects" in named.summary()
+
+
 class FailingDeletes(LocalObjectStore):
     async def delete_many(self, keys: Sequence[str]) -> None:
         raise ObjectStoreError("storage: cannot delete images/x: disk on fire")

@@ -21,7 +21,8 @@ holds the ``orphans`` lease of :mod:`.maintenance_leases`, which no restore shar
 refused while a restore runs, and a restore is refused while it runs. A dry run deletes
 nothing and takes no lease; it warns that a running restore's images count as orphans. A
 restore that stopped before its end leaves its images to link too: the sweep is refused
-until a restore finishes.
+until a restore finishes. A database without items names no object at all: the sweep
+refuses to delete, and a dry run says that it would, and why (:attr:`OrphanReport.refusal`).
 """
 
 from __future__ import annotations
@@ -54,6 +55,13 @@ NAMING_COLUMNS = {
     CONTENT_PREFIX: CONTENT_NAMED_BY,
 }
 """Per swept prefix, the rows that may name its objects (the start of an indexed lookup)."""
+EMPTY_DATABASE = (
+    "the database holds no items, so every image and content object would count as an orphan. "
+    "After a database loss run `feedcollector restore` first (it links the images still "
+    "stored), then `cleanup --orphans`; check that [database] and [storage] belong together."
+)
+"""Why the sweep deletes nothing: a database lost (or the wrong one), whose objects a
+``restore`` would link again. Given by the refusal and by a dry run alike."""
 
 
 @dataclass(slots=True)
@@ -74,16 +82,23 @@ class OrphanReport:
     orphan_bytes: int = 0
     progress: Callable[[OrphanReport], None] | None = None
     samples: list[str] = field(default_factory=list)
+    refusal: str | None = None
+    """Set by a dry run that found orphans the sweep would refuse to delete, to the reason the
+    refusal gives: the refusal points at the dry run, which must not promise deletes."""
 
     def summary(self) -> str:
         verb = "would delete" if self.dry_run else "deleted"
+        refused = ""
+        if self.refusal is not None:
+            verb = "found"
+            refused = f". `cleanup --orphans` would refuse (exit 2) and delete none: {self.refusal}"
         return (
             f"cleanup{' (dry run)' if self.dry_run else ''}: orphans: {verb} "
             f"{self.images} image objects and {self.content} content objects that no row names "
             f"({self.orphan_bytes / 2**20:.1f} MiB), of {self.objects} objects under "
             f"{IMAGE_PREFIX} and {CONTENT_PREFIX}; {self.young} younger than "
             f"{format_duration(self.min_age)} "
-            "left alone (their rows may be on the way)"
+            f"left alone (their rows may be on the way){refused}"
         )
 
 
@@ -116,7 +131,7 @@ async def sweep_orphans(
         await _mind_an_unfinished_restore(db, refuse=lease is not None)
         report = OrphanReport(now, min_age, dry_run=dry_run, progress=progress)
         await _sweep_all(_Sweep(db, objects, report, lease), chunk_size)
-    log.info("%s", report.summary())
+    log.log(logging.INFO if report.refusal is None else logging.WARNING, "%s", report.summary())
     return report
 
 
@@ -189,8 +204,9 @@ class _Sweep:
         named = await keys_found(self.db, NAMING_COLUMNS[prefix], [listed.key for listed in chunk])
         orphans = [listed for listed in chunk if listed.key not in named]
         report = self.report
+        if orphans:
+            await self._mind_an_empty_database()
         if orphans and not report.dry_run:
-            await self._refuse_an_empty_database()
             if self.lease is not None:
                 self.lease.check()
             await self.objects.delete_many([listed.key for listed in orphans])
@@ -203,18 +219,16 @@ class _Sweep:
         if report.progress is not None:
             report.progress(report)
 
-    async def _refuse_an_empty_database(self) -> None:
-        """A database without items names no object, so every image and HTML would go: a
-        database lost (or the wrong one), whose objects a ``restore`` would link again.
-        Asked once, before the first delete."""
+    async def _mind_an_empty_database(self) -> None:
+        """A database without items names no object, so every image and HTML would go
+        (:data:`EMPTY_DATABASE`): the sweep refuses, a dry run notes that it would. Asked
+        once, at the first orphan (before the first delete)."""
         if self.database_checked:
             return
         if not await self.db.query("SELECT 1 AS found FROM items LIMIT 1"):
-            raise ConfigError(
-                "cleanup: the database holds no items, so every image and content object "
-                "would count as an orphan. After a database loss run `feedcollector restore` "
-                "first (it links the images still stored), then `cleanup --orphans`; check that "
-                "[database] and [storage] belong together. `cleanup --orphans --dry-run` shows "
-                "what would go."
-            )
+            if not self.report.dry_run:
+                raise ConfigError(
+                    f"cleanup: {EMPTY_DATABASE} `cleanup --orphans --dry-run` shows what would go."
+                )
+            self.report.refusal = EMPTY_DATABASE
         self.database_checked = True

@@ -10,11 +10,13 @@ import typer
 
 from ..collector import Collector
 from ..config import Settings, load_feeds
+from ..feeds_file import feed_url_key
 from ..pipeline import run_cycle
 from ..report import CycleObserver
 from ..service import refuse_storage_down, run_forever, run_once, serve
 from .app import (
     app,
+    command_hint,
     guard,
     load_command_settings,
     raise_open_file_limit,
@@ -89,19 +91,24 @@ def fetch(
         bool, typer.Option("--all", help="Fetch every feed of the feeds file now.")
     ] = False,
 ) -> None:
-    """Fetch feeds now, regardless of their schedule (then download their images)."""
+    """Fetch feeds now, regardless of their schedule (then download their images).
+
+    A URL names the feed the feeds file lists as the file compares URLs (scheme and host in
+    any case), and is fetched as the file writes it: the database knows it by that spelling."""
     settings = load_command_settings(ctx)
     if bool(urls) == all_feeds:
         usage_error("give feed URLs or --all (not both)")
     if urls:
-        known = {spec.url for spec in guard(lambda: load_feeds(settings.feeds_file))}
-        unknown = [url for url in urls if url not in known]
+        specs = guard(lambda: load_feeds(settings.feeds_file))
+        listed = {feed_url_key(spec.url): spec.url for spec in specs}
+        unknown = [url for url in urls if feed_url_key(url) not in listed]
         if unknown:
             usage_error(
                 f"not in the feeds file {settings.feeds_file}: {', '.join(unknown)}. "
                 "Add them to the file first (it is the source of truth), e.g. with "
-                "`feedcollector add URL`."
+                f"`{command_hint(ctx, 'add', 'URL')}`."
             )
+        urls = list(dict.fromkeys(listed[feed_url_key(url)] for url in urls))
 
     async def forced(collector: Collector) -> None:
         refuse_storage_down(await run_cycle(collector, urls=urls or None, force=True))

@@ -25,7 +25,15 @@ from ..fetch import make_http_client
 from ..models import FeedSpec
 from ..safe_text import one_line
 from ..timestamps import utc_now
-from .app import app, guard, load_command_settings, run_async, text_argument, usage_error
+from .app import (
+    app,
+    command_hint,
+    guard,
+    load_command_settings,
+    run_async,
+    text_argument,
+    usage_error,
+)
 
 if TYPE_CHECKING:
     from ..feeds_edit import EditResult
@@ -95,12 +103,13 @@ def add(
         return
     found = _discover(settings, url, None if list_only else (pick or 1))
     if list_only:
-        _print_list(found)
+        _print_list(found, command_hint(ctx, "add", "--pick", "N", found.url))
         return
     if not found.feeds:
         _nothing_found(found)
+    listing = command_hint(ctx, "add", "--list", url)
     if pick is not None and pick > len(found.feeds):
-        usage_error(f"add: only {len(found.feeds)} feeds found at {url}; see `add --list {url}`")
+        usage_error(f"add: only {len(found.feeds)} feeds found at {url}; see `{listing}`")
     chosen = found.feeds[(pick or 1) - 1]
     try:
         result = add_feed(settings.feeds_file, NewEntry(chosen.url, title, entry_interval))
@@ -114,8 +123,9 @@ def add(
     typer.echo(f"     added to {settings.feeds_file}{where}.")
     others = len(found.announced) - 1
     if chosen.via == "link" and others > 0 and pick is None:
-        typer.echo(f"     The page announces {others} more; see them with `add --list {url}`.")
-    typer.echo(f"{NEXT_CYCLE} and fetches it; `feedcollector fetch {chosen.url}` does it now.")
+        typer.echo(f"     The page announces {others} more; see them with `{listing}`.")
+    fetch_now = command_hint(ctx, "fetch", chosen.url)
+    typer.echo(f"{NEXT_CYCLE} and fetches it; `{fetch_now}` does it now.")
 
 
 @app.command()
@@ -133,7 +143,7 @@ def remove(
     typer.echo(f"remove: {result.spec.url} removed from {settings.feeds_file}{where}.")
     typer.echo(
         f"{NEXT_CYCLE} and stops fetching it; its items, images and backups are kept "
-        "(`feedcollector status` lists it as removed)."
+        f"(`{command_hint(ctx, 'status')}` lists it as removed)."
     )
 
 
@@ -193,14 +203,14 @@ def _describe(feed: FoundFeed) -> str:
     return f"{one_line(feed.url)} ({title}, {feed.format}, {feed.items} items)"
 
 
-def _print_list(found: Discovery) -> None:
+def _print_list(found: Discovery, pick_hint: str) -> None:
     if not found.feeds:
         _nothing_found(found)
     for number, feed in enumerate(found.feeds, start=1):
         typer.echo(f"[{number}] {_describe(feed)}")
     for candidate, reason in found.rejected:
         typer.echo(f"    not a usable feed: {candidate}: {reason}", err=True)
-    typer.echo(f"Add one with `feedcollector add --pick N {found.url}`.", err=True)
+    typer.echo(f"Add one with `{pick_hint}`.", err=True)
 
 
 def _nothing_found(found: Discovery) -> None:

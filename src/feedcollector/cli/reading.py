@@ -9,16 +9,17 @@ from typing import Annotated, Any
 import typer
 
 from ..collector import Collector
+from ..database import Database
 from ..objectstore import ObjectStore
 from ..reading import (
     StoredImage,
     StoredItem,
-    find_feed_id,
     items_images,
     iter_items,
     load_content,
     read_item,
     sanitize_html,
+    stored_feed_urls,
 )
 from ..safe_text import one_line
 from .app import (
@@ -39,7 +40,10 @@ on (Python's ``splitlines``, JavaScript): escaped, every JSON Lines record is on
 @app.command()
 def items(
     ctx: typer.Context,
-    feed: Annotated[str | None, typer.Option("--feed", help="Only this feed's items.")] = None,
+    feed: Annotated[
+        str | None,
+        typer.Option("--feed", help="Only this feed's items (scheme and host ignore case)."),
+    ] = None,
     since: Annotated[
         str | None,
         typer.Option(help="Only items stored since (inclusive): 2026-03-01, …T08:00:00Z or 7d."),
@@ -58,10 +62,9 @@ def items(
 
     async def work(collector: Collector) -> None:
         since_at = since_option(since, collector.clock())
-        if feed is not None and await find_feed_id(collector.db, feed) is None:
-            usage_error(f"items: no feed {feed} in the database (see the feeds file)")
+        feed_url = None if feed is None else await _stored_feed_url(collector.db, feed)
         listed = iter_items(
-            collector.db, feed_url=feed, since=since_at, limit=limit, newest_first=newest_first
+            collector.db, feed_url=feed_url, since=since_at, limit=limit, newest_first=newest_first
         )
         if jsonl:
             await _print_jsonl(collector, listed)
@@ -72,6 +75,19 @@ def items(
             typer.echo(f"{item.created_at}  {item.id:<32}  {title}  <{item.feed_url}>")
 
     quiet_on_broken_pipe(lambda: with_collector(settings, work))
+
+
+async def _stored_feed_url(db: Database, url: str) -> str:
+    """The one feed of the database ``url`` names (see :func:`stored_feed_urls`)."""
+    alike = await stored_feed_urls(db, url)
+    if not alike:
+        usage_error(f"items: no feed {url} in the database (see the feeds file)")
+    if len(alike) > 1:
+        usage_error(
+            f"items: {url} names {len(alike)} feeds of the database: {', '.join(alike)}. "
+            "Give one as written."
+        )
+    return alike[0]
 
 
 @app.command()
