@@ -108,7 +108,7 @@ DIVERGENCES: dict[str, Divergence] = {
     ),
     "demoronize-1.xml": Divergence(
         "the bytes are valid UTF-8 for U+0092; turning C1 controls into windows-1252 quotes is "
-        "content repair, not decoding, and content_html is kept as the feed sent it",
+        "content repair, not decoding: the parse stage does it (text_repair)",
         encoding="utf-8",
         contains="don\x92t",
     ),
@@ -734,3 +734,36 @@ def test_windows_1252_shortcut_takes_the_unlabelled_western_feed() -> None:
     body = (CORPUS / "rss-parser" / "test" / "input" / "uolNoticias.rss").read_bytes()
     assert _windows_1252_wins(body)
     assert _all_detected(body)[0] == "windows-1252"
+
+
+SMALL_WESTERN = [
+    "\u00dcber die Stra\u00dfe gehen M\u00e4dchen",  # Mac Roman was tied with it
+    "H\u00e4m\u00e4l\u00e4inen ty\u00f6skentelee yst\u00e4v\u00e4ns\u00e4 kanssa.",  # Mac Roman
+    "Caf\u00e9 d\u00e9j\u00e0 vu, na\u00efve fa\u00e7ade",  # windows-1257 had less chaos
+    "It\u2019s a \u201cquote\u201d \u2013 \u20ac5",
+]
+
+
+@pytest.mark.parametrize("text", SMALL_WESTERN)
+@pytest.mark.parametrize("declared", ["utf-8", None])
+def test_small_western_feeds_read_as_windows_1252(text: str, declared: str | None) -> None:
+    """A few hundred bytes of windows-1252, declared UTF-8 or not labelled: charset-normalizer
+    scored Mac Roman or windows-1257 a little better, and every accent came out garbled."""
+    result = decode_feed(rss(text, declared=declared).encode("cp1252"), None)
+    assert (result.encoding, result.source) == ("windows-1252", "detected")
+    assert item_description(result.data) == text
+
+
+SMALL_OTHER = [
+    pytest.param(WESTERN_AND_OTHER_TEXTS[3], "cp1250", "windows-1250", id="czech"),
+    pytest.param(WESTERN_AND_OTHER_TEXTS[5], "cp1251", "windows-1251", id="russian-1251"),
+    pytest.param(WESTERN_AND_OTHER_TEXTS[5], "koi8-r", "koi8-r", id="russian-koi8"),
+    pytest.param(WESTERN_AND_OTHER_TEXTS[6], "cp1253", "windows-1253", id="greek"),
+]
+
+
+@pytest.mark.parametrize(("text", "codec", "expected"), SMALL_OTHER)
+def test_small_non_western_feeds_keep_their_code_page(text: str, codec: str, expected: str) -> None:
+    """The preference for windows-1252 does not take text it reads as mojibake."""
+    result = decode_feed(rss(text, declared="utf-8").encode(codec), None)
+    assert (result.encoding, item_description(result.data)) == (expected, text)

@@ -17,8 +17,9 @@ from hypothesis import strategies as st
 from feedcollector.errors import LenientParseNeeded, ParseError
 from feedcollector.html import absolutize, resolve_url
 from feedcollector.models import ParsedFeed, ParsedItem
-from feedcollector.parse import FEED_SIGNS, parse_feed
-from feedcollector.parse_fallback import whole_items
+from feedcollector.parse import FEED_SIGNS, LENIENT_PARSE_LIMIT, parse_feed
+from feedcollector.parse_fallback import item_pieces, whole_items
+from feedcollector.text_repair import readable
 from feedcollector.timestamps import format_timestamp
 
 from .conftest import CORPUS
@@ -592,6 +593,22 @@ def test_undefined_html_entities_and_stray_ampersands_are_repaired() -> None:
     assert item.content_html == "<p>&nbsp;kept as written & raw</p>"
 
 
+def test_legacy_entities_without_a_semicolon_are_read_where_html_reads_them() -> None:
+    """``&eacute`` or ``&copy`` without ``;`` are read by browsers and feedparser; before a
+    letter, digit or ``=`` HTML reads them only in text, where a feed has URLs too:
+    ``&copy=2``, ``&current=1`` are query strings, which must keep the link and GUID."""
+    link = "http://site.example/a?x=1&copy=2&current=3&region=eu&eacutes"
+    data = rss(
+        "<item><title>caf&eacute au lait &amp b &copy 2024 &AMP&lt</title>"
+        f"<link>{link}</link><description>&nbsp;x&amp</description></item>"
+    )
+    feed = parse_feed(data, BASE_URL)
+    assert feed.format == "rss"  # repaired, then read by the strict parser
+    assert feed.items[0].title == "café au lait & b © 2024 &<"
+    assert feed.items[0].link == link
+    assert feed.items[0].content_html == "\xa0x&"
+
+
 def test_entities_of_an_unloaded_external_dtd_are_kept_not_dropped() -> None:
     data = (
         b'<!DOCTYPE rss PUBLIC "-//Netscape Communications//DTD RSS 0.91//EN"'
@@ -780,6 +797,51 @@ def test_a_root_named_like_a_feed_that_is_none_is_still_refused() -> None:
         parse_feed(huge, BASE_URL)
 
 
+def test_items_right_under_the_root_are_read_without_a_channel() -> None:
+    """``<rss>`` (or ``<rdf:RDF>``) holding the items without a ``<channel>``: feedparser
+    reads them, and so does the fast path."""
+    data = (
+        b'<rss version="2.0"><title>T</title><link>http://site.example/</link>'
+        b"<item><title>A</title><guid>a</guid></item><item><link>/b</link></item></rss>"
+    )
+    feed = parse_feed(data, BASE_URL, lenient=False)
+    assert (feed.format, feed.title) == ("rss", "T")
+    assert [(item.guid, item.link) for item in feed.items] == [
+        ("a", None),
+        ("http://site.example/b", "http://site.example/b"),
+    ]
+    rdf = (
+        b'<rdf:RDF xmlns:rdf="http://www.w3.org/1999/02/22-rdf-syntax-ns#"'
+        b' xmlns="http://purl.org/rss/1.0/"><item rdf:about="http://site.example/a">'
+        b"<title>A</title><link>http://site.example/a</link></item></rdf:RDF>"
+    )
+    feed = parse_feed(rdf, BASE_URL, lenient=False)
+    assert (feed.format, [item.link for item in feed.items]) == ("rdf", ["http://site.example/a"])
+    assert parse_feed(b'<rss version="2.0"/>', BASE_URL).items == ()
+
+
+@pytest.mark.parametrize(
+    "page",
+    [
+        b"<html><body><pre>{feed}</pre></body></html>",
+        b"<html><head><title>Warning</title></head><body><b>Warning</b>: in x.php<br/>{feed}"
+        b"</body></html>",
+    ],
+)
+def test_a_feed_wrapped_in_an_html_page_is_read(page: bytes) -> None:
+    """Some servers serve the feed inside a page (around a PHP warning, in a ``<pre>`` for
+    browsers); feedparser finds it there. Only one feed in it is read."""
+    feeds = [
+        rss("<item><title>A</title><guid>a</guid></item>").split(b"?>", 1)[1],
+        atom("<entry><id>a</id><title>A</title></entry>"),
+    ]
+    for inside in feeds:
+        feed = parse_feed(page.replace(b"{feed}", inside), BASE_URL, lenient=False)
+        assert (feed.title in ("T", "A"), [item.guid for item in feed.items]) == (True, ["a"])
+    with pytest.raises(ParseError, match=r"^parse: not a feed \(an HTML page"):
+        parse_feed(page.replace(b"{feed}", feeds[0] * 2), BASE_URL)
+
+
 def test_names_in_another_case_are_read_on_the_fast_path() -> None:
     """XML names are case-sensitive, feeds in the wild are not: ``<Item>``, ``<pubdate>`` or
     ``<ENTRY>`` would otherwise lose items, titles or dates. feedparser matches any case too."""
@@ -822,6 +884,101 @@ def test_names_in_another_case_are_read_on_the_fast_path() -> None:
     )
     feed = parse_feed(extension, BASE_URL, lenient=False)
     assert [(item.guid, item.title) for item in feed.items] == [("g", None)]
+
+
+def test_names_in_any_case_are_read_in_every_item() -> None:
+    """The fast path's tag filter holds the usual cases of each name only; feedparser lowercases
+    every name, so ``<Pubdate>``, ``<pubDATE>`` or ``<content:EnCoded>`` must be read too: in
+    a feed writing them so in every item, and in one item of a feed that does not."""
+    odd = (
+        "<item><Title>{0}</Title><LINK>http://site.example/{0}</LINK><gUID>{0}</gUID>"
+        "<Pubdate>Tue, 10 Jun 2003 04:00:00 GMT</Pubdate><dc:Creator>x</dc:Creator>"
+        "<content:EnCoded>&lt;p&gt;{0}&lt;/p&gt;</content:EnCoded></item>"
+    )
+    feed = parse_feed(rss(odd.format("a") + odd.format("b")), BASE_URL, lenient=False)
+    assert [
+        (item.title, item.link, item.guid, stamp(item.pub_date), item.content_html)
+        for item in feed.items
+    ] == [
+        (name, f"http://site.example/{name}", name, "2003-06-10T04:00:00Z", f"<p>{name}</p>")
+        for name in "ab"
+    ]
+    mixed = rss(
+        "<item><title>A</title><guid>a</guid><pubDate>Tue, 10 Jun 2003 04:00:00 GMT</pubDate></item>"
+        "<item><title>B</title><guid>b</guid><pubDATE>Wed, 11 Jun 2003 04:00:00 GMT</pubDATE></item>"
+    )
+    feed = parse_feed(mixed, BASE_URL, lenient=False)
+    assert [stamp(item.pub_date) for item in feed.items] == [
+        "2003-06-10T04:00:00Z",
+        "2003-06-11T04:00:00Z",
+    ]
+    entries = atom(
+        '<entry><iD>e1</iD><tItle>A</tItle><lInk href="/a"/><UpDated>2024-01-02T03:04:05Z</UpDated>'
+        '<conTent type="html">&lt;p&gt;a&lt;/p&gt;</conTent></entry>'
+    )
+    (item,) = parse_feed(entries, BASE_URL, lenient=False).items
+    assert (item.guid, item.title, item.link, item.content_html) == (
+        "e1",
+        "A",
+        "http://site.example/a",
+        "<p>a</p>",
+    )
+    assert stamp(item.pub_date) == "2024-01-02T03:04:05Z"
+
+
+@pytest.mark.parametrize(
+    ("declaration", "element"),
+    [
+        ('xmlns:dc="http://www.purl.org/dc/elements/1.1/"', "dc:date"),
+        ('xmlns:d="http://purl.org/dc/elements/1.0/"', "d:date"),
+        ('xmlns:DC="HTTPS://WWW.PURL.ORG/DC/ELEMENTS/1.1"', "DC:date"),
+        ('xmlns:dc="http://purl.org/dc/elements/1.2/"', "dc:date"),  # unknown: by its prefix
+        ('xmlns:dcterms="http://www.purl.org/dc/terms"', "dcterms:issued"),
+        ('xmlns:a="http://w3.org/2005/Atom/"', "a:published"),
+        ('xmlns:atom="urn:example:not-atom"', "atom:updated"),
+    ],
+)
+def test_dates_in_misspelled_namespaces_are_read(declaration: str, element: str) -> None:
+    """feedparser knows a namespace by its URI, or else by the prefix the feed gives it, so
+    a date in a misspelled Dublin Core or Atom namespace is read; the fast path lost it."""
+    data = rss(
+        f"<item {declaration}><guid>g</guid><{element}>2024-01-02T03:04:05Z</{element}></item>"
+    )
+    (item,) = parse_feed(data, BASE_URL, lenient=False).items
+    assert stamp(item.pub_date) == "2024-01-02T03:04:05Z"
+
+
+@pytest.mark.parametrize(
+    ("declaration", "element"),
+    [
+        ('xmlns:c="http://web.resource.org/rss/1.0/modules/content/"', "c:encoded"),
+        ('xmlns:content="https://www.purl.org/rss/1.0/modules/content"', "content:encoded"),
+        ('xmlns:content="urn:example:not-content"', "content:encoded"),
+        ('xmlns:m="http://tools.search.yahoo.com/mrss/"', "m:description"),
+        ('xmlns:itunes="http://example.com/DTDs/PodCast-1.0.dtd"', "itunes:summary"),
+        ('xmlns:i="https://itunes.com/dtds/podcast-1.0.dtd"', "i:summary"),
+    ],
+)
+def test_content_in_misspelled_namespaces_is_read(declaration: str, element: str) -> None:
+    """The same for content:encoded, media:description and itunes:summary (the item's HTML)."""
+    data = rss(f"<item {declaration}><guid>g</guid><{element}>&lt;p&gt;c</{element}></item>")
+    (item,) = parse_feed(data, BASE_URL, lenient=False).items
+    assert item.content_html == "<p>c"
+
+
+def test_an_unknown_namespace_is_named_by_each_documents_own_prefix() -> None:
+    """Element fields are memoized per raw tag, and ``{urn:example:d}date`` is ``dc:date``
+    under the prefix ``dc`` but nothing under ``x``: each document's prefix counts."""
+
+    def date_under(prefix: str) -> str | None:
+        data = rss(
+            f'<item xmlns:{prefix}="urn:example:d"><guid>g</guid>'
+            f"<{prefix}:date>2024-01-02T03:04:05Z</{prefix}:date></item>"
+        )
+        return stamp(parse_feed(data, BASE_URL, lenient=False).items[0].pub_date)
+
+    dated = "2024-01-02T03:04:05Z"
+    assert [date_under(prefix) for prefix in ("x", "dc", "x", "DC")] == [None, dated, None, dated]
 
 
 def test_items_wrapped_in_another_element_are_read_when_the_channel_has_none() -> None:
@@ -962,6 +1119,65 @@ def test_a_cut_off_feed_reads_its_whole_items_and_not_the_cut_one() -> None:
     assert parse_feed(first, BASE_URL).items == ()
 
 
+def _big_feed(head: str, items: int, bad_item: int | None = None) -> bytes:
+    """A feed over the lenient parser's whole-document limit: items with 2 KB of text (cheap
+    for feedparser: its time goes by markup), relative links, a ``<ttl>`` after the items."""
+    text = "word " * 400
+    parts = [f"<item><guid>g{n}</guid><link>/p{n}</link><description>{text}</description></item>"
+             if n != bad_item else f"<item><guid>g{n}</guid><title><b>bad</title></item>"
+             for n in range(items)]  # fmt: skip
+    return rss("\n".join(parts) + "<ttl>60</ttl>", channel=head)
+
+
+@pytest.mark.parametrize(
+    ("head", "bad_item"),
+    [
+        ("<title><b>unclosed T</title><link>http://site.example/blog/</link>", None),
+        ("<title>T</title><link>http://site.example/blog/</link>", 1500),
+    ],
+    ids=["broken-in-every-piece", "one-broken-item"],
+)
+def test_a_big_broken_feed_is_read_in_pieces_without_losing_an_item(
+    head: str, bad_item: int | None
+) -> None:
+    """Over the limit, a broken feed lost every item (feedparser reads them all): it is read
+    in pieces of whole items, each with the feed's head and tail, so every item keeps the
+    URL base and GUID it has in the whole."""
+    data = _big_feed(head, 2600, bad_item)
+    assert len(data) > LENIENT_PARSE_LIMIT
+    feed = parse_feed(data, BASE_URL)
+    assert (feed.format, feed.ttl_minutes, feed.items_dropped) == ("rss-fallback", 60, 0)
+    assert feed.title in ("<b>unclosed T", "T", "unclosed T")
+    assert [item.guid for item in feed.items] == [f"g{n}" for n in range(2600)]
+    links = [item.link for item in feed.items if item.guid != f"g{bad_item}"]
+    assert links == [f"http://site.example/p{n}" for n in range(2600) if n != bad_item]
+
+
+def test_a_big_broken_document_without_items_is_refused_with_what_to_do() -> None:
+    data = rss("", channel="<title><b>T</title><description>" + "x " * 2**22 + "</description>")
+    too_big = r"^parse: not well-formed XML, and at \d+ bytes too big"
+    with pytest.raises(ParseError, match=too_big) as refused:
+        parse_feed(data, BASE_URL)
+    assert "the feed's publisher has to make it well-formed XML" in str(refused.value)
+
+
+def test_pieces_are_whole_items_between_the_documents_head_and_tail() -> None:
+    head, tail = b"<rss><channel><title>T</title>", b"<ttl>5</ttl></channel></rss>"
+    items = [b"<item><guid>%d</guid></item>" % n for n in range(20)]
+    items[3] = b"<item><description><![CDATA[</item><item>]]></description></item>"
+    items[7] = b"<ITEM><guid>" + b"x" * 500 + b"</guid></ITEM>"  # bigger than a piece
+    data = head + b"\n".join(items) + tail
+    pieces = list(item_pieces(data, 200))
+    assert len(pieces) > 3
+    assert all(piece.startswith(head) and piece.endswith(tail) for piece, _ in pieces)
+    runs = [piece[len(head) : -len(tail)] for piece, _ in pieces]
+    assert b"".join(runs) == b"\n".join(items)
+    assert all(run.lstrip().startswith((b"<item>", b"<ITEM>")) for run in runs)
+    assert sum(count for _, count in pieces) == 20
+    assert [*item_pieces(data, len(data) * 4)] == [(data, 20)]
+    assert [*item_pieces(b"<rss><channel><title>T", 10)] == [(b"<rss><channel><title>T", 0)]
+
+
 def test_external_entities_are_never_resolved(tmp_path: Path) -> None:
     secret = tmp_path / "secret.txt"
     secret.write_text("TOP-SECRET-CONTENT")
@@ -1016,7 +1232,6 @@ def test_billion_laughs_is_bounded(body: str) -> None:
         b"just some text",
         b"<html><head><title>Moved</title></head><body><a href='/x'>here</a></body></html>",
         b"<?xml version='1.0'?><note><to>x</to></note>",
-        b'<rss version="2.0"><item><title>no channel</title></item></rss>',
         b"\x00\x01\x02\xff\xfe",
         b'{"not": "a feed"}',
         b"{broken json",
@@ -1113,9 +1328,10 @@ def test_any_text_comes_back_exactly(text: str) -> None:
     escaped = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     data = rss(f"<item><title>{escaped}</title><description>{escaped}</description></item>")
     item = only_item(data)
-    assert item.title == (text.strip() or None)
+    repaired = readable(text)  # only what reads as double-encoded UTF-8 ("Â¡") changes
+    assert item.title == (readable(text.strip()) or None)
     assert item.content_html == (
-        absolutize(text, "http://site.example/blog/") if text.strip() else None
+        absolutize(repaired, "http://site.example/blog/") if repaired.strip() else None
     )
 
 
@@ -1158,3 +1374,49 @@ def test_items_beyond_the_cap_are_counted_not_read(document: str, expected_forma
     assert len(feed.items) == MAX_ITEMS_PER_FEED == 10_000
     assert feed.items_dropped == 3
     assert feed.items[-1].guid == "g9999"
+
+
+MISENCODED = [
+    # (as the feed writes it, as readers expect it)
+    ("It&#146;s &#147;new&#148; &#150; &#128;5", "It\u2019s \u201cnew\u201d \u2013 \u20ac5"),
+    ("It\u0092s a \u0093raw\u0094 paste\u0085 ok", "It\u2019s a \u201craw\u201d paste\u2026 ok"),
+    ("Caf\u00c3\u00a9 cr\u00c3\u00a8me", "Caf\u00e9 cr\u00e8me"),  # UTF-8 read as latin-1
+    ("It\u00e2\u20ac\u2122s Stra\u00c3\u0178e", "It\u2019s Stra\u00dfe"),  # ... as windows-1252
+    ("Caf\u00c3\u0192\u00c2\u00a9", "Caf\u00e9"),  # encoded twice over
+    ("x\u0081y\u009dz", "x\u0081y\u009dz"),  # undefined in windows-1252: kept, as feedparser
+    ("S\u00c3O PAULO, \u00c3\u00a9 means \u00e9", "S\u00c3O PAULO, \u00c3\u00a9 means \u00e9"),
+]
+
+
+@pytest.mark.parametrize(("written", "expected"), MISENCODED)
+def test_misencoded_text_reads_alike_on_the_fast_path_and_the_fallback(
+    written: str, expected: str
+) -> None:
+    """feedparser maps C1 controls to windows-1252 and undoes double-encoded UTF-8; the fast
+    path kept both, so a title-only item of a feed alternating between well-formed and broken
+    got two fallback GUIDs and was stored twice. The channel's title reads alike too."""
+    items = (
+        f"<item><title>{written}</title><description>&lt;p&gt;{written}&lt;/p&gt;"
+        "</description></item>"
+    )
+    well_formed = rss(items, channel=f"<title>{written}</title>")
+    broken = well_formed.replace(b"</channel>", b"<br></channel>")
+    fast, fallback = parse_feed(well_formed, BASE_URL), parse_feed(broken, BASE_URL)
+    assert (fast.format, fallback.format) == ("rss", "rss-fallback")
+    assert fast.items == fallback.items
+    assert fast.items[0].title == expected
+    assert fast.items[0].guid == md5(expected)
+    assert fast.items[0].content_html == f"<p>{expected}</p>"
+    assert fast.title == fallback.title == expected
+
+
+def test_misencoded_atom_and_xhtml_content_is_repaired_on_the_fast_path() -> None:
+    entries = (
+        "<entry><id>e1</id><title type='html'>It&#146;s</title>"
+        "<content type='xhtml'><div xmlns='http://www.w3.org/1999/xhtml'><p>Caf\u00c3\u00a9"
+        "</p></div></content></entry>"
+        "<entry><id>e2</id><summary>" + "x" * 600 + " it\u0092s</summary></entry>"
+    )
+    first, second = parse_feed(atom(entries), BASE_URL, lenient=False).items
+    assert (first.title, first.content_html) == ("It\u2019s", "<p>Caf\u00e9</p>")
+    assert second.content_html == "x" * 600 + " it\u2019s"

@@ -16,6 +16,7 @@ from .dates import parse_date
 from .html import absolutize, is_absolute_url, resolve_url
 from .models import ParsedItem
 from .safe_text import clipped_int
+from .text_repair import readable
 
 MAX_ITEMS_PER_FEED = 10_000
 """Items read from one document, the first ones in document order. Feeds are untrusted: a
@@ -74,23 +75,37 @@ def finish_values(
     """:func:`finish_item` on the values of a :class:`RawEntry`, for the XML fast path (no
     tuple built per item). Written inline (no helper calls for blank checks or absolute
     links): it runs once per item.
+
+    Title, link and GUID go through :func:`.text_repair.readable` (only when not ASCII:
+    ``isascii`` is O(1)) before the GUID fallback hashes them, so every path stores the same
+    text for them whatever the fallback parser repaired on its own. ``content`` and
+    ``description`` come repaired by the reader (:mod:`.parse_text` checks them on the bytes
+    lxml holds, far cheaper than encoding a long text here; the fallback repairs its own).
     """
     title = (title.strip() or None) if title else None
+    if title is not None and not title.isascii():
+        title = readable(title)
     link = (link.strip() or None) if link else None
-    if link is not None and not link.startswith(("http://", "https://")):
-        link = resolve_url(link, base)
+    if link is not None:
+        if not link.isascii():
+            link = readable(link)
+        if not link.startswith(("http://", "https://")):
+            link = resolve_url(link, base)
     pub_date, raw_pub_date = choose_date(dates)
     guid = (guid.strip() or None) if guid else None
-    if guid is None:
-        guid = link or fallback_guid(
-            title, raw_pub_date, content if has_text(content) else description
-        )
+    if guid is not None and not guid.isascii():
+        guid = readable(guid)
+    html: str | None
+    html_base: str | None
     if content and not content.isspace():
-        content_html: str | None = absolutize(content, content_base or base)
+        html, html_base = content, content_base
     elif description and not description.isspace():
-        content_html = absolutize(description, description_base or base)
+        html, html_base = description, description_base
     else:
-        content_html = None
+        html = html_base = None
+    if guid is None:
+        guid = link or fallback_guid(title, raw_pub_date, html)
+    content_html = None if html is None else absolutize(html, html_base or base)
     return ParsedItem(guid, link, title, content_html, pub_date, raw_pub_date)  # positional: faster
 
 
@@ -210,6 +225,13 @@ def feed_base(feed_link: str | None, base_url: str) -> tuple[str | None, str]:
         return None, base_url
     link = resolve_url(link_text, base_url)
     return link, link if is_absolute_url(link) else base_url
+
+
+def channel_title(text: str | None) -> str | None:
+    """The feed's own title, stripped and repaired as an item's is
+    (:func:`.text_repair.readable`), on every path alike."""
+    stripped = text.strip() if text else None
+    return readable(stripped) if stripped else None
 
 
 def _blank_to_none(text: str | None) -> str | None:

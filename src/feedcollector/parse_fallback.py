@@ -4,7 +4,10 @@ Repair (:func:`repair_xml`) removes the C0 control characters XML forbids (every
 decode stage leaves them to this step), and fixes, outside CDATA sections, comments and the
 DOCTYPE:
 
-- HTML named entities XML does not define (``&nbsp;``, ``&eacute;``) -> numeric references;
+- HTML named entities XML does not define (``&nbsp;``, ``&eacute;``) -> numeric references,
+  also HTML's legacy names written without ``;`` (``&eacute``, ``&copy``, ``&amp``) where
+  HTML reads them in an attribute: not before a letter, digit or ``=`` (``&copy=2``,
+  ``&current=1``, ``&region=eu`` are query strings of URLs in link text, left as written);
   unknown names and stray ``&`` -> ``&amp;`` (the text keeps every character);
 - numeric references to characters XML forbids (``&#1;``) -> kept as literal text;
 - namespace prefixes used but never declared (``<media:content>`` without ``xmlns:media``) ->
@@ -12,7 +15,8 @@ DOCTYPE:
 
 If the repaired bytes still do not parse, :func:`parse_with_feedparser` reads them leniently
 and maps feedparser's result through the same rules as the fast path (a document that ends
-inside an item first loses that item: :func:`whole_items`). Its limits: an Atom
+inside an item first loses that item: :func:`whole_items`; a big one is read in pieces of
+whole items: :func:`item_pieces`). Its limits: an Atom
 ``id`` that is relative under an ``xml:base`` comes back resolved by feedparser, and entries
 inside badly broken markup may be lost (feedparser's own recovery decides).
 """
@@ -20,6 +24,7 @@ inside badly broken markup may be lost (feedparser's own recovery decides).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from html.entities import html5
 from typing import Any
 
@@ -32,14 +37,20 @@ from .models import ParsedFeed, ParsedItem
 from .parse_common import (
     MAX_ITEMS_PER_FEED,
     RawEntry,
+    channel_title,
     choose_link,
     feed_base,
     finish_item,
     permalink,
     ttl_minutes,
 )
+from .text_repair import readable
 
 PREDEFINED_ENTITIES = frozenset({b"amp", b"lt", b"gt", b"quot", b"apos"})
+LEGACY_ENTITIES = {
+    name.encode("ascii"): characters for name, characters in html5.items() if name[-1] != ";"
+}
+"""The entities HTML reads without their ``;`` (``&eacute``, ``&amp``): the 106 legacy ones."""
 
 KNOWN_NAMESPACES = {
     b"content": b"http://purl.org/rss/1.0/modules/content/",
@@ -66,7 +77,8 @@ _REPAIR_RE = re.compile(
     rb"<!\[CDATA\[.*?(?:\]\]>|\Z)"
     rb"|<!--.*?(?:-->|\Z)"
     rb"|<!DOCTYPE[^\[>]*(?:\[.*?(?:\]|\Z))?\s*(?:>|\Z)"  # unclosed: to the end, read once
-    rb"|&(?:#(?P<dec>[0-9]{1,8});|#[xX](?P<hex>[0-9a-fA-F]{1,8});|(?P<name>[A-Za-z_][\w.-]*);)?",
+    rb"|&(?:#(?P<dec>[0-9]{1,8});|#[xX](?P<hex>[0-9a-fA-F]{1,8});|(?P<name>[A-Za-z_][\w.-]*);"
+    rb"|(?P<bare>[A-Za-z][A-Za-z0-9]*+)(?!=))?",
     re.DOTALL,
 )
 _ENTITY_DECLARATION_RE = re.compile(rb"<!ENTITY\s+([A-Za-z_][\w.-]*)")
@@ -93,16 +105,21 @@ def repair_xml(data: bytes) -> bytes:
             return whole if _is_xml_char(code) else b"&amp;" + whole[1:]
         name = match["name"]
         if name is None:
-            return b"&amp;"
+            characters = LEGACY_ENTITIES.get(match["bare"] or b"")
+            return b"&amp;" + whole[1:] if characters is None else _references(characters)
         if name in PREDEFINED_ENTITIES or name in declared:
             return whole
         characters = html5.get(name.decode("ascii", "replace") + ";")
         if characters is None:
             return b"&amp;" + whole[1:]
-        return b"".join(b"&#%d;" % ord(character) for character in characters)
+        return _references(characters)
 
     repaired = _REPAIR_RE.sub(fix, data)
     return _declare_missing_prefixes(repaired)
+
+
+def _references(characters: str) -> bytes:
+    return b"".join(b"&#%d;" % ord(character) for character in characters)
 
 
 def _is_xml_char(code: int) -> bool:
@@ -155,6 +172,51 @@ def whole_items(data: bytes) -> bytes | None:
     return data[:cut_item]
 
 
+_ITEM_TAG_RE = re.compile(
+    rb"<!\[CDATA\[.*?(?:\]\]>|\Z)|<!--.*?(?:-->|\Z)"
+    rb"|(?P<start><(?:[A-Za-z_][\w.-]*:)?(?:item|entry)(?=[\s/>]))"
+    rb"|(?P<end></(?:[A-Za-z_][\w.-]*:)?(?:item|entry)\s*>)",
+    re.DOTALL | re.IGNORECASE,
+)
+"""Item start and end tags, outside CDATA sections and comments (a post about feeds quotes
+``<item>`` in its CDATA content)."""
+
+
+def item_pieces(data: bytes, piece_bytes: int) -> Iterator[tuple[bytes, int]]:
+    """``data`` as documents of about ``piece_bytes`` each, with how many items each holds:
+    its head (all before the first item) and tail (all after the last item's end) around a
+    run of whole items, cut only after an item's end tag (an item bigger than a piece is a
+    piece of its own). Every piece thus has the feed's own fields and namespaces.
+
+    feedparser needs tens of MiB of memory per MiB of input, all at once: read in pieces, a
+    big broken feed needs that of one piece. A document it cannot cut (no item ends, or a
+    head and tail of half a piece or more) comes back whole, as the only piece.
+    """
+    first: int | None = None
+    ends: list[int] = []  # where a piece may end
+    started_before: list[int] = []  # item start tags before each of those ends
+    started = 0
+    for tag in _ITEM_TAG_RE.finditer(data):
+        if tag["start"] is not None:
+            started += 1
+            first = tag.start() if first is None else first
+        elif tag["end"] is not None and first is not None:
+            ends.append(tag.end())
+            started_before.append(started)
+    head_and_tail = (first or 0) + len(data) - (ends[-1] if ends else 0)
+    if first is None or not ends or head_and_tail * 2 >= piece_bytes:
+        yield data, started
+        return
+    head, tail = data[:first], data[ends[-1] :]
+    run_bytes = piece_bytes - head_and_tail
+    run_start, items_before = first, 0
+    for index, end in enumerate(ends[:-1]):
+        if ends[index + 1] - run_start > run_bytes:
+            yield head + data[run_start:end] + tail, started_before[index] - items_before
+            run_start, items_before = end, started_before[index]
+    yield head + data[run_start:], started - items_before
+
+
 def parse_with_feedparser(data: bytes, base_url: str) -> ParsedFeed:
     """Read a broken document leniently; ParseError if feedparser finds no feed in it either."""
     try:
@@ -176,7 +238,7 @@ def parse_with_feedparser(data: bytes, base_url: str) -> ParsedFeed:
     format_name = _format_name(version)
     linked_enclosures = format_name == "atom" or _REL_ENCLOSURE_RE.search(data) is not None
     return ParsedFeed(
-        title=_stripped(_string(_key(feed, "title"))),
+        title=channel_title(_string(_key(feed, "title"))),
         link=feed_link,
         items=tuple(
             _entry(
@@ -217,6 +279,9 @@ def _entry(
     summary_detail = _key(entry, "summary_detail")
     content = _detail_value(content_detail)
     summary = _detail_value(summary_detail) or _string(_key(entry, "summary"))
+    # the fast path's readers repair these (finish_item repairs title, link and GUID)
+    content = None if content is None else readable(content)
+    summary = None if summary is None else readable(summary)
     dates = tuple(
         text
         for text in (_string(_key(entry, "published")), _string(_key(entry, "updated")))
@@ -279,9 +344,3 @@ def _format_name(version: str) -> str:
 
 def _string(value: object) -> str | None:
     return value if isinstance(value, str) else None
-
-
-def _stripped(text: str | None) -> str | None:
-    if text is None:
-        return None
-    return text.strip() or None

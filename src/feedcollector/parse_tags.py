@@ -1,9 +1,12 @@
 """Which element is which field, for the XML fast path of the parse stage (:mod:`.parse_xml`).
 
 Dispatch is on a canonical tag name (``title``, ``content:encoded``, ``atom:link``...).
-Namespaces are recognized by URI, tolerating the common misspellings (missing trailing slash,
-https), so ``content:encoded`` declared as ``http://purl.org/rss/1.0/modules/content`` counts.
-Local names match in any case (``<Item>``, ``<pubdate>``, ``<TITLE>``), as feedparser matches
+Namespaces are recognized by URI, tolerating the common misspellings (https, ``www.``, missing
+trailing slash, the mirrors and old versions of :data:`NAMESPACE_PREFIXES`), so
+``content:encoded`` declared as ``http://purl.org/rss/1.0/modules/content`` counts. An element
+in a namespace not known at all is named by its prefix when that is one of ours (``dc:date``
+declared with any URI), and by its local name without one, as feedparser names it.
+Local names match in any case (``<Item>``, ``<pubDATE>``, ``<TITLE>``), as feedparser matches
 them: XML names are case-sensitive, but feeds in the wild are not.
 Each table maps a raw lxml tag to a field name (channel and feed level) or to a slot (items and
 entries, read by :func:`.parse_xml._item_fields` into a list), memoized per raw tag.
@@ -15,22 +18,49 @@ from collections.abc import Iterable
 from functools import lru_cache
 from typing import Generic, TypeVar
 
+from lxml import etree
+
 NAMESPACE_PREFIXES = {
-    "http://purl.org/rss/1.0": "",
-    "http://my.netscape.com/rdf/simple/0.9": "",
-    "http://backend.userland.com/rss2": "",
-    "http://blogs.law.harvard.edu/tech/rss": "",
-    "http://www.w3.org/2005/atom": "atom",
-    "http://purl.org/atom/ns": "atom",
-    "http://purl.org/rss/1.0/modules/content": "content",
-    "http://purl.org/dc/elements/1.1": "dc",
-    "http://purl.org/dc/terms": "dcterms",
-    "http://purl.org/rss/1.0/modules/syndication": "sy",
-    "http://www.w3.org/1999/02/22-rdf-syntax-ns": "rdf",
-    "http://search.yahoo.com/mrss": "media",
-    "http://www.itunes.com/dtds/podcast-1.0.dtd": "itunes",
+    "purl.org/rss/1.0": "",
+    "my.netscape.com/rdf/simple/0.9": "",
+    "backend.userland.com/rss": "",  # any URI starting so (rss2, rss092...), as in feedparser
+    "blogs.law.harvard.edu/tech/rss": "",
+    "purl.org/rss/1.0/modules/rss091": "",
+    "w3.org/2005/atom": "atom",
+    "purl.org/atom/ns": "atom",
+    "purl.org/rss/1.0/modules/content": "content",
+    "purl.org/dc/elements/1.1": "dc",
+    "purl.org/dc/elements/1.0": "dc",
+    "purl.org/dc/terms": "dcterms",
+    "purl.org/rss/1.0/modules/syndication": "sy",
+    "w3.org/1999/02/22-rdf-syntax-ns": "rdf",
+    "search.yahoo.com/mrss": "media",
+    "tools.search.yahoo.com/mrss": "media",
+    "itunes.com/dtds/podcast-1.0.dtd": "itunes",
+    "example.com/dtds/podcast-1.0.dtd": "itunes",  # copied from Apple's example; feedparser too
+    "w3.org/1999/xhtml": "xhtml",
 }
-"""Namespace URI (lowercased, http, without trailing ``/`` or ``#``) -> canonical prefix."""
+"""Namespace URI as :func:`namespace_key` spells it -> canonical prefix: feedparser's table
+for the namespaces read here, and the misspellings it reads only by their prefix."""
+URI_MIRRORS = {"web.resource.org/rss/1.0": "purl.org/rss/1.0"}
+"""Hosts that served the RSS 1.0 namespaces before purl.org did; feeds still declare them."""
+FALLBACK_PREFIXES = frozenset(prefix for prefix in NAMESPACE_PREFIXES.values() if prefix)
+"""The prefixes that name an element whose namespace URI is not known at all (``dc:date``
+declared as ``http://purl.org/dc/elements/1.2/``): feedparser reads any prefix so."""
+
+
+def namespace_key(uri: str) -> str:
+    """A namespace URI without what its misspellings vary: case, scheme, ``www.``, a trailing
+    ``/`` or ``#``, a mirror host (:data:`URI_MIRRORS`)."""
+    key = uri.strip().rstrip("/#").lower().removeprefix("http://").removeprefix("https://")
+    key = key.removeprefix("www.")
+    for mirror, home in URI_MIRRORS.items():
+        if key.startswith(mirror):
+            return home + key[len(mirror) :]
+    if key.startswith("backend.userland.com/rss"):
+        return "backend.userland.com/rss"
+    return key
+
 
 RSS_ITEM_SLOTS = {
     "title": 0,
@@ -66,7 +96,8 @@ def wildcards(names: Iterable[str]) -> tuple[str, ...]:
     """The local names of ``names`` in any namespace, as written and in the usual other cases
     (lower, upper, first letter upper). lxml matches these in C, so the many extension elements
     of podcast feeds never become Python objects (the table checks the URI), and it drops the
-    names a document does not use before it walks: the other cases cost nothing."""
+    names a document does not use before it walks: the other cases cost nothing. Any other
+    case is found by :func:`.parse_xml._item_fields` reading an item's children unfiltered."""
     found: dict[str, None] = {}
     for name in names:
         local = name.rpartition(":")[2]
@@ -116,35 +147,85 @@ MEMO_LIMIT = 4096
 """Distinct raw tags remembered per table (documents choose tag names; memory stays bounded)."""
 
 
+PREFIX_MEMO_LIMIT = 16
+"""Prefixes remembered per raw tag in a namespace not known at all (see :class:`FieldTable`)."""
+
+
 class FieldTable(Generic[Field]):
     """Raw lxml tag -> field (name or slot), through :func:`canonical_tag` in any case,
     memoized per tag.
 
     Walking a child then costs one dict lookup; ``strip_atom`` lets Atom documents without
-    the Atom namespace be read too.
+    the Atom namespace be read too. A tag in a namespace not known at all whose local name is
+    one of ours is named :func:`by_prefix`, so its field depends on the element's prefix:
+    those are memoized per tag and prefix in :attr:`prefixed`, never in :attr:`memo`.
     """
 
-    __slots__ = ("folded", "memo", "strip_atom", "width")
+    __slots__ = ("folded", "local_names", "memo", "prefixed", "strip_atom", "width")
 
     def __init__(self, fields: dict[str, Field], *, strip_atom: bool = False) -> None:
         self.folded: dict[str, Field] = {name.lower(): field for name, field in fields.items()}
+        self.local_names = frozenset(name.rpartition(":")[2] for name in self.folded)
         self.strip_atom = strip_atom
         self.memo: dict[str, Field | None] = {}
+        self.prefixed: dict[str, dict[str | None, Field | None]] = {}
         self.width = len(set(fields.values()))
 
-    def key(self, tag: str) -> Field | None:
-        try:
-            return self.memo[tag]
-        except KeyError:
-            name = canonical_tag(tag)
-            if name.startswith("{"):  # a namespace this reader does not know
-                key: Field | None = None
-            else:
-                name = name.lower()
-                key = self.folded.get(name.removeprefix("atom:") if self.strip_atom else name)
-            if len(self.memo) < MEMO_LIMIT:
-                self.memo[tag] = key
-            return key
+    def key(self, tag: str, element: etree._Element) -> Field | None:
+        """The field of ``element``, whose tag is ``tag``."""
+        memo = self.memo
+        if tag in memo:
+            return memo[tag]
+        prefixes = self.prefixed.get(tag)
+        if prefixes is not None and element.prefix in prefixes:
+            return prefixes[element.prefix]
+        return self._learn(tag, element)
+
+    def _learn(self, tag: str, element: etree._Element) -> Field | None:
+        """:meth:`key` for a tag not memoized yet (or a prefix not seen yet with it)."""
+        name = canonical_tag(tag)
+        if name.startswith("{") and name.partition("}")[2].lower() in self.local_names:
+            prefix = element.prefix
+            name = by_prefix(name, prefix)
+            found = None if name.startswith("{") else self._field(name)
+            prefixes = self.prefixed.get(tag)
+            if prefixes is None and len(self.prefixed) < MEMO_LIMIT:
+                prefixes = self.prefixed[tag] = {}
+            if prefixes is not None and len(prefixes) < PREFIX_MEMO_LIMIT:
+                prefixes[prefix] = found
+            return found
+        found = None if name.startswith("{") else self._field(name)  # else: whatever its prefix
+        if len(self.memo) < MEMO_LIMIT:
+            self.memo[tag] = found
+        return found
+
+    def _field(self, name: str) -> Field | None:
+        name = name.lower()
+        return self.folded.get(name.removeprefix("atom:") if self.strip_atom else name)
+
+
+Slots = tuple[list[etree._Element | None], list[etree._Element]]
+"""An item's first child per slot of a table, and all its children of the slot kept whole."""
+
+
+def children_slots(item: etree._Element, table: FieldTable[int], every: int | None) -> Slots:
+    """What :func:`.parse_xml._item_fields` finds for ``item``, from each of its children:
+    no tag filter, so names in any case are found (at the cost of a Python object each)."""
+    fields: list[etree._Element | None] = [None] * table.width
+    links: list[etree._Element] = []
+    memo = table.memo
+    for child in item:
+        tag = child.tag
+        if tag.__class__ is not str:
+            continue
+        slot = memo[tag] if tag in memo else table.key(tag, child)
+        if slot is None:
+            continue
+        if slot == every:
+            links.append(child)
+        elif fields[slot] is None:
+            fields[slot] = child
+    return fields, links
 
 
 @lru_cache(maxsize=1024)
@@ -153,13 +234,26 @@ def canonical_tag(tag: str) -> str:
     if not tag.startswith("{"):
         return tag
     uri, _, local = tag[1:].partition("}")
-    key = uri.strip().rstrip("/#").lower()
-    if key.startswith("https://"):
-        key = "http://" + key[len("https://") :]
-    prefix = NAMESPACE_PREFIXES.get(key)
+    prefix = NAMESPACE_PREFIXES.get(namespace_key(uri))
     if prefix is None:
         return tag
     return f"{prefix}:{local}" if prefix else local
+
+
+def element_name(element: etree._Element) -> str:
+    """The canonical name of ``element``: :func:`canonical_tag`, or for a namespace not known
+    at all, :func:`by_prefix`."""
+    name = canonical_tag(element.tag)
+    return by_prefix(name, element.prefix) if name.startswith("{") else name
+
+
+def by_prefix(tag: str, prefix: str | None) -> str:
+    """``{uri}local`` in a namespace not known at all, named as feedparser names it: by its
+    prefix if that is one of ours, by its local name without a prefix, else unchanged."""
+    if prefix is None:
+        return tag.partition("}")[2]
+    prefix = prefix.lower()
+    return f"{prefix}:{tag.partition('}')[2]}" if prefix in FALLBACK_PREFIXES else tag
 
 
 RSS_CHANNEL = FieldTable(RSS_CHANNEL_FIELDS)

@@ -5,7 +5,9 @@ DTD is not loaded, e.g. RSS 0.91's) becomes its HTML character when it has one a
 ``&name;`` otherwise: characters are never dropped. Markup values (content, description,
 summary) are the element's text, i.e. the raw HTML for CDATA or escaped HTML; when the element
 holds real child elements (inline XHTML, Atom ``type="xhtml"``) they are serialized back, without
-the XHTML namespace declarations lxml would otherwise repeat on every top-level element.
+the XHTML namespace declarations lxml would otherwise repeat on every top-level element. Markup
+values come repaired (:mod:`.text_repair`); titles, links and GUIDs are repaired later, by
+:func:`.parse_common.finish_values`.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from html import escape
 from html.entities import html5
 
 from lxml import etree
+
+from .text_repair import may_need_repair, readable, repaired
 
 XHTML_NAMESPACE = "http://www.w3.org/1999/xhtml"
 
@@ -36,10 +40,26 @@ def text_of(element: etree._Element) -> str:
 
 
 def markup_of(element: etree._Element) -> str:
-    """The element's value as HTML: its text, or its serialized children if it has any."""
+    """The element's value as HTML: its text, or its serialized children if it has any;
+    repaired (:mod:`.text_repair`)."""
     if len(element) == 0 or not any(isinstance(child.tag, str) for child in element):
-        return text_of(element)
-    return serialize_inner(element)
+        text = text_of(element)
+        return text if text.isascii() else _readable_text(element, text)
+    return readable(serialize_inner(element))
+
+
+LXML_BYTES_FROM = 512
+"""Characters from which a text is checked on the UTF-8 bytes lxml serializes (a copy, about
+ten times cheaper than encoding a long str); shorter ones are encoded."""
+
+
+def _readable_text(element: etree._Element, text: str) -> str:
+    """``text``, the text of ``element`` (not ASCII), repaired."""
+    if len(element) == 0 and len(text) >= LXML_BYTES_FROM:
+        utf8 = etree.tostring(element, method="text", encoding="utf-8", with_tail=False)
+    else:
+        utf8 = text.encode("utf-8", "surrogatepass")
+    return repaired(text, utf8) if may_need_repair(utf8) else text
 
 
 def from_base64(text: str) -> str:
@@ -94,7 +114,7 @@ def atom_markup(element: etree._Element) -> str | None:
     if element.get("src") is not None and not text_of(element).strip():
         return None
     if element.get("type") == "xhtml":
-        return serialize_inner(xhtml_container(element))
+        return readable(serialize_inner(xhtml_container(element)))
     if element.get("mode") == "base64":
-        return from_base64(text_of(element))
+        return readable(from_base64(text_of(element)))
     return markup_of(element)
