@@ -107,7 +107,7 @@ def test_a_304_to_an_unconditional_request_is_a_protocol_failure(
     error = fetch_error(url)
     assert (error.kind, error.status, error.url) == ("protocol", 304, url)
     assert "304 Not Modified to an unconditional request" in str(error)
-    assert "will retry with backoff" in str(error)
+    assert str(error).endswith("): nothing stored")
     assert fetch(url, etag=ETAG).not_modified, "asked with a validator, a 304 answers it"
     assert fetch(url, last_modified=LAST_MODIFIED).not_modified
 
@@ -254,9 +254,14 @@ def test_error_statuses(feed_server: FeedServer, status: int, words: str) -> Non
     assert url in str(error)
 
 
-def test_503_message_says_what_happens_next(feed_server: FeedServer) -> None:
+def test_503_message_says_what_happened_and_leaves_what_next_to_the_caller(
+    feed_server: FeedServer,
+) -> None:
+    """A cycle's WARNING line says when it retries (tests/test_pipeline.py), worded alike for
+    every failure; ``add`` does not retry at all, so the error itself promises nothing."""
     url = feed_server.route("/feed", status=503, body=b"busy")
-    assert "will retry with backoff" in str(fetch_error(url))
+    message = str(fetch_error(url))
+    assert message.endswith(f"HTTP 503 Service Unavailable from {url} (the server is failing)")
 
 
 def test_429_mentions_retry_after(feed_server: FeedServer) -> None:
@@ -319,6 +324,19 @@ def test_a_retry_after_in_neither_form_is_said_to_be_ignored(
     message = str(fetch_error(url))
     assert "asks to wait" not in message
     assert f"its Retry-After '{retry_after}' is neither seconds nor an HTTP-date, ignored" in (
+        message
+    )
+
+
+@pytest.mark.parametrize("retry_after", ["0", "Thu, 01 Jan 2015 00:00:00 GMT"])
+def test_a_retry_after_asking_for_no_wait_is_not_worded_as_a_wait(
+    feed_server: FeedServer, retry_after: str
+) -> None:
+    """Zero or a past date asks for nothing: "asks to wait 0 s" would name a wait not kept."""
+    url = feed_server.route("/feed", status=429, headers={"Retry-After": retry_after})
+    message = str(fetch_error(url))
+    assert "asks to wait" not in message
+    assert f"(rate limited, its Retry-After {retry_after!r} asks for no wait (zero or a past " in (
         message
     )
 

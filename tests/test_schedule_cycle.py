@@ -235,6 +235,35 @@ def test_410_stops_scheduling_keeps_the_items_and_says_what_to_do(
     assert row == {"gone_at": None, "next_fetch_at": stamp(p.clock.now + timedelta(minutes=30))}
 
 
+def test_a_410_is_one_warning_and_a_manual_fetch_finding_it_gone_again_none(
+    feed_server: FeedServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The README says a 410 is told once: the advice came with the outcome line, a second
+    WARNING saying less; a `fetch` of the gone feed logged that line as a WARNING again."""
+    url = feed_server.route("/feed", status=410, body=b"gone for good")
+    p = polite_project(tmp_path, [url])
+    with caplog.at_level(logging.INFO, logger="feedcollector"):
+        assert p.cycle().gone == 1
+    (warning,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warning.getMessage().startswith(f"fetch: {url} answered 410 Gone: it is no longer ")
+    assert "Remove it from the feeds file" in warning.getMessage()
+    cycle = [r for r in caplog.records if r.getMessage().startswith("cycle: ")]
+    assert [r.levelno for r in cycle] == [logging.INFO], "a feed gone is news"
+
+    caplog.clear()
+    p.clock.advance(hours=1)
+    with caplog.at_level(logging.INFO, logger="feedcollector"):
+        assert p.cycle(urls=[url], force=True).gone == 1
+    lines = [(r.levelno, r.getMessage()) for r in caplog.records if url in r.getMessage()]
+    assert lines == [
+        (
+            logging.INFO,
+            f"feed {url}: HTTP 410, gone: fetch: HTTP 410 Gone from {url} (the feed was removed "
+            f"for good; it is no longer fetched), 0 KiB, {lines[0][1].rsplit(', ', 1)[1]}",
+        )
+    ]
+
+
 def test_taking_a_gone_feed_out_of_the_file_and_back_tries_it_again(
     feed_server: FeedServer, tmp_path: Path
 ) -> None:

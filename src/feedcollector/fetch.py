@@ -15,6 +15,7 @@ import hashlib
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from http import HTTPStatus
 
 import aiohttp
@@ -28,10 +29,11 @@ from .feedhttp import (
     read_feed_body,
     validator,
 )
-from .http_hints import permanent_target, readable_retry_after, response_hints
+from .http_hints import permanent_target, readable_retry_after, response_hints, retry_after
 from .httpbody import TransferError, Unreachable, refuse_unreachable, remember_unreachable
 from .models import FetchedFeed
 from .safe_text import QUOTED_CHARS, one_line
+from .timestamps import format_timestamp, utc_now
 
 MIB = 1024 * 1024
 
@@ -66,6 +68,7 @@ async def fetch_feed(
     last_modified: str | None,
     limits: FetchLimits,
     unreachable: Unreachable | None = None,
+    now: datetime | None = None,
 ) -> FetchedFeed:
     """Conditional GET: 304 gives an empty body, 2xx the raw bytes, anything else FetchError.
 
@@ -73,6 +76,8 @@ async def fetch_feed(
     redirects (301/308) led; a 4xx/5xx FetchError carries its headers (Retry-After) too.
     An endpoint that takes no connection is added to ``unreachable``, and a request to one in
     it is not sent: a FetchError of kind ``NOT_TRIED`` (see :data:`.httpbody.Unreachable`).
+    ``now`` (the caller's clock, else the current time) dates a Retry-After in the message.
+    Messages say what happened; what the collector does next is the caller's to say.
     """
     dead: Unreachable = {} if unreachable is None else unreachable
     headers: dict[str, str] = {}
@@ -98,14 +103,20 @@ async def fetch_feed(
             )
             try:
                 return await _read_feed_response(
-                    response, url, limits, started, permanent_target(hops), conditional=conditional
+                    response,
+                    url,
+                    limits,
+                    started,
+                    permanent_target(hops),
+                    conditional=conditional,
+                    now=now or utc_now(),
                 )
             finally:
                 response.release()
     except TimeoutError as exc:
         raise FetchError(
             f"fetch: {url} did not finish within the {limits.deadline_s:g} s deadline "
-            "(the server is too slow; will retry with backoff)",
+            "(the server is too slow)",
             kind="deadline",
         ) from exc
     except TransferError as exc:
@@ -121,8 +132,10 @@ async def _read_feed_response(
     permanent_url: str | None,
     *,
     conditional: bool,
+    now: datetime,
 ) -> FetchedFeed:
-    """``conditional``: the request carried validators, so a 304 answers it."""
+    """``conditional``: the request carried validators, so a 304 answers it; ``now``: when it
+    was made (a Retry-After's wait is worded from it)."""
     status = response.status
     reason = header_text(response.reason or "")
     final_url = str(response.url)
@@ -133,7 +146,7 @@ async def _read_feed_response(
         raise FetchError(
             f"fetch: {final_url} answered 304 Not Modified to an unconditional request (no "
             "If-None-Match or If-Modified-Since was sent, so there is no copy it can mean; a "
-            "broken cache in front of the server?): nothing stored, will retry with backoff",
+            "broken cache in front of the server?): nothing stored",
             kind="protocol",
             status=304,
             url=final_url,
@@ -150,14 +163,14 @@ async def _read_feed_response(
             permanent_url=permanent_url,
         )
     if not 200 <= status < 300:
-        error = feed_status_error(status, reason, final_url, response.headers)
+        error = feed_status_error(status, reason, final_url, response.headers, now)
         raise FetchError(
             f"fetch: {error.detail}", kind=error.kind, status=status, hints=hints, url=final_url
         )
     if status == 206:
         raise FetchError(
             f"fetch: HTTP 206 {status_text(status, reason)} from {final_url} is a part of the "
-            "feed, though no Range was asked for; nothing stored, will retry with backoff",
+            "feed, though no Range was asked for; nothing stored",
             kind="protocol",
             status=206,
             url=final_url,
@@ -201,9 +214,10 @@ def body_digest(response: FetchedFeed) -> str:
 
 
 def feed_status_error(
-    status: int, reason_phrase: str, url: str, headers: Mapping[str, str]
+    status: int, reason_phrase: str, url: str, headers: Mapping[str, str], now: datetime
 ) -> TransferError:
-    """Word a 4xx/5xx answer so the log says what happened and what the collector will do."""
+    """Word a 4xx/5xx answer so the log says what happened and what it asks for (a Retry-After
+    in seconds and as a UTC time from ``now``); the log line adds when the next try is."""
     if status == 404:
         hint = "the feed is not there; check its URL"
     elif status == 410:
@@ -211,15 +225,15 @@ def feed_status_error(
     elif status in (401, 403):
         hint = "access denied; the feed needs credentials or blocks this client"
     elif status == 429:
-        wait = _retry_after_words(headers)
+        wait = _retry_after_words(headers, now)
         hint = f"rate limited, {wait}" if wait else "rate limited"
         hint += "; this host's feeds wait"
-    elif status == 503 and (wait := _retry_after_words(headers)):
+    elif status == 503 and (wait := _retry_after_words(headers, now)):
         hint = f"unavailable, {wait}"
     elif status >= 500:
-        hint = "the server is failing; will retry with backoff"
+        hint = "the server is failing"
     else:
-        hint = "the server refused the request; will retry with backoff"
+        hint = "the server refused the request"
     return TransferError(
         "http",
         f"HTTP {status} {status_text(status, reason_phrase)} from {url} ({hint})",
@@ -227,16 +241,22 @@ def feed_status_error(
     )
 
 
-def _retry_after_words(headers: Mapping[str, str]) -> str | None:
-    """What the answer's Retry-After says, quoted safely, or None without one. Text in neither
-    of its forms is called ignored, since it is: quoting it as a wait would claim it honoured."""
+def _retry_after_words(headers: Mapping[str, str], now: datetime) -> str | None:
+    """What the answer's Retry-After asks, in seconds and until when (UTC, from ``now``; an
+    HTTP-date is measured against the server's ``Date``), or None without one. Text in
+    neither of its forms is quoted safely and called ignored, since it is: quoting it as a
+    wait would claim it honoured."""
     text = headers.get("Retry-After", "")
     if not text.strip():
         return None
     quoted = one_line(header_text(text), QUOTED_CHARS)
-    if readable_retry_after(text):
-        return f"the server asks to wait {quoted}"
-    return f"its Retry-After {quoted!r} is neither seconds nor an HTTP-date, ignored"
+    if not readable_retry_after(text):
+        return f"its Retry-After {quoted!r} is neither seconds nor an HTTP-date, ignored"
+    wait = retry_after(response_hints(headers), now)
+    if wait is None:
+        return f"its Retry-After {quoted!r} asks for no wait (zero or a past date)"
+    seconds = round(wait.total_seconds())
+    return f"the server asks to wait {seconds} s (until {format_timestamp(now + wait)})"
 
 
 def status_text(status: int, reason_phrase: str) -> str:

@@ -88,7 +88,8 @@ async def defer(
 async def gone(
     collector: Collector, outcome: FeedOutcome, exc: FetchError, began: float
 ) -> FeedOutcome:
-    """410 Gone: no longer scheduled, items kept; the operator is told once what to do."""
+    """410 Gone: no longer scheduled, items kept; the operator is told once what to do (this
+    WARNING; the outcome line is DEBUG then, and INFO when a manual fetch finds it gone again)."""
     feed = outcome.feed
     outcome.state = "gone"
     outcome.error = str(exc)
@@ -96,6 +97,7 @@ async def gone(
     first = await store_schedule.record_gone(
         collector.db, feed.id, at=outcome.fetched_at, error=str(exc)
     )
+    outcome.warned = first
     if first:
         log.warning(
             "fetch: %s answered 410 Gone: it is no longer fetched, and its items stay. Remove "
@@ -107,12 +109,14 @@ async def gone(
     return outcome.finish(began)
 
 
-async def record_move(collector: Collector, feed: Feed, target: str) -> None:
+async def record_move(collector: Collector, outcome: FeedOutcome, target: str) -> None:
     """A permanent redirect: fetch from ``target`` from now on, and tell the operator."""
+    feed = outcome.feed
     moved_to = None if target == feed.url else target
     if moved_to == feed.moved_to:
         return
     await store_schedule.record_move(collector.db, feed.id, moved_to)
+    outcome.moved = True
     if moved_to is None:
         log.info("fetch: %s is served from its own URL again", feed.url)
         return
@@ -192,7 +196,8 @@ async def fail(
     began: float,
 ) -> FeedOutcome:
     """Count a fetch/parse failure and back off (30 min · 2^(n-1), capped at 24 h), but not
-    sooner than a 429/503's Retry-After; a 429 also makes the feed's host wait."""
+    sooner than a 429/503's Retry-After; a 429 also makes the feed's host wait. From
+    ``FAILURE_ALERT_THRESHOLD`` failures in a row the prominent warning is the feed's one line."""
     feed, now = outcome.feed, outcome.fetched_at
     failures = feed.consecutive_failures + 1
     asked = honour_refusal(collector, feed, exc, status, now)
@@ -212,12 +217,14 @@ async def fail(
         rate_limited_by=refused_by(feed, exc) if status == 429 else None,
     )
     if failures >= FAILURE_ALERT_THRESHOLD:
+        outcome.warned = True
         log.warning(
-            "!!! feed %s has failed %d times in a row (last: %s). Check whether it moved or died, "
-            "and fix or remove it in the feeds file.",
+            "!!! feed %s has failed %d times in a row (last: %s; will retry with backoff at %s). "
+            "Check whether it moved or died, and fix or remove it in the feeds file.",
             feed.url,
             failures,
             exc,
+            format_timestamp(outcome.next_fetch_at),
         )
     return outcome.finish(began)
 

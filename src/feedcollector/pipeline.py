@@ -104,9 +104,7 @@ async def run_cycle(
     if collector.settings.images.enabled and not collector.stopping.is_set():
         await download_pending_images(collector, report)
     report.elapsed_s = time.monotonic() - began
-    images = report.images_stored + report.images_failed + report.images_retry_later
-    busy = report.feeds or images  # an idle service polls a minute: 1,440 INFO lines a day
-    log.log(logging.INFO if busy else logging.DEBUG, "cycle: %s", report.summary())
+    log.log(report.summary_level(asked=force), "cycle: %s", report.summary())
     if collector.observer is not None:
         await collector.observer.cycle_done(report, collector.db)
     return report
@@ -146,6 +144,7 @@ async def refresh_feed(
                     last_modified=feed.last_modified,
                     limits=collector.fetch_limits,
                     unreachable=unreachable,
+                    now=fetched_at,
                 )
         except FetchError as exc:
             if exc.status == 410:
@@ -157,7 +156,7 @@ async def refresh_feed(
             return await outcomes.fail(collector, outcome, exc, exc.status, began)
         outcome.http_status = response.status
         if response.permanent_url is not None:
-            await outcomes.record_move(collector, feed, response.permanent_url)
+            await outcomes.record_move(collector, outcome, response.permanent_url)
         if response.not_modified:
             return outcomes.unchanged(collector, outcome, response, began)
 

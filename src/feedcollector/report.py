@@ -16,9 +16,12 @@ from typing import Protocol
 from .database import Database
 from .models import Feed
 from .store import NotModified
-from .timestamps import parse_timestamp
+from .timestamps import format_timestamp, parse_timestamp
 
 log = logging.getLogger("feedcollector")
+
+ANSWERED = frozenset({"stored", "not_modified", "unchanged"})
+"""States of a feed whose server answered with its feed (new or not)."""
 
 
 @dataclass(slots=True)
@@ -46,6 +49,11 @@ class FeedOutcome:
     quiet: bool = False
     """Logged at DEBUG, counted in the cycle's summary: a feed not requested because its host
     took no connection earlier in the cycle (its first feed's failure is the WARNING)."""
+    warned: bool = False
+    """A WARNING of its own already said what happened and what to do (410 Gone the first
+    time, failing 10 times in a row): the outcome line is DEBUG, so it is said once."""
+    moved: bool = False
+    """This fetch recorded a permanent move (or a return to the feed's own URL)."""
 
     def finish(self, began: float) -> FeedOutcome:
         self.elapsed_s = time.monotonic() - began
@@ -68,6 +76,33 @@ class FeedOutcome:
             return f"http_{self.http_status // 100}xx"
         return self.error_kind or "error"
 
+    @property
+    def recovered(self) -> bool:
+        """The feed answered after failing: its run of failures is over."""
+        return self.state in ANSWERED and self.feed.consecutive_failures > 0
+
+    @property
+    def changed(self) -> bool:
+        """Whether this refresh changed what the operator follows: new items, a first fetch, a
+        recovery, a move, a failure, 410 Gone, a Retry-After deferral, a storage abort. The
+        steady state (a feed answering with nothing new) is not a change."""
+        if self.quiet:
+            return False
+        if self.state not in ANSWERED:
+            return True
+        first = self.state == "stored" and self.feed.last_fetched_at is None
+        return bool(self.new_items) or first or self.recovered or self.moved
+
+    @property
+    def log_level(self) -> int:
+        """WARNING for a failure (unless its own WARNING said it), INFO for a change, DEBUG
+        for the steady state and for what another line said already."""
+        if self.quiet or self.warned or self.state == "aborted":
+            return logging.DEBUG  # an aborted feed's storage error was logged whole
+        if self.state == "failed":
+            return logging.WARNING
+        return logging.INFO if self.changed else logging.DEBUG
+
     def describe(self) -> str:
         status = f"HTTP {self.http_status}" if self.http_status else "no response"
         if self.state == "stored":
@@ -76,10 +111,20 @@ class FeedOutcome:
             what = "not modified"
         elif self.state == "unchanged":
             what = "the body stored last time, not read again"
+        elif self.state == "failed":
+            what = f"failed: {self.error} ({self.retry_words()})"
         else:
             what = f"{self.state}: {self.error}"
+        if self.recovered:
+            what += f", answering again after {self.feed.consecutive_failures} failures in a row"
         size = f"{self.bytes / 1024:.1f} KiB" if self.bytes else "0 KiB"
         return f"feed {self.feed.url}: {status}, {what}, {size}, {self.elapsed_s:.2f} s"
+
+    def retry_words(self) -> str:
+        """What happens after a failure, worded alike for every kind: when the next try is."""
+        failures = self.feed.consecutive_failures + 1
+        when = format_timestamp(self.next_fetch_at) if self.next_fetch_at else "the next cycle"
+        return f"will retry with backoff at {when}, failure {failures} in a row"
 
 
 class CycleObserver(Protocol):
@@ -126,6 +171,8 @@ class CycleReport:
     images_retry_later: int = 0
     elapsed_s: float = 0.0
     failed_urls: list[str] = field(default_factory=list)
+    changed: int = 0
+    """Feeds whose refresh changed something (:attr:`FeedOutcome.changed`)."""
 
     def add(self, outcome: FeedOutcome) -> None:
         self.feeds += 1
@@ -150,14 +197,9 @@ class CycleReport:
         due = outcome.feed.next_fetch_at
         if due and (self.oldest_due is None or due < self.oldest_due):
             self.oldest_due = due
-        if outcome.state in ("not_modified", "unchanged") or outcome.quiet:
-            level = logging.DEBUG  # counted in the cycle's summary line
-        elif outcome.state == "aborted":
-            level = logging.DEBUG  # its storage error was logged whole where it happened
-        elif outcome.state in ("stored", "deferred"):
-            level = logging.INFO
-        else:
-            level = logging.WARNING
+        if outcome.changed:
+            self.changed += 1
+        level = outcome.log_level  # the steady state is DEBUG, counted in the summary line
         if log.isEnabledFor(level):
             log.log(level, "%s", outcome.describe())
         if self.observer is not None:
@@ -178,6 +220,19 @@ class CycleReport:
         except ValueError:
             return 0.0
         return max((self.started - due).total_seconds(), 0.0)
+
+    @property
+    def eventful(self) -> bool:
+        """Whether the cycle did anything worth an INFO line: a feed changed (new items, a
+        failure, a recovery...), images were handled, or storage failed. A cycle of feeds that
+        answered with nothing new is the steady state: its summary is DEBUG."""
+        images = self.images_stored + self.images_failed + self.images_retry_later
+        return bool(self.changed or images or self.storage_failing is not None)
+
+    def summary_level(self, *, asked: bool) -> int:
+        """INFO for an eventful cycle or one the operator asked for (``fetch``), else DEBUG:
+        ``run`` polls every minute, and a steady cycle's INFO line, 1,440 a day, said nothing."""
+        return logging.INFO if self.eventful or asked else logging.DEBUG
 
     def summary(self) -> str:
         polite = "".join(

@@ -27,6 +27,9 @@ FEED_STATE_SQL = (
 )
 STATES = ("gone", "failing", "new", "active", "removed")
 """Every state, worst first: the primary sort order of the listing."""
+UNSCHEDULED = frozenset({"gone", "removed"})
+"""States of feeds the collector does not fetch: they have no next fetch (the row keeps the
+last one planned, a time long past)."""
 IMAGE_STATUSES = ("pending", "success", "failed")
 
 
@@ -151,7 +154,7 @@ def build_status(
                 state=state,
                 title=row["title"],
                 last_fetched_at=row["last_fetched_at"],
-                next_fetch_at=row["next_fetch_at"],
+                next_fetch_at=None if state in UNSCHEDULED else row["next_fetch_at"],
                 consecutive_failures=int(row["consecutive_failures"] or 0),
                 last_error=row["last_error"],
                 last_status=row["last_status"],
