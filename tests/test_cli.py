@@ -20,7 +20,7 @@ import pytest
 from benchmarks.farm import run_farm
 
 from .feedserver import FeedServer, Route
-from .samples import Entry, rss, write_project
+from .samples import Entry, png, rss, write_project
 
 
 def feedcollector(
@@ -163,6 +163,46 @@ def test_fetch_items_and_restore_take_a_feed_url_whose_scheme_and_host_case_diff
     unsure = feedcollector("--config", config, "items", "--feed", mixed, cwd=tmp_path)
     assert unsure.returncode == 2
     assert f"items: {mixed} names 2 feeds of the database: {shouted}, {url}" in unsure.stderr
+
+
+def test_retry_images_queues_failed_images_again_for_the_next_run(
+    feed_server: FeedServer, tmp_path: Path
+) -> None:
+    """An image host down for longer than the retries waited (an hour, then a day) left its
+    images ``failed`` for good, with no way to queue them again. ``retry-images --feed URL``
+    (URLs compare as in the feeds file) queues that feed's, the next run stores them."""
+    image = png()
+    a_png = feed_server.route("/a.png", status=404)
+    b_png = feed_server.route("/b.png", status=404)
+    feed = feed_server.route(
+        "/a.xml", body=rss([Entry("a", guid="a", content=f'<img src="{a_png}">')])
+    )
+    other = feed_server.route(
+        "/b.xml", body=rss([Entry("b", guid="b", content=f'<img src="{b_png}">')])
+    )
+    config = str(write_project(tmp_path, [feed, other]))
+    assert feedcollector("--config", config, "run", "--once", cwd=tmp_path).returncode == 0
+    db = tmp_path / "collector.db"
+    assert count(db, "SELECT COUNT(*) FROM image_tasks WHERE attempts = 1 AND retry_at > ''") == 2
+    with sqlite3.connect(db) as conn:  # as the retries an hour and a day later leave them
+        conn.execute("UPDATE image_tasks SET status = 'failed', attempts = 3, retry_at = ''")
+    feed_server.route("/a.png", body=image, headers={"Content-Type": "image/png"})
+
+    shouted = feed.replace("http://", "HTTP://")
+    queued = feedcollector("--config", config, "retry-images", "--feed", shouted, cwd=tmp_path)
+    assert queued.returncode == 0, queued.stderr
+    assert f"retry-images: 1 failed images of {feed} queued again" in queued.stdout
+    unknown = feed_server.url("/nope.xml")
+    refused = feedcollector("--config", config, "retry-images", "--feed", unknown, cwd=tmp_path)
+    assert refused.returncode == 2
+    assert f"retry-images: no feed {unknown} in the database" in refused.stderr
+    assert feedcollector("--config", config, "run", "--once", cwd=tmp_path).returncode == 0
+    (key,) = [path for path in (tmp_path / "objects" / "images").rglob("*.png")]
+    assert key.read_bytes() == image
+    assert count(db, "SELECT COUNT(*) FROM image_tasks WHERE status = 'success'") == 1
+    assert len(feed_server.hits("/b.png")) == 1, "the other feed's image stayed failed"
+    everything = feedcollector("--config", config, "retry-images", cwd=tmp_path)
+    assert "retry-images: 1 failed images queued again" in everything.stdout
 
 
 def test_hints_carry_the_config_they_were_given_so_they_work_from_any_folder(

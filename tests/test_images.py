@@ -12,6 +12,7 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
+from datetime import timedelta
 from http.server import BaseHTTPRequestHandler
 from ipaddress import IPv4Address, ip_address
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
-from feedcollector import image_stage
+from feedcollector import image_stage, store_images
 from feedcollector.collector import Collector, open_collector
 from feedcollector.config import load_settings
 from feedcollector.errors import ImageError, ImageNotTried
@@ -44,7 +45,7 @@ from feedcollector.netguard import (
 from feedcollector.pipeline import run_cycle
 from feedcollector.report import CycleReport
 from feedcollector.safe_text import QUOTED_CHARS
-from feedcollector.timestamps import parse_timestamp
+from feedcollector.timestamps import format_timestamp, parse_timestamp
 
 from .feedserver import FeedServer
 from .samples import Clock, Entry, Handler, rss, send_ok, write_project
@@ -869,3 +870,161 @@ def test_a_cancelled_page_waits_a_moment_at_most_for_a_locked_database(
         f"(cancelled, no answer in {image_stage.CANCELLED_PATIENCE_S:g} s); "
         f"these 3 tasks stay leased until {until}"
     ) in left.getMessage()
+
+
+# --- the retry schedule: a failed attempt waits, a Retry-After is honoured, retry-images --------
+
+
+def refusing(status: int, **headers: str) -> Handler:
+    """An image route answering ``status`` with an empty body and these headers (``Date``
+    fixed when given, so an HTTP-date Retry-After means the same whenever the test runs)."""
+
+    def handler(request: BaseHTTPRequestHandler) -> None:
+        request.send_response_only(status)
+        for name, value in {"Content-Length": "0", **headers}.items():
+            request.send_header(name.replace("_", "-"), value)
+        request.end_headers()
+
+    return handler
+
+
+def retry_states(stage: Stage) -> list[tuple[str, int, str]]:
+    with contextlib.closing(sqlite3.connect(stage.folder / "collector.db")) as conn:
+        sql = "SELECT status, attempts, retry_at FROM image_tasks ORDER BY position"
+        return list(conn.execute(sql))
+
+
+def test_a_failing_image_is_tried_again_an_hour_then_a_day_later_then_fails_with_a_warning(
+    feed_server: FeedServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A soak test: cycles seconds to a minute apart spent an image's three attempts within
+    11 s, so an image host's outage of a few minutes failed its images for good. Now a failed
+    attempt waits an hour, the next a day; each says when the image is tried next (INFO,
+    naming the feed), and the third failure logs one WARNING saying how to queue it again."""
+    feed = image_feed(feed_server, {"down": refusing(503)})
+    image = feed_server.url("/down.png")
+    stage = Stage(tmp_path, feed)
+    start = stage.clock.now
+    first_retry = start + store_images.RETRY_DELAYS[0]
+    second_retry = first_retry + store_images.RETRY_DELAYS[1]
+    assert (first_retry - start, second_retry - first_retry) == (
+        timedelta(hours=1),
+        timedelta(days=1),
+    )
+    with caplog.at_level(logging.INFO, logger="feedcollector"):
+        stage.cycle()
+        assert retry_states(stage) == [("pending", 1, format_timestamp(first_retry))]
+        (tried,) = messages(caplog, image)
+        assert tried.levelno == logging.INFO
+        said = tried.getMessage()
+        assert f"of feed {feed}, attempt 1 of 3 failed" in said
+        assert "HTTP 503" in said
+        assert f"tried again from {format_timestamp(first_retry)}" in said
+        for moment in (start + timedelta(minutes=1), first_retry - timedelta(seconds=1)):
+            stage.clock.now = moment
+            stage.cycle()
+            assert len(feed_server.hits("/down.png")) == 1, f"not tried again at {moment}"
+        stage.clock.now = first_retry
+        stage.cycle()
+        assert retry_states(stage) == [("pending", 2, format_timestamp(second_retry))]
+        stage.clock.now = second_retry - timedelta(minutes=1)
+        stage.cycle()
+        assert len(feed_server.hits("/down.png")) == 2
+        caplog.clear()
+        stage.clock.now = second_retry
+        stage.cycle()
+        assert retry_states(stage) == [("failed", 3, "")]
+        (gave_up,) = messages(caplog, image)
+        stage.clock.advance(days=30)
+        stage.cycle()
+    assert len(feed_server.hits("/down.png")) == 3, "a failed task is not tried again"
+    assert gave_up.levelno == logging.WARNING
+    said = gave_up.getMessage()
+    assert f"{image} of feed {feed} failed for good after 3 attempts" in said
+    assert f"(last: image: HTTP 503 Service Unavailable from {image})" in said
+    assert f"`feedcollector retry-images --feed {feed}`" in said
+
+
+@pytest.mark.parametrize(
+    ("status", "retry_after", "waited"),
+    [
+        (503, "7200", timedelta(hours=2)),
+        (429, "60", timedelta(hours=1)),
+        (503, "Thu, 05 Mar 2026 09:00:00 GMT", timedelta(days=3)),
+        (429, "99999999999", timedelta(days=7)),
+    ],
+    ids=["longer-than-the-schedule", "shorter", "http-date", "capped"],
+)
+def test_an_image_servers_retry_after_delays_the_next_attempt(
+    feed_server: FeedServer, tmp_path: Path, status: int, retry_after: str, waited: timedelta
+) -> None:
+    """A 429 or 503 whose Retry-After asks for longer than the schedule's wait gets it (an
+    HTTP-date measured against the server's Date), up to 7 days; a shorter one changes
+    nothing. It was ignored, and the image tried again a minute later."""
+    date = "Mon, 02 Mar 2026 09:00:00 GMT"
+    handler = refusing(status, Retry_After=retry_after, Date=date)
+    stage = Stage(tmp_path, image_feed(feed_server, {"busy": handler}))
+    start = stage.clock.now
+    stage.cycle()
+    assert retry_states(stage) == [("pending", 1, format_timestamp(start + waited))]
+    stage.clock.now = start + waited - timedelta(seconds=1)
+    stage.cycle()
+    assert len(feed_server.hits("/busy.png")) == 1
+    stage.clock.now = start + waited
+    stage.cycle()
+    assert len(feed_server.hits("/busy.png")) == 2
+
+
+def test_retry_images_queues_the_failed_images_of_one_feed_again(
+    feed_server: FeedServer, tmp_path: Path
+) -> None:
+    """Images of a host down for longer than the retries waited failed for good; queued again
+    (only the feed asked for), the next cycle stores them, a minute later, not a day later."""
+    served: dict[str, bytes | None] = {"a": None}
+
+    def png_once_back(request: BaseHTTPRequestHandler) -> None:
+        if served["a"] is None:
+            refusing(404)(request)
+        else:
+            send_ok(request, served["a"], "image/png")
+
+    feed = image_feed(feed_server, {"a": png_once_back})
+    other_entry = Entry("other", guid="o", content=f'<img src="{feed_server.url("/gone.png")}">')
+    feed_server.route("/gone.png", status=404)
+    other = feed_server.route("/other", body=rss([other_entry]))
+    stage = Stage(tmp_path, feed)
+    stage.config.parent.joinpath("feeds.yaml").write_text(
+        f"feeds:\n  - url: {feed}\n  - url: {other}\n", encoding="utf-8"
+    )
+    stage.cycle()
+    for delay in store_images.RETRY_DELAYS:
+        stage.clock.advance(seconds=delay.total_seconds())
+        stage.cycle()
+    assert retry_states(stage) == [("failed", 3, "")] * 2
+    served["a"] = PNG
+    stage.clock.advance(minutes=1)
+
+    async def requeue(urls: list[str] | None) -> int:
+        async with open_collector(load_settings(stage.config), clock=stage.clock) as collector:
+            return await store_images.requeue_failed_images(
+                collector.db, now=stage.clock.now, feed_urls=urls
+            )
+
+    assert asyncio.run(requeue([feed])) == 1
+    assert asyncio.run(requeue([feed])) == 0, "nothing failed is left in that feed"
+    stage.clock.advance(minutes=1)
+    report = stage.cycle()
+    assert report.images_stored == 1
+    with contextlib.closing(sqlite3.connect(stage.folder / "collector.db")) as conn:
+        rows = conn.execute(
+            "SELECT original_url, status, attempts, retry_at, last_error, r2_key "
+            "FROM image_tasks ORDER BY original_url"
+        ).fetchall()
+    (key,) = stage.objects()
+    assert rows == [
+        (feed_server.url("/a.png"), "success", 1, "", None, key),
+        (feed_server.url("/gone.png"), "failed", 3, "", rows[1][4], None),
+    ]
+    assert (stage.folder / "objects" / key).read_bytes() == PNG
+    assert len(feed_server.hits("/gone.png")) == 3
+    assert asyncio.run(requeue(None)) == 1, "without a feed, every failed image"

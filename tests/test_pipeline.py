@@ -22,7 +22,7 @@ import pytest
 
 from feedcollector import collector as collector_module
 from feedcollector import fetch as fetch_module
-from feedcollector import image_stage
+from feedcollector import image_stage, store_images
 from feedcollector import parse as parse_module
 from feedcollector.breaker import STORAGE_TRIP_AFTER, StorageBreaker
 from feedcollector.collector import open_collector
@@ -37,7 +37,18 @@ from feedcollector.schedule import feed_id_for
 from feedcollector.timestamps import format_timestamp
 
 from .feedserver import FeedServer, Route
-from .samples import START, Clock, Entry, closed_port, md5_8, png, rss, send_ok, write_project
+from .samples import (
+    START,
+    Clock,
+    Entry,
+    closed_port,
+    dripping_body,
+    md5_8,
+    png,
+    rss,
+    send_ok,
+    write_project,
+)
 
 
 @dataclass
@@ -564,7 +575,7 @@ def test_image_results_are_written_while_a_slow_image_of_the_page_downloads(
     assert [r["status"] for r in p.rows("SELECT status FROM image_tasks")] == ["success"] * 2
 
 
-def test_missing_images_are_retried_each_cycle_and_fail_at_three(
+def test_missing_images_are_retried_an_hour_then_a_day_later_and_fail_at_three(
     feed_server: FeedServer, project: Callable[..., Project]
 ) -> None:
     url = feed_server.route(
@@ -588,7 +599,10 @@ def test_missing_images_are_retried_each_cycle_and_fail_at_three(
         assert "404" in rows[0]["last_error"]
         assert "image" in rows[1]["last_error"].lower()
         p.clock.advance(minutes=1)
-    p.cycle()
+        p.cycle()
+        assert len(feed_server.hits("/missing.png")) == attempt, "not again a minute later"
+        if attempt < 3:
+            p.clock.advance(seconds=store_images.RETRY_DELAYS[attempt - 1].total_seconds())
     assert len(feed_server.hits("/missing.png")) == 3, "a failed task is not tried again"
     assert p.rows("SELECT COUNT(*) AS n FROM items")[0]["n"] == 1
 
@@ -656,13 +670,15 @@ def test_an_unreachable_image_host_is_tried_once_a_cycle(
 ) -> None:
     """One task of a host that took no connection is tried a cycle; its others are handed
     back uncharged instead of each waiting out a timeout (a host down for a while does not
-    fail images it never tried), and the other hosts' images go on."""
+    fail images it never tried), and the other hosts' images go on. A charged one waits for
+    its retry (an hour), new ones first."""
     dead = f"http://127.0.0.1:{closed_port()}"
     ok = feed_server.route("/img/ok.png", body=png(), headers={"Content-Type": "image/png"})
     html = "".join(f'<img src="{dead}/{n}.png">' for n in range(3)) + f'<img src="{ok}">'
     url = feed_server.route("/feed", body=rss([Entry("pictures", guid="p", content=html)]))
     p = project([url], extra_toml="concurrency = 1\n")
-    for attempts in ([0, 0, 1], [0, 0, 2], [0, 0, 3], [0, 1, 3]):
+    waits = {0: timedelta(minutes=1), 1: timedelta(minutes=1), 2: timedelta(hours=1)}
+    for cycle, attempts in enumerate(([0, 0, 1], [0, 1, 1], [1, 1, 1], [1, 1, 2])):
         report = p.cycle()
         rows = p.rows(
             "SELECT attempts, status, last_error, lease_until FROM image_tasks "
@@ -677,7 +693,7 @@ def test_an_unreachable_image_host_is_tried_once_a_cycle(
                 assert (row["status"], row["last_error"]) == ("pending", None)
             else:
                 assert "refused the connection" in row["last_error"]
-        p.clock.advance(minutes=1)
+        p.clock.advance(seconds=waits.get(cycle, timedelta(0)).total_seconds())
     assert p.rows("SELECT status FROM image_tasks WHERE original_url = ?", ok) == [
         {"status": "success"}
     ]
@@ -1228,7 +1244,7 @@ def test_an_item_over_ten_megabytes_is_read_within_the_body_cap(
 ) -> None:
     """``[fetch] max_body_bytes`` (20 MiB) lets a feed carry an item of over 10 MB (images
     inlined as data: URLs), but lxml refuses a text node that long unless told otherwise, and
-    the lenient parser takes at most 4 MiB: the whole feed failed on every fetch."""
+    the lenient parser then took at most 4 MiB: the whole feed failed on every fetch."""
     huge = "<p>" + "x" * 11_000_000 + "</p>"
     body = rss([Entry("huge", guid="huge", content=huge), Entry("small", guid="small")])
     url = feed_server.route("/feed", body=body, headers={"Content-Type": "application/rss+xml"})
@@ -1283,3 +1299,215 @@ def test_a_batch_written_after_another_is_never_dated_before_it(
         {"guid": "l", "created_at": "2026-03-02T10:00:00Z"},
         {"guid": "q", "created_at": "2026-03-02T10:00:00Z"},
     ]
+
+
+# --- what the log says: once, in plain words, and nothing in the steady state ---------------
+
+
+def feed_lines(caplog: pytest.LogCaptureFixture, url: str) -> list[tuple[int, str]]:
+    """The outcome lines of feed ``url`` and the cycles' summaries, with their levels."""
+    return [
+        (r.levelno, r.getMessage())
+        for r in caplog.records
+        if r.getMessage().startswith((f"feed {url}:", "cycle: "))
+    ]
+
+
+def gist(lines: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    """``(level, what)``: a feed line's outcome (``1 new of 2 items``), a summary's start."""
+    return [
+        (level, message.split(", ")[0 if message.startswith("cycle: ") else 1])
+        for level, message in lines
+    ]
+
+
+def test_a_feed_with_nothing_new_is_quiet_at_info(
+    feed_server: FeedServer, project: Callable[..., Project], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A body that changes on every fetch (a new lastBuildDate, an ad) with no new item logged
+    "0 new of N items" and the cycle's summary at INFO on every fetch: hours of a soak test's
+    log said nothing. Both are DEBUG now; new items, and a first fetch, stay INFO."""
+    route = Route()
+    url = feed_server.route("/feed", route)
+    p = project([url])
+    cycles: list[list[tuple[int, str]]] = []
+    for fetch, entries in enumerate(([], [], [Entry("Two", guid="2")])):
+        route.body = rss([Entry("One", guid="1"), *entries], title=f"Fetch {fetch}")
+        caplog.clear()
+        with caplog.at_level(logging.DEBUG, logger="feedcollector"):
+            assert p.cycle().stored == 1
+        cycles.append(gist(feed_lines(caplog, url)))
+        p.clock.advance(minutes=30)
+    assert cycles == [
+        [(logging.INFO, "1 new of 1 items"), (logging.INFO, "cycle: 1 feeds (1 updated")],
+        [(logging.DEBUG, "0 new of 1 items"), (logging.DEBUG, "cycle: 1 feeds (1 updated")],
+        [(logging.INFO, "1 new of 2 items"), (logging.INFO, "cycle: 1 feeds (1 updated")],
+    ]
+    route.body = rss([Entry("One", guid="1"), Entry("Two", guid="2")], title="Fetch 3")
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="feedcollector"):
+        assert p.cycle(urls=[url], force=True).new_items == 0
+    assert gist(feed_lines(caplog, url)) == [
+        (logging.DEBUG, "0 new of 2 items"),
+        (logging.INFO, "cycle: 1 feeds (1 updated"),
+    ], "`fetch` asked for it: its summary answers at INFO even when nothing changed"
+
+
+def test_the_first_fetch_of_an_empty_feed_is_said_once(
+    feed_server: FeedServer, project: Callable[..., Project], caplog: pytest.LogCaptureFixture
+) -> None:
+    route = Route(body=rss([], title="Nothing yet"))
+    url = feed_server.route("/empty", route)
+    p = project([url])
+    with caplog.at_level(logging.DEBUG, logger="feedcollector"):
+        p.cycle()
+        route.body = rss([], title="Still nothing")
+        p.clock.advance(minutes=30)
+        p.cycle()
+    assert gist(feed_lines(caplog, url)) == [
+        (logging.INFO, "0 new of 0 items"),
+        (logging.INFO, "cycle: 1 feeds (1 updated"),
+        (logging.DEBUG, "0 new of 0 items"),
+        (logging.DEBUG, "cycle: 1 feeds (1 updated"),
+    ]
+
+
+def test_a_feed_answering_again_after_failures_says_so_once(
+    feed_server: FeedServer, project: Callable[..., Project], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its failures were WARNINGs; its recovery, with nothing new (a 304), was a DEBUG line in
+    a cycle logged at DEBUG: the log never said it was fine again."""
+    route = Route(body=rss([Entry("One", guid="1")]), etag='"v1"')
+    url = feed_server.route("/feed", route)
+    p = project([url])
+    p.cycle()
+    route.status = 503
+    for _ in range(2):
+        p.clock.advance(minutes=30)
+        assert p.cycle().failed == 1
+    route.status = 200
+    p.clock.advance(minutes=60)
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="feedcollector"):
+        assert p.cycle().not_modified == 1
+        p.clock.advance(minutes=30)
+        assert p.cycle().not_modified == 1
+    lines = feed_lines(caplog, url)
+    assert [n for n, _ in lines] == [logging.INFO, logging.INFO, logging.DEBUG, logging.DEBUG]
+    assert lines[0][1].startswith(
+        f"feed {url}: HTTP 304, not modified, answering again after 2 failures in a row, "
+    )
+
+
+def slow_answer(request: BaseHTTPRequestHandler) -> None:
+    """Headers at once, the body never: the read times out."""
+    request.send_response(200)
+    request.send_header("Content-Length", "100")
+    request.end_headers()
+    request.wfile.flush()
+    time.sleep(3)
+
+
+@pytest.mark.parametrize(
+    ("path", "route", "error"),
+    [
+        ("/timeout", Route(handler=slow_answer), "timed out after 0.2 s waiting for data"),
+        (
+            "/deadline",
+            Route(handler=dripping_body("application/rss+xml", every_s=0.05, for_s=5)),
+            "did not finish within the 0.5 s deadline",
+        ),
+        ("/500", Route(status=500), "(the server is failing)"),
+        ("/503", Route(status=503), "HTTP 503 Service Unavailable"),
+        ("/404", Route(status=404), "(the feed is not there; check its URL)"),
+        ("/html", Route(body=b"<html><body>no feed</body></html>"), "parse: "),
+        ("refused", None, "refused the connection"),
+    ],
+    ids=["timeout", "deadline", "500", "503", "404", "parse", "refused"],
+)
+def test_every_failure_line_says_alike_when_the_next_try_is(
+    feed_server: FeedServer,
+    project: Callable[..., Project],
+    caplog: pytest.LogCaptureFixture,
+    path: str,
+    route: Route | None,
+    error: str,
+) -> None:
+    """A timeout's line lacked "will retry with backoff", which a 5xx's carried, and no
+    failure's line said when the next try was. One WARNING per failure, worded alike."""
+    url = feed_server.route(path, route) if route else f"http://127.0.0.1:{closed_port()}/feed"
+    p = project([url], extra_toml='[fetch]\ntimeout = "200ms"\ndeadline = "500ms"\n')
+    for failures, backoff in ((1, 30), (2, 60)):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="feedcollector"):
+            assert p.cycle().failed == 1
+        (row,) = p.rows("SELECT next_fetch_at, last_error FROM feeds")
+        assert row["next_fetch_at"] == format_timestamp(p.clock.now + timedelta(minutes=backoff))
+        (line,) = [r.getMessage() for r in caplog.records if url in r.getMessage()]
+        assert line.startswith(f"feed {url}: ")
+        assert error in line
+        assert f"{row['last_error']} (will retry with backoff at {row['next_fetch_at']}, " in line
+        assert f"failure {failures} in a row), " in line
+        assert "retry" not in row["last_error"], "the stored error says what happened"
+        p.clock.advance(minutes=backoff)
+
+
+def test_a_retry_after_is_worded_in_seconds_and_until_when(
+    feed_server: FeedServer, project: Callable[..., Project], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A 429's "asks to wait 150;" gave no unit and no time. An HTTP-date is measured against
+    the server's Date (its clock is an hour ahead here) and worded the same way."""
+    limited = feed_server.route("/429", status=429, headers={"Retry-After": "150"})
+
+    def busy_for_five_minutes(request: BaseHTTPRequestHandler) -> None:
+        request.send_response_only(503)  # no Date of this machine's clock
+        request.send_header("Date", "Mon, 02 Mar 2026 10:00:00 GMT")
+        request.send_header("Retry-After", "Mon, 02 Mar 2026 10:05:00 GMT")
+        request.send_header("Content-Length", "0")
+        request.end_headers()
+
+    with FeedServer() as other:
+        dated = other.route("/503", handler=busy_for_five_minutes)
+        p = project([limited, dated])
+        with caplog.at_level(logging.WARNING, logger="feedcollector"):
+            assert p.cycle().failed == 2
+    lines = {
+        url: r.getMessage()
+        for r in caplog.records
+        for url in (limited, dated)
+        if url in r.getMessage()
+    }
+    assert (
+        "(rate limited, the server asks to wait 150 s (until 2026-03-02T09:02:30Z); this host's "
+        "feeds wait) (will retry with backoff at 2026-03-02T09:30:00Z, failure 1 in a row)"
+    ) in lines[limited]
+    assert (
+        "(unavailable, the server asks to wait 300 s (until 2026-03-02T09:05:00Z)) "
+        "(will retry with backoff at 2026-03-02T09:30:00Z, failure 1 in a row)"
+    ) in lines[dated]
+    honoured = {
+        row["url"]: row["until"]
+        for row in p.rows("SELECT url, retry_after_until AS until FROM feeds")
+    }
+    assert honoured == {limited: "2026-03-02T09:02:30Z", dated: "2026-03-02T09:05:00Z"}, (
+        "the wait the words name is the one honoured"
+    )
+
+
+def test_failing_ten_times_in_a_row_is_one_prominent_warning(
+    feed_server: FeedServer, project: Callable[..., Project], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The tenth failure logged its ordinary WARNING and the prominent one: the prominent
+    one is the feed's line now, and says when the next try is."""
+    url = feed_server.route("/feed", status=500)
+    p = project([url])
+    p.cycle()
+    p.execute(
+        "UPDATE feeds SET consecutive_failures = 9, next_fetch_at = ?", "2026-03-02T09:00:00Z"
+    )
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="feedcollector"):
+        assert p.cycle().failed == 1
+    (line,) = [r.getMessage() for r in caplog.records if url in r.getMessage()]
+    assert line.startswith(f"!!! feed {url} has failed 10 times in a row (last: fetch: HTTP 500")
+    assert "; will retry with backoff at 2026-03-03T09:00:00Z). Check whether" in line

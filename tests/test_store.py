@@ -399,7 +399,9 @@ def test_image_tasks_count_attempts_and_fail_at_three(db: Database) -> None:
         )
 
     for cycle in range(3):
-        moment = NOW + timedelta(hours=cycle)
+        moment = NOW + sum(store_images.RETRY_DELAYS[:cycle], timedelta())  # due again then
+        if cycle:
+            assert claim_tasks(moment - timedelta(seconds=1)) == [], "not before its retry_at"
         tasks = claim_tasks(moment)
         assert claim_tasks(moment) == [], "leased tasks are not handed out twice"
         results = []
@@ -753,6 +755,63 @@ def test_a_long_feed_is_stored_in_a_few_multi_row_statements(any_db: Live[Databa
     assert any_db.run(store_items.save_items(db, feed, records, success())) == 0
 
 
+def test_failed_attempts_wait_for_their_retry_and_retry_images_requeues(
+    any_db: Live[Database],
+) -> None:
+    """The schedule in SQL, on SQLite and on D1 alike: a failure's ``retry_at`` is the later of
+    its delay and the server's Retry-After (capped), no claim takes a task before it, the
+    third failure clears it, and ``retry-images`` counts what it queued (``total_changes()``)."""
+    db = any_db.backend
+    any_db.run(store.sync_feeds(db, [FeedSpec("https://a.example/")], NOW))
+    (feed,) = any_db.run(
+        store.claim_due_feeds(
+            db, due_by=NOW, now=NOW, owner="a", lease=LEASE, limit=10, after=store.ClaimCursor()
+        )
+    )
+    urls = [f"https://img.example/{name}.png" for name in ("plain", "asks-3h", "asks-30d")]
+    any_db.run(store_items.save_items(db, feed, [item("g1", *urls)], success()))
+
+    def fail_all(now: datetime, hints: Sequence[datetime | None]) -> list[store_images.Counted]:
+        tasks = any_db.run(
+            store_images.claim_image_tasks(
+                db, now=now, lease=LEASE, limit=10, after=store_images.TaskCursor()
+            )
+        )
+        assert [task.feed_url for task in tasks] == ["https://a.example/"] * len(tasks)
+        results = [
+            store_images.ImageResult(task.id, None, "image: HTTP 503", not_before=hint)
+            for task, hint in zip(tasks, hints, strict=True)
+        ]
+        recorded = any_db.run(store_images.record_image_results(db, results, now))
+        assert any_db.run(store_images.record_image_results(db, results, now)).failures == []
+        return recorded.failures
+
+    first = fail_all(NOW, [None, NOW + timedelta(hours=3), NOW + timedelta(days=30)])
+    assert [(c.failed, c.retry_at) for c in first] == [
+        (False, format_timestamp(NOW + timedelta(hours=1))),
+        (False, format_timestamp(NOW + timedelta(hours=3))),
+        (False, format_timestamp(NOW + store_images.MAX_RETRY_AFTER)),
+    ]
+    assert fail_all(NOW + timedelta(minutes=59), []) == []
+    second = NOW + timedelta(hours=1)
+    assert [c.retry_at for c in fail_all(second, [None])] == [
+        format_timestamp(second + timedelta(days=1))
+    ]
+    third = second + timedelta(days=1)  # the 3h one is due too (oldest due first)
+    assert [(c.failed, c.retry_at) for c in fail_all(third, [None, None])] == [
+        (False, format_timestamp(third + timedelta(days=1))),
+        (True, ""),
+    ]
+    requeue = store_images.requeue_failed_images
+    assert any_db.run(requeue(db, now=third, feed_urls=["https://b.example/"])) == 0
+    assert any_db.run(requeue(db, now=third, feed_urls=["https://a.example/"])) == 1
+    rows = any_db.run(
+        db.query("SELECT status, attempts, retry_at, last_error FROM image_tasks ORDER BY position")
+    )
+    assert rows[0] == {"status": "pending", "attempts": 0, "retry_at": "", "last_error": None}
+    assert any_db.run(requeue(db, now=third)) == 0
+
+
 def test_the_budget_counts_the_image_rows_beside_the_html() -> None:
     """2,300 items of twelve images each: their HTML alone fit the budget, but with 27,600
     image rows repeating every URL the Worker refused the batch (413) on every fetch."""
@@ -831,6 +890,50 @@ def _pending_work(
     con.commit()
     con.close()
     return SteppingDatabase(db)
+
+
+def test_tasks_waiting_for_their_retry_cost_a_claim_nothing(tmp_path: Path) -> None:
+    """A failed attempt's task waits for its ``retry_at`` (an hour, then a day), and thousands
+    may wait at once (a host down for a day). The claim is one range of ``image_tasks_status
+    (status, retry_at, created_at, id)`` that ends at ``now``: with four times as many tasks
+    waiting, the claim of the new ones and of the retries due does the same work."""
+    most: list[int] = []
+    for waiting in (400, 1600):
+        db = _pending_work(tmp_path / f"{waiting}.db", waiting + 15, 0)
+        later, earlier = NOW + timedelta(hours=1), NOW - timedelta(minutes=1)
+        run(
+            db.query(
+                "UPDATE image_tasks SET retry_at = CASE WHEN id < ? THEN ? ELSE ? END WHERE id < ?",
+                (
+                    f"t{waiting:06d}",
+                    format_timestamp(later),
+                    format_timestamp(earlier),
+                    f"t{waiting + 5:06d}",
+                ),
+            )
+        )
+        db.steps.clear()
+        db.sql.clear()
+        tasks = run(
+            store_images.claim_image_tasks(
+                db, now=NOW, lease=LEASE, limit=50, after=store_images.TaskCursor()
+            )
+        )
+        assert [t.retry_at for t in tasks] == [""] * 10 + [format_timestamp(earlier)] * 5
+        most.append(db.most())
+        claim_sql = db.sql[0]
+        plan = run(
+            db.query(f"EXPLAIN QUERY PLAN {claim_sql}", (NOW.isoformat(),) * claim_sql.count("?"))
+        )
+        details = " ".join(row["detail"] for row in plan)
+        assert (
+            "USING INDEX image_tasks_status (status=? AND (retry_at,created_at,id)>(?,?,?) AND retry_at<?)"
+            in details
+        )
+        assert "TEMP B-TREE" not in details, "the index gives the order"
+        run(db.close())
+    small, big = most
+    assert big <= small * 1.5, most
 
 
 @pytest.mark.parametrize("one_second", [False, True], ids=["spread", "one-second"])

@@ -1,21 +1,24 @@
 """The image stage of a cycle: download every pending image task into the object store.
 
 Runs after the cycle's items are stored, so it never delays them. Each attempt counts
-(``attempts += 1``); the third failure marks the task ``failed`` (seed section 6). A host that
-took no connection (no address, refused, connect timeout) is tried once a cycle: its other
-images are handed back uncharged for the next cycle instead of each waiting out a timeout. An
-object-store or database failure is the infrastructure's fault, not the image's: the stage
-stops for this cycle and the interrupted tasks are handed back without being charged. A
-result write the database refuses (another process holding the SQLite write lock, a network
-error on D1) stops nothing: the results are kept and written later; whatever a page ends with
-(done, a stop, cancelled) gets one last write, and only when that fails too are its tasks left
-to their lease, and the log says until when.
+(``attempts += 1``); the third failure marks the task ``failed`` (seed section 6), with a
+WARNING; an earlier one leaves it pending until its ``retry_at`` (an hour, then a day, or the
+server's longer Retry-After; see :data:`.store_images.RETRY_DELAYS`), with an INFO line. A
+host that took no connection (no address, refused, connect timeout) is tried once a cycle:
+its other images are handed back uncharged for the next cycle instead of each waiting out a
+timeout. An object-store or database failure is the infrastructure's fault, not the image's:
+the stage stops for this cycle and the interrupted tasks are handed back without being
+charged. A result write the database refuses (another process holding the SQLite write
+lock, a network error on D1) stops nothing: the results are kept and written later; whatever
+a page ends with (done, a stop, cancelled) gets one last write, and only when that fails too
+are its tasks left to their lease, and the log says until when.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import shlex
 import time
 from asyncio import FIRST_COMPLETED
 from datetime import datetime, timedelta
@@ -24,7 +27,7 @@ from . import store_images
 from .collector import Collector
 from .errors import ImageError, ImageNotTried, StorageError
 from .httpbody import Unreachable
-from .images import download_image
+from .images import ImageRetryLater, download_image
 from .models import ImageTask
 from .report import CycleReport
 from .timestamps import format_timestamp
@@ -67,7 +70,7 @@ async def download_pending_images(collector: Collector, report: CycleReport) -> 
             )
             if not tasks:
                 return
-            cursor = store_images.TaskCursor(tasks[-1].created_at, tasks[-1].id)
+            cursor = store_images.TaskCursor.past(tasks[-1])
             state = _Page(collector, tasks, now + lease, report)
             if not await _download_page(state, limit, reserved, unreachable):
                 return
@@ -130,6 +133,7 @@ class _Page:
     ) -> None:
         self.collector = collector
         self.tasks = tasks
+        self.by_id = {task.id: task for task in tasks}
         self.leased_until = leased_until
         self.report = report
         self.held: list[store_images.ImageResult] = []
@@ -258,14 +262,16 @@ class _Page:
             handed = self.untried if release and last else []
             if not batch and not handed:
                 return
-            orphans = await store_images.record_image_results(
+            recorded = await store_images.record_image_results(
                 self.collector.db, batch, self.collector.clock(), release=handed
             )
             del self.held[: len(batch)]
             if handed:
                 self.untried = []
+            orphans = recorded.orphans
             if batch:
                 _count(self.report, self.tasks, [r for r in batch if r.r2_key not in orphans])
+                self._log_failures(batch, recorded.failures)
             if orphans:
                 try:
                     await _delete_orphans(self.collector, orphans)
@@ -273,6 +279,37 @@ class _Page:
                     self.failure = self.failure or exc
             if last:
                 return
+
+    def _log_failures(
+        self, batch: list[store_images.ImageResult], failures: list[store_images.Counted]
+    ) -> None:
+        """One line per failed attempt the database counted: INFO with when the image is tried
+        again, or a WARNING when it failed for good, saying how to queue it again."""
+        errors = {result.task_id: result.error for result in batch}
+        for counted in failures:
+            task = self.by_id[counted.task_id]
+            attempt = task.attempts + 1
+            if counted.failed:
+                log.warning(
+                    "images: %s of feed %s failed for good after %d attempts (last: %s); "
+                    "readers keep its original URL. Once its server serves it again, queue it "
+                    "again with `%s`",
+                    task.original_url,
+                    task.feed_url,
+                    attempt,
+                    errors.get(task.id),
+                    shlex.join(["feedcollector", "retry-images", "--feed", task.feed_url]),
+                )
+            else:
+                log.info(
+                    "images: %s of feed %s, attempt %d of %d failed (%s); tried again from %s",
+                    task.original_url,
+                    task.feed_url,
+                    attempt,
+                    store_images.MAX_IMAGE_ATTEMPTS,
+                    errors.get(task.id),
+                    counted.retry_at,
+                )
 
 
 async def _attempt(
@@ -297,8 +334,12 @@ async def _attempt(
         except ImageNotTried as exc:
             log.debug("image %s (item %s): %s", task.original_url, task.item_id, exc)
             return None
+        except ImageRetryLater as exc:
+            log.debug("image %s (item %s): %s", task.original_url, task.item_id, exc)
+            asked = collector.clock() + exc.wait
+            return store_images.ImageResult(task.id, None, str(exc), not_before=asked)
         except ImageError as exc:
-            log.info("image %s (item %s): %s", task.original_url, task.item_id, exc)
+            log.debug("image %s (item %s): %s", task.original_url, task.item_id, exc)
             return store_images.ImageResult(task.id, None, str(exc))
         except Exception as exc:  # one image never stops the others (nor the cycle)
             log.exception(

@@ -10,6 +10,7 @@ import asyncio
 import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import PurePosixPath
 from urllib.parse import urlsplit
 
@@ -17,6 +18,7 @@ import httpx
 
 from .errors import ImageError, ImageNotTried
 from .fetch import MIB, status_text
+from .http_hints import response_hints, retry_after
 from .httpbody import (
     NOT_TRIED,
     TransferError,
@@ -29,6 +31,7 @@ from .httpbody import (
 from .netguard import IMAGE_ACCEPT, NetGuard
 from .netguard import make_image_client as make_image_client
 from .redirects import RedirectChain, require_web_scheme
+from .timestamps import utc_now
 
 EXTENSION_BY_TYPE: dict[str, str] = {
     "image/jpeg": "jpg",
@@ -100,6 +103,17 @@ body of this declared type without one is not an image (an HTML page behind a ly
 ISO_MEDIA_TYPES = frozenset({"image/avif", "image/heic", "image/heif"})
 """Share the ``ftyp`` box, whose brands overlap: between these the header is believed."""
 _BMP_HEADER_SIZES = frozenset({12, 40, 52, 56, 64, 108, 124})
+RETRY_AFTER_STATUSES = frozenset({429, 503})
+"""Answers whose ``Retry-After`` says when the image server wants the next request."""
+
+
+class ImageRetryLater(ImageError):
+    """A failed attempt whose server (429/503) asked to wait ``wait`` before the next one: the
+    task's next attempt comes no sooner (:data:`.store_images.MAX_RETRY_AFTER` caps it)."""
+
+    def __init__(self, message: str, wait: timedelta) -> None:
+        super().__init__(message)
+        self.wait = wait
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,9 +278,16 @@ async def _accept_image(response: httpx.Response, limits: ImageLimits) -> Downlo
     final_url = str(response.url)
     status = response.status_code
     if not 200 <= status < 300:
-        raise ImageError(
+        refused = (
             f"image: HTTP {status} {status_text(status, response.reason_phrase)} from {final_url}"
         )
+        wait = None
+        if status in RETRY_AFTER_STATUSES:  # an HTTP-date is measured against the server's Date
+            wait = retry_after(response_hints(response.headers), utc_now())
+        if wait is not None:
+            seconds = round(wait.total_seconds())
+            raise ImageRetryLater(f"{refused} (the server asks to wait {seconds} s)", wait)
+        raise ImageError(refused)
     declared = media_type(response.headers.get("Content-Type"))
     if not declared.startswith("image/") and declared not in UNTYPED_MEDIA_TYPES:
         raise ImageError(f"image: {final_url} answered with {declared}, not an image")

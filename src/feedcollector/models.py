@@ -128,7 +128,7 @@ class ParsedFeed:
 
 @dataclass(frozen=True, slots=True)
 class ImageTask:
-    """A pending image download, with what its object key needs."""
+    """A pending image download, with what its object key needs and its logs name."""
 
     id: str
     item_id: str
@@ -138,6 +138,10 @@ class ImageTask:
     position: int
     attempts: int
     created_at: str
+    retry_at: str = ""
+    """When a failed attempt let it be tried again ('' for a task never failed): the claim
+    cursor's first column."""
+    feed_url: str = ""
 
 
 class ItemRecord(NamedTuple):

@@ -174,6 +174,17 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
         "when it has one), so that deleting a feeds-file title brings the channel's back",
         ("ALTER TABLE feeds ADD COLUMN channel_title TEXT",),
     ),
+    (
+        14,
+        "image_tasks.retry_at: a failed attempt's task waits for it ('' = due now), and "
+        "image_tasks_status puts it after status, so a claim's range skips the waiting tasks",
+        (
+            "ALTER TABLE image_tasks ADD COLUMN retry_at TEXT NOT NULL DEFAULT ''",
+            "DROP INDEX IF EXISTS image_tasks_status",
+            "CREATE INDEX IF NOT EXISTS image_tasks_status "
+            "ON image_tasks (status, retry_at, created_at, id)",
+        ),
+    ),
 )
 
 

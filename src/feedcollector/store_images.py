@@ -2,7 +2,9 @@
 
 Tasks are created by :func:`feedcollector.store_items.save_items` in the feed's own batch; here they
 are claimed with a lease (``UPDATE ... RETURNING``) so several collectors never download the
-same image twice, and every attempt is counted: the third failure marks a task ``failed``.
+same image twice, and every attempt is counted: the third failure marks a task ``failed``. A
+failed attempt that leaves its task pending sets its ``retry_at`` (:data:`RETRY_DELAYS`), and
+no claim takes it before then; ``retry-images`` queues ``failed`` tasks again.
 """
 
 from __future__ import annotations
@@ -15,36 +17,64 @@ from .database import Database, SqlValue, Statement
 from .images import object_key
 from .models import ImageTask
 from .store import chunked, placeholders
+from .store_items import CHANGES_SO_FAR
 from .timestamps import format_timestamp
 
-# The SQL here interpolates only "?" placeholder lists (``noqa: S608``), never values.
+# The SQL here interpolates only "?" placeholder lists and fixed text (``noqa: S608``), never
+# values.
+
+MAX_IMAGE_ATTEMPTS = 3
+"""The seed's rule (section 6): the third failed attempt marks a task ``failed``."""
+RETRY_DELAYS = (timedelta(hours=1), timedelta(days=1))
+"""How long a task waits after its first and its second failed attempt before a cycle may
+try it again. Cycles come a minute apart at most, and retrying in each spent all three
+attempts within seconds: an image host's short outage (a restart, a burst of 503s, a rate
+limit) failed its images for good. An hour outlasts those; a day outlasts a host down for the
+night or a daily quota. So a task fails for good 25 hours after its first failure at the
+soonest."""
+MAX_RETRY_AFTER = timedelta(days=7)
+"""An image server's ``Retry-After`` (429/503) delays the next attempt past the schedule, up to
+this much: a header asking for months would keep the task pending (and unreported) as long."""
 
 
 @dataclass(frozen=True, slots=True)
 class TaskCursor:
+    """Where the next page starts: a row value of ``image_tasks_status``."""
+
     created_at: str = ""
     id: str = ""
+    retry_at: str = ""
+
+    @classmethod
+    def past(cls, task: ImageTask) -> TaskCursor:
+        return cls(task.created_at, task.id, task.retry_at)
 
 
 async def claim_image_tasks(
     db: Database, *, now: datetime, lease: timedelta, limit: int, after: TaskCursor
 ) -> list[ImageTask]:
-    """Lease up to ``limit`` pending tasks past ``after`` (new ones and retries alike).
+    """Lease up to ``limit`` pending tasks past ``after`` whose ``retry_at`` has come: new ones
+    (``''``) first, then the retries due, oldest due first.
 
-    The cursor is a row value, one range of ``image_tasks_status (status, created_at, id)``:
-    a feed's tasks share its batch's second, and a page found its start among them by
-    reading (and sorting) all of them."""
+    The cursor is a row value, one range of ``image_tasks_status (status, retry_at,
+    created_at, id)`` bounded by ``retry_at <= now``: a feed's tasks share its batch's second,
+    and a page found its start among them by reading (and sorting) all of them; the tasks
+    waiting for a later retry lie beyond the range's end, and no claim reads them. A task that
+    fails in this cycle moves past ``now`` too, so a later page does not take it again."""
+    stamp = format_timestamp(now)
     claimed = await db.query(
         "UPDATE image_tasks SET lease_until = ? WHERE id IN ("
         " SELECT id FROM image_tasks WHERE status = 'pending'"
+        " AND (retry_at, created_at, id) > (?, ?, ?) AND retry_at <= ?"  # one range of the index
         " AND (lease_until IS NULL OR lease_until <= ?)"
-        " AND (created_at, id) > (?, ?)"  # one range of image_tasks_status
-        " ORDER BY created_at, id LIMIT ?) RETURNING id",
+        " ORDER BY retry_at, created_at, id LIMIT ?) RETURNING id",
         (
             format_timestamp(now + lease),
-            format_timestamp(now),
+            after.retry_at,
             after.created_at,
             after.id,
+            stamp,
+            stamp,
             limit,
         ),
     )
@@ -53,7 +83,8 @@ async def claim_image_tasks(
         marks = placeholders(len(chunk))
         rows = await db.query(
             "SELECT t.id, t.item_id, t.original_url, t.position, t.attempts, t.created_at, "  # noqa: S608
-            "i.feed_id, i.guid FROM image_tasks t JOIN items i ON i.id = t.item_id "
+            "t.retry_at, i.feed_id, i.guid, f.url AS feed_url FROM image_tasks t "
+            "JOIN items i ON i.id = t.item_id JOIN feeds f ON f.id = i.feed_id "
             f"WHERE t.id IN ({marks})",
             tuple(chunk),
         )
@@ -67,10 +98,12 @@ async def claim_image_tasks(
                 position=int(row["position"]),
                 attempts=int(row["attempts"]),
                 created_at=row["created_at"],
+                retry_at=row["retry_at"],
+                feed_url=row["feed_url"],
             )
             for row in rows
         ]
-    tasks.sort(key=lambda t: (t.created_at, t.id))
+    tasks.sort(key=lambda t: (t.retry_at, t.created_at, t.id))
     return tasks
 
 
@@ -79,9 +112,28 @@ class ImageResult:
     task_id: str
     r2_key: str | None
     error: str | None
+    not_before: datetime | None = None
+    """A failure's ``Retry-After`` as a moment: no attempt before it (capped when recorded)."""
 
 
-MAX_IMAGE_ATTEMPTS = 3
+@dataclass(frozen=True, slots=True)
+class Counted:
+    """A failed attempt the database counted: the task now ``failed`` for good, or pending
+    with the moment it is tried again."""
+
+    task_id: str
+    failed: bool
+    retry_at: str
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """What a write of results did besides storing them."""
+
+    orphans: list[str]
+    """Keys of successes whose task row is gone: the caller deletes those objects."""
+    failures: list[Counted]
+    """The failures counted now (none for a batch sent again: they counted the first time)."""
 
 
 async def image_key(db: Database, task: ImageTask, ext: str, reserved: dict[str, str]) -> str:
@@ -109,23 +161,27 @@ async def image_key(db: Database, task: ImageTask, ext: str, reserved: dict[str,
 
 async def record_image_results(
     db: Database, results: Sequence[ImageResult], now: datetime, *, release: Sequence[str] = ()
-) -> list[str]:
+) -> Recorded:
     """Every attempt counts, once: only while its task is leased (recording clears the lease,
     so a batch sent again after its answer was lost, on D1, does not count the same attempts
     twice: a failing image reached ``failed`` a try early). A success sets ``r2_key``, the
-    third failure marks ``failed``.
+    third failure marks ``failed``, an earlier one sets ``retry_at`` to ``now`` plus its
+    :data:`RETRY_DELAYS`, or to the result's ``not_before`` (at most :data:`MAX_RETRY_AFTER`
+    away) when that is later. Each failure's ``UPDATE`` returns what it made of the task.
 
-    Returns the keys of the successes whose task row is gone (retention deleted the item while
-    its image was downloading): no row names those objects, so the caller deletes them. Each
-    success's ``UPDATE`` says so by ``RETURNING id``, in the same one batch.
+    ``orphans``: the keys of the successes whose task row is gone (retention deleted the item
+    while its image was downloading): no row names those objects, so the caller deletes them.
+    Each success's ``UPDATE`` says so by ``RETURNING id``, in the same one batch.
 
     ``release``: tasks handed back uncharged in that batch too (the end of a page: its last
     results and its tasks not done are written together, one round trip and one wait for a
     locked database, all or nothing).
     """
     if not results and not release:
-        return []
+        return Recorded([], [])
     stamp = format_timestamp(now)
+    schedule = " ".join(f"WHEN {n} THEN ?" for n in range(len(RETRY_DELAYS) - 1))
+    delays = tuple(format_timestamp(now + delay) for delay in RETRY_DELAYS)
     statements: list[Statement] = []
     for result in results:
         if result.r2_key is not None:
@@ -139,18 +195,25 @@ async def record_image_results(
                 )
             )
         else:
+            pushed = result.not_before
+            asked = "" if pushed is None else format_timestamp(min(pushed, now + MAX_RETRY_AFTER))
             params: tuple[SqlValue, ...] = (
                 MAX_IMAGE_ATTEMPTS,
+                MAX_IMAGE_ATTEMPTS,
+                *delays,
+                asked,
                 (result.error or "unknown error")[:2000],
                 stamp,
                 result.task_id,
             )
             statements.append(
                 Statement(
-                    "UPDATE image_tasks SET attempts = attempts + 1, "
+                    "UPDATE image_tasks SET attempts = attempts + 1, "  # noqa: S608
                     "status = CASE WHEN attempts + 1 >= ? THEN 'failed' ELSE 'pending' END, "
+                    "retry_at = CASE WHEN attempts + 1 >= ? THEN '' "
+                    f"ELSE max(CASE attempts {schedule} ELSE ? END, ?) END, "
                     "last_error = ?, updated_at = ?, lease_until = NULL "
-                    "WHERE id = ? AND lease_until IS NOT NULL",
+                    "WHERE id = ? AND lease_until IS NOT NULL RETURNING id, status, retry_at",
                     params,
                 )
             )
@@ -162,8 +225,41 @@ async def record_image_results(
         for chunk in chunked(release)
     ]
     updated = await db.batch(statements)
-    return [
-        result.r2_key
-        for result, rows in zip(results, updated[: len(results)], strict=True)
-        if result.r2_key is not None and not rows
-    ]
+    answers = list(zip(results, updated[: len(results)], strict=True))
+    return Recorded(
+        orphans=[
+            result.r2_key for result, rows in answers if result.r2_key is not None and not rows
+        ],
+        failures=[
+            Counted(row["id"], row["status"] == "failed", row["retry_at"])
+            for result, rows in answers
+            if result.r2_key is None
+            for row in rows
+        ],
+    )
+
+
+async def requeue_failed_images(
+    db: Database, *, now: datetime, feed_urls: Sequence[str] | None = None
+) -> int:
+    """Queue the ``failed`` tasks (of the feeds with these URLs as stored, or of all) again:
+    ``pending``, no attempt counted, due at once, as a new task is; the next cycle downloads
+    them. Returns how many (``total_changes()`` around the update: returning a row per task
+    would send back thousands from D1)."""
+    where = "status = 'failed'"
+    params: list[SqlValue] = [format_timestamp(now)]
+    if feed_urls is not None:
+        if not feed_urls:
+            return 0
+        where += (
+            " AND item_id IN (SELECT i.id FROM items i JOIN feeds f ON f.id = i.feed_id "  # noqa: S608
+            f"WHERE f.url IN ({placeholders(len(feed_urls))}))"
+        )
+        params += feed_urls
+    update = Statement(
+        "UPDATE image_tasks SET status = 'pending', attempts = 0, retry_at = '', "  # noqa: S608
+        f"last_error = NULL, lease_until = NULL, updated_at = ? WHERE {where}",
+        tuple(params),
+    )
+    before, _, after = await db.batch([CHANGES_SO_FAR, update, CHANGES_SO_FAR])
+    return int(after[0]["changes_so_far"]) - int(before[0]["changes_so_far"])

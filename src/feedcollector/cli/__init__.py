@@ -10,10 +10,10 @@ import logging
 import os
 import sys
 
-from . import collect, feeds, maintenance, reading, status
+from . import collect, feeds, images, maintenance, reading, status
 from .app import app
 
-__all__ = ["app", "collect", "feeds", "main", "maintenance", "reading", "status"]
+__all__ = ["app", "collect", "feeds", "images", "main", "maintenance", "reading", "status"]
 
 STORAGE_UNUSABLE = 1
 """The exit code of a command the database or object store stopped."""

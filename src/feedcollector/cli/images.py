@@ -1,0 +1,43 @@
+"""Image tasks: ``retry-images`` queues the images that failed for good again."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from ..collector import Collector
+from ..reading import stored_feed_urls
+from ..store_images import requeue_failed_images
+from .app import app, load_command_settings, text_argument, usage_error, with_collector
+
+
+@app.command("retry-images")
+def retry_images(
+    ctx: typer.Context,
+    feed: Annotated[
+        str | None,
+        typer.Option("--feed", help="Only this feed's images (scheme and host ignore case)."),
+    ] = None,
+) -> None:
+    """Queue the images that failed for good (3 attempts) again; the next cycle downloads them.
+
+    For an image host that was down longer than the retries waited (an hour, then a day):
+    the tasks start over, pending with no attempt counted.
+    """
+    settings = load_command_settings(ctx)
+    feed = None if feed is None else text_argument(feed, "retry-images: --feed")
+
+    async def work(collector: Collector) -> None:
+        urls = None
+        if feed is not None:
+            urls = await stored_feed_urls(collector.db, feed)
+            if not urls:
+                usage_error(f"retry-images: no feed {feed} in the database (see the feeds file)")
+        count = await requeue_failed_images(collector.db, now=collector.clock(), feed_urls=urls)
+        of = "" if urls is None else f" of {', '.join(urls)}"
+        typer.echo(
+            f"retry-images: {count} failed images{of} queued again; the next cycle downloads them"
+        )
+
+    with_collector(settings, work)
