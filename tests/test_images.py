@@ -942,7 +942,8 @@ def test_a_failing_image_is_tried_again_an_hour_then_a_day_later_then_fails_with
     said = gave_up.getMessage()
     assert f"{image} of feed {feed} failed for good after 3 attempts" in said
     assert f"(last: image: HTTP 503 Service Unavailable from {image})" in said
-    assert f"`feedcollector retry-images --feed {feed}`" in said
+    pasted = f"`feedcollector --config {stage.config.resolve()} retry-images --feed {feed}`"
+    assert pasted in said, "the command to paste names the config the service runs on"
 
 
 @pytest.mark.parametrize(

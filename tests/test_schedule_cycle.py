@@ -247,6 +247,8 @@ def test_a_410_is_one_warning_and_a_manual_fetch_finding_it_gone_again_none(
     (warning,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert warning.getMessage().startswith(f"fetch: {url} answered 410 Gone: it is no longer ")
     assert "Remove it from the feeds file" in warning.getMessage()
+    pasted = f"`feedcollector --config {p.config.resolve()} fetch {url}` tries it once more"
+    assert pasted in warning.getMessage(), "the command works pasted in any folder"
     cycle = [r for r in caplog.records if r.getMessage().startswith("cycle: ")]
     assert [r.levelno for r in cycle] == [logging.INFO], "a feed gone is news"
 

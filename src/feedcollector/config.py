@@ -10,6 +10,7 @@ keys come from the environment.
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Mapping
 from datetime import timedelta
 from importlib import metadata
@@ -55,6 +56,8 @@ from .feeds_file import (
     load_feeds as load_feeds,
 )
 
+CONFIG_ENV = "FEEDCOLLECTOR_CONFIG"
+"""Names the config file when ``--config`` does not."""
 D1_TOKEN_ENV = "FEEDCOLLECTOR_D1_TOKEN"  # noqa: S105 (a variable name, not a secret)
 S3_ACCESS_KEY_ENV = "AWS_ACCESS_KEY_ID"
 S3_SECRET_KEY_ENV = "AWS_SECRET_ACCESS_KEY"  # noqa: S105 (a variable name, not a secret)
@@ -272,6 +275,9 @@ class Settings(BaseModel):
     model_config = _MODEL_CONFIG
 
     config_path: Path | None = None
+    config_inherited: bool = False
+    """``config_path`` is the file FEEDCOLLECTOR_CONFIG names: a command the user pastes finds
+    it without ``--config`` (see :meth:`command`)."""
     base_dir: Path
     """The config file's folder (the current folder without one): relative paths start here."""
     feeds_file: ConfigPath = Path(DEFAULT_FEEDS_FILE)
@@ -283,6 +289,15 @@ class Settings(BaseModel):
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
     log: LogSettings = Field(default_factory=LogSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+
+    def command(self, *words: str) -> str:
+        """``feedcollector WORDS`` as a message suggests it, a line to paste into a shell: with
+        ``--config`` (absolute) when one was given, since pasted in another folder the command
+        would run on the defaults there; not when the environment carries it over."""
+        line = ["feedcollector"]
+        if self.config_path is not None and not self.config_inherited:
+            line += ["--config", str(self.config_path)]
+        return shlex.join([*line, *words])
 
 
 _SECTIONS: Mapping[str, type[BaseModel]] = {
@@ -320,7 +335,9 @@ def load_settings(path: Path | None, *, environ: Mapping[str, str] = os.environ)
     problems, data = _screen_raw_keys(raw, text)
     data = _with_environment_secrets(data, environ)
     data = {section: {} for section in _SECTIONS} | data  # so defaults resolve against base_dir
-    data |= {"config_path": config_path, "base_dir": base_dir}
+    named = environ.get(CONFIG_ENV)
+    inherited = config_path is not None and named is not None and Path(named) == path
+    data |= {"config_path": config_path, "config_inherited": inherited, "base_dir": base_dir}
     try:
         settings = Settings.model_validate(data, context={"base_dir": base_dir})
     except ValidationError as exc:

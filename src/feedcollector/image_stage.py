@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import shlex
 import time
 from asyncio import FIRST_COMPLETED
 from datetime import datetime, timedelta
@@ -298,7 +297,7 @@ class _Page:
                     task.feed_url,
                     attempt,
                     errors.get(task.id),
-                    shlex.join(["feedcollector", "retry-images", "--feed", task.feed_url]),
+                    self.collector.settings.command("retry-images", "--feed", task.feed_url),
                 )
             else:
                 log.info(

@@ -101,10 +101,10 @@ async def gone(
     if first:
         log.warning(
             "fetch: %s answered 410 Gone: it is no longer fetched, and its items stay. Remove "
-            "it from the feeds file %s (`feedcollector fetch %s` tries it once more).",
+            "it from the feeds file %s (`%s` tries it once more).",
             feed.url,
             collector.settings.feeds_file,
-            feed.url,
+            collector.settings.command("fetch", feed.url),
         )
     return outcome.finish(began)
 

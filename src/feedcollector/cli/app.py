@@ -11,7 +11,6 @@ import asyncio
 import gc
 import logging
 import os
-import shlex
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from typing import Annotated, Any, NoReturn, TypeVar
 import typer
 
 from ..collector import Collector, open_collector
-from ..config import Settings, load_settings
+from ..config import CONFIG_ENV, Settings, load_settings
 from ..config_values import describe_value
 from ..errors import ConfigError, StorageError
 from ..logs import configure_logging
@@ -36,9 +35,6 @@ T = TypeVar("T")
 OPEN_FILES_SPARE = 100
 """Files besides the sockets and temporary files of work in flight: the database and its
 journal, logs, idle keep-alive connections."""
-
-CONFIG_ENV = "FEEDCOLLECTOR_CONFIG"
-"""Names the config file when ``--config`` does not."""
 
 app = typer.Typer(
     name="feedcollector",
@@ -102,19 +98,6 @@ def _global_options(
     store cannot be used, 2 a config or feeds file problem or a command used wrongly.
     """
     ctx.obj = GlobalOptions(config, log_level, log_format)
-
-
-def command_hint(ctx: typer.Context, *words: str) -> str:
-    """``feedcollector WORDS``, as a message suggests it: a line to paste into a shell, with
-    the ``--config`` this command was given (absolute), since pasted in another folder it would
-    run on the defaults there. Not when FEEDCOLLECTOR_CONFIG names that file: the environment
-    carries it over, and a ``--config`` would only hide that."""
-    options: GlobalOptions = ctx.obj
-    config, inherited = options.config, os.environ.get(CONFIG_ENV)
-    line = ["feedcollector"]
-    if config is not None and (inherited is None or Path(inherited) != config):
-        line += ["--config", os.path.abspath(config)]
-    return shlex.join([*line, *words])
 
 
 def load_command_settings(ctx: typer.Context) -> Settings:

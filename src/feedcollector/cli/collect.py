@@ -16,7 +16,6 @@ from ..report import CycleObserver
 from ..service import refuse_storage_down, run_forever, run_once, serve
 from .app import (
     app,
-    command_hint,
     guard,
     load_command_settings,
     raise_open_file_limit,
@@ -106,7 +105,7 @@ def fetch(
             usage_error(
                 f"not in the feeds file {settings.feeds_file}: {', '.join(unknown)}. "
                 "Add them to the file first (it is the source of truth), e.g. with "
-                f"`{command_hint(ctx, 'add', 'URL')}`."
+                f"`{settings.command('add', 'URL')}`."
             )
         urls = list(dict.fromkeys(listed[feed_url_key(url)] for url in urls))
 

@@ -27,7 +27,6 @@ from ..safe_text import one_line
 from ..timestamps import utc_now
 from .app import (
     app,
-    command_hint,
     guard,
     load_command_settings,
     run_async,
@@ -103,11 +102,11 @@ def add(
         return
     found = _discover(settings, url, None if list_only else (pick or 1))
     if list_only:
-        _print_list(found, command_hint(ctx, "add", "--pick", "N", found.url))
+        _print_list(found, settings.command("add", "--pick", "N", found.url))
         return
     if not found.feeds:
         _nothing_found(found)
-    listing = command_hint(ctx, "add", "--list", url)
+    listing = settings.command("add", "--list", url)
     if pick is not None and pick > len(found.feeds):
         usage_error(f"add: only {len(found.feeds)} feeds found at {url}; see `{listing}`")
     chosen = found.feeds[(pick or 1) - 1]
@@ -124,7 +123,7 @@ def add(
     others = len(found.announced) - 1
     if chosen.via == "link" and others > 0 and pick is None:
         typer.echo(f"     The page announces {others} more; see them with `{listing}`.")
-    fetch_now = command_hint(ctx, "fetch", chosen.url)
+    fetch_now = settings.command("fetch", chosen.url)
     typer.echo(f"{NEXT_CYCLE} and fetches it; `{fetch_now}` does it now.")
 
 
@@ -143,7 +142,7 @@ def remove(
     typer.echo(f"remove: {result.spec.url} removed from {settings.feeds_file}{where}.")
     typer.echo(
         f"{NEXT_CYCLE} and stops fetching it; its items, images and backups are kept "
-        f"(`{command_hint(ctx, 'status')}` lists it as removed)."
+        f"(`{settings.command('status')}` lists it as removed)."
     )
 
 
