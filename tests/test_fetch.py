@@ -591,7 +591,7 @@ def test_a_fetch_to_an_endpoint_that_took_no_connection_this_cycle_is_not_sent(
         assert isinstance(skipped, FetchError)
         assert skipped.kind == "not_tried"
         assert "not tried: 127.0.0.1:" in str(skipped)
-        assert "could not be reached earlier in this cycle" in str(skipped)
+        assert "failed earlier in this cycle" in str(skipped)
         assert f"refused the connection for {dead}/a" in str(skipped)
     assert str(redirected).startswith(f"fetch: {dead}/new not tried")
     assert isinstance(ok, FetchedFeed)

@@ -517,7 +517,7 @@ def test_an_unreachable_endpoint_is_tried_once_per_shared_memo(public_server: Fe
     assert list(unreachable) == ["gone.test:80"]
     for skipped in (second, redirected):
         assert isinstance(skipped, ImageNotTried)
-        assert "not tried: gone.test:80 could not be reached earlier in this cycle" in str(skipped)
+        assert "not tried: gone.test:80 failed earlier in this cycle" in str(skipped)
         assert "could not resolve the host gone.test of http://gone.test/a.png" in str(skipped)
     assert "http://gone.test/elsewhere.png not tried" in str(redirected)
     assert isinstance(ok, DownloadedImage), "other hosts are not affected"
@@ -974,6 +974,23 @@ def test_an_image_servers_retry_after_delays_the_next_attempt(
     stage.clock.now = start + waited
     stage.cycle()
     assert len(feed_server.hits("/busy.png")) == 2
+
+
+def test_a_429_rests_the_whole_image_host_for_the_cycle_and_charges_one_image(
+    feed_server: FeedServer, tmp_path: Path
+) -> None:
+    """A rate-limited host was asked for every image of the page, each 429 charging its
+    image an attempt: the host's other images now wait for the next cycle, uncharged."""
+    images = {"a": refusing(429), "b": send_png, "c": send_png}
+    stage = Stage(tmp_path, image_feed(feed_server, images))
+    stage.cycle()
+    assert [len(feed_server.hits(f"/{name}.png")) for name in images] == [1, 0, 0]
+    (charged, *rested) = retry_states(stage)
+    assert charged[:2] == ("pending", 1)
+    assert rested == [("pending", 0, ""), ("pending", 0, "")]
+    stage.clock.advance(minutes=1)
+    stage.cycle()
+    assert [status for status, _, _ in retry_states(stage)] == ["pending", "success", "success"]
 
 
 def test_retry_images_queues_the_failed_images_of_one_feed_again(

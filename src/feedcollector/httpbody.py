@@ -73,10 +73,10 @@ def unreachable_endpoint(exc: BaseException, url: Located) -> str | None:
 
 
 Unreachable = dict[str, TransferError]
-"""Endpoints (``host:port``) that took no connection in this cycle, with the first failure:
-shared by a cycle's requests (feeds and images each keep one), so that a dead host's other
-URLs are not sent at all (they wait for the next cycle, uncharged) instead of each waiting out
-its own DNS or connect timeout."""
+"""Endpoints (``host:port``) that took no connection in this cycle (or, for images, answered
+429), with the first failure: shared by a cycle's requests (feeds and images each keep one),
+so that a dead host's other URLs are not sent at all (they wait for the next cycle,
+uncharged) instead of each waiting out its own DNS or connect timeout."""
 NOT_TRIED = "not_tried"
 """The kind of the TransferError for a request that was not sent (see :data:`Unreachable`)."""
 
@@ -88,7 +88,7 @@ def refuse_unreachable(unreachable: Unreachable, url: Located) -> None:
     if first is not None:
         raise TransferError(
             NOT_TRIED,
-            f"{url} not tried: {where} could not be reached earlier in this cycle ({first.detail})",
+            f"{url} not tried: {where} failed earlier in this cycle ({first.detail})",
         )
 
 

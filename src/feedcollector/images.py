@@ -11,6 +11,7 @@ import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+from http import HTTPStatus
 from pathlib import PurePosixPath
 from urllib.parse import urlsplit
 
@@ -24,6 +25,7 @@ from .httpbody import (
     TransferError,
     Unreachable,
     describe_http_error,
+    endpoint,
     read_body,
     refuse_unreachable,
     remember_unreachable,
@@ -260,6 +262,8 @@ async def download_image(
                 max_redirects=limits.max_redirects,
                 check_url=check_url,
             )
+            if response.status_code == HTTPStatus.TOO_MANY_REQUESTS:
+                _rest_host(dead, response.url)
             try:
                 return await _accept_image(response, limits)
             finally:
@@ -272,6 +276,15 @@ async def download_image(
         remember_unreachable(dead, exc)
         not_tried = exc.kind == NOT_TRIED
         raise (ImageNotTried if not_tried else ImageError)(f"image: {exc.detail}") from exc
+
+
+def _rest_host(dead: Unreachable, url: httpx.URL) -> None:
+    """A 429 speaks for the whole host: its other images are not requested this cycle (handed
+    back uncharged, as a dead host's), so a rate-limited CDN is asked once a cycle, and one
+    image pays the attempt instead of every image of the page."""
+    where = endpoint(url)
+    detail = f"{where} answered 429 Too Many Requests"
+    dead.setdefault(where, TransferError(NOT_TRIED, detail, 429, unreachable=where))
 
 
 async def _accept_image(response: httpx.Response, limits: ImageLimits) -> DownloadedImage:
