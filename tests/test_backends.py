@@ -600,6 +600,9 @@ def test_d1_proxy_down_is_a_database_error() -> None:
     assert f"{url}/query" in str(caught.value)
     assert "SELECT ? AS v" in str(caught.value)
     assert "param-value" in str(caught.value)
+    assert "check that the Worker is deployed and running and that [database] url" in str(
+        caught.value
+    ), "it says what to check"
 
 
 def test_d1_proxy_500_is_a_database_error_with_the_details(fake_proxy: FakeProxy) -> None:

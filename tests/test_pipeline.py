@@ -699,6 +699,22 @@ def test_an_unreachable_image_host_is_tried_once_a_cycle(
     ]
 
 
+def test_images_already_on_their_way_to_a_dead_host_are_not_charged(
+    feed_server: FeedServer, project: Callable[..., Project]
+) -> None:
+    """A soak of the cloud shape: the check for a dead host runs before the connect, so the
+    attempts already in flight (``[images] concurrency``, 8) all went out and were all charged
+    before the first refusal was known; a few minutes' outage charged every image."""
+    dead = f"http://127.0.0.1:{closed_port()}"
+    html = "".join(f'<img src="{dead}/{n}.png">' for n in range(12))
+    url = feed_server.route("/feed", body=rss([Entry("pictures", guid="p", content=html)]))
+    p = project([url])
+    report = p.cycle()
+    attempts = [r["attempts"] for r in p.rows("SELECT attempts FROM image_tasks")]
+    assert sorted(attempts) == [0] * 11 + [1], "one image of the dead host pays, once"
+    assert report.images_retry_later == 1
+
+
 def test_private_image_addresses_are_refused_by_default(
     feed_server: FeedServer, project: Callable[..., Project]
 ) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -51,7 +52,7 @@ def wake_after_cycle(project: Project) -> timedelta:
     async def go() -> timedelta:
         async with open_collector(load_settings(project.config), clock=project.clock) as collector:
             report = await run_cycle(collector)
-            return await service.next_wake(collector, report.started)
+            return await service.next_wake(collector, report.started, report)
 
     return asyncio.run(go())
 
@@ -74,6 +75,27 @@ def test_a_feed_aborted_by_a_storage_error_waits_for_the_next_poll(
     p.cycle()
     assert len(feed_server.hits("/feed")) == 2, "the next poll retries it"
     assert p.rows("SELECT COUNT(*) AS n FROM items") == [{"n": 1}]
+
+
+def test_a_feed_aborted_by_a_storage_error_is_not_fetched_again_when_another_falls_due(
+    feed_server: FeedServer, tmp_path: Path
+) -> None:
+    """A soak of the cloud shape: with S3 down, a feed aborted and handed back was claimed
+    again by every cycle another feed's time woke, a few seconds apart (13 downloads of it in
+    45 s, an ERROR each). After a cycle with an abort the service waits for the next poll."""
+    aborted = feed_server.route("/aborted", body=rss([Entry("one", guid="1")]))
+    soon = feed_server.route("/soon", body=rss([Entry("two", guid="2")]))
+    p = polite_project(tmp_path, [aborted, soon])
+    p.cycle()
+    execute(p, "UPDATE feeds SET next_fetch_at = ? WHERE url = ?", stamp(p.clock()), aborted)
+    due_soon = p.clock() + timedelta(seconds=5)
+    execute(p, "UPDATE feeds SET next_fetch_at = ? WHERE url = ?", stamp(due_soon), soon)
+    shutil.rmtree(tmp_path / "objects" / "backups")
+    (tmp_path / "objects" / "backups").write_text("a file where the backups folder goes")
+    feed_server.route("/aborted", body=rss([Entry("one", guid="1"), Entry("new", guid="3")]))
+
+    assert wake_after_cycle(p) == service.POLL_INTERVAL, "not when the other feed falls due"
+    assert len(feed_server.hits("/aborted")) == 2
 
 
 def test_run_once_exits_1_when_storage_failing_stopped_a_cycle_that_stored_nothing() -> None:
@@ -438,8 +460,8 @@ def test_a_daily_cleanup_that_could_not_be_claimed_is_tried_again_next_cycle(
     assert next_cycle is not None, "the next cycle claims it and runs it"
     (error,) = logged(caplog, logging.ERROR)
     assert error.startswith(
-        "cleanup: the daily cleanup could not be claimed, so none started; the next cycle tries "
-        "again: database: SQLite "
+        "cleanup: could not ask the database whether the daily cleanup is due, so none started; "
+        "the next cycle asks again: database: SQLite "
     ), error
     assert "within the hour" not in error
 

@@ -242,7 +242,9 @@ async def download_image(
     are allowed, every hop is also refused early when its host literally names one.
 
     An endpoint that takes no connection is added to ``unreachable``, and a hop to one in it is
-    not sent: ImageNotTried (see :data:`.httpbody.Unreachable`).
+    not sent: ImageNotTried (see :data:`.httpbody.Unreachable`). So is the failure of an
+    attempt already on its way when another found its endpoint dead: up to ``[images]
+    concurrency`` of them were, and each charged its image an attempt.
     """
     literal_check = None if limits.allow_private_addresses else NetGuard().check_literal
     dead: Unreachable = {} if unreachable is None else unreachable
@@ -273,8 +275,8 @@ async def download_image(
             f"image: {url} did not finish within the {limits.deadline_s:g} s deadline"
         ) from exc
     except TransferError as exc:
+        not_tried = exc.kind == NOT_TRIED or exc.unreachable in dead
         remember_unreachable(dead, exc)
-        not_tried = exc.kind == NOT_TRIED
         raise (ImageNotTried if not_tried else ImageError)(f"image: {exc.detail}") from exc
 
 

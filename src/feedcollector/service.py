@@ -94,15 +94,18 @@ async def run_forever(collector: Collector) -> None:
                 "use the new one (a restore from the backups rebuilds a lost database)"
             )
         started = collector.clock()
+        report: CycleReport | None = None
         try:
             await feeds_file.sync(collector, started)
-            started = (await run_cycle(collector, sync=False)).started
+            report = await run_cycle(collector, sync=False)
+            started = report.started
         except StorageError as exc:
             log.error("%s (this cycle skipped; the next cycle retries)", exc)
-        await cleanup_if_due(collector)
+        if report is not None and not report.aborted:  # else storage is failing: wait for it
+            await cleanup_if_due(collector)
         if collector.stopping.is_set():  # no sleep ahead: asking when to wake is a wait
             break
-        await _sleep(collector, await next_wake(collector, started))
+        await _sleep(collector, await next_wake(collector, started, report))
     if collector.gave_up_on_database:
         log.info("run: stopped, without the database's last answers (see above)")
     else:
@@ -209,8 +212,8 @@ async def cleanup_if_due(collector: Collector) -> CleanupReport | None:
             return None
     except StorageError as exc:
         log.error(
-            "cleanup: the daily cleanup could not be claimed, so none started; the next cycle "
-            "tries again: %s",
+            "cleanup: could not ask the database whether the daily cleanup is due, so none "
+            "started; the next cycle asks again: %s",
             exc,
         )
         return None
@@ -258,15 +261,21 @@ def _stop_between_chunks(stopping: asyncio.Event) -> Callable[[CleanupReport], N
     return check
 
 
-async def next_wake(collector: Collector, since: datetime) -> timedelta:
-    """How long to sleep after a cycle that started at ``since``: until the first feed due
-    after that, and at most ``POLL_INTERVAL``.
+async def next_wake(collector: Collector, since: datetime, report: CycleReport | None) -> timedelta:
+    """How long to sleep after the cycle that started at ``since`` (``report``, None when a
+    storage error skipped it): until the first feed due after that, and at most
+    ``POLL_INTERVAL``.
 
     A feed that was due when the cycle started and is due still was that cycle's to take:
     its work was aborted by a storage error (a full disk, a locked database), or another
     collector (or a killed one, until its lease ends) holds it. Waking at once for it
     would run a cycle a second, downloading such feeds again each time; the next poll retries.
+    After a cycle storage troubled (skipped, or a feed aborted) the next poll it is, whatever
+    falls due sooner: such a feed, handed back and due still, was claimed again by every cycle
+    another feed's time woke (a dozen downloads of it in a 45 s outage, an ERROR each).
     """
+    if report is None or report.aborted:
+        return POLL_INTERVAL
     try:
         due = await store.next_due_at(collector.db, after=since)
     except StorageError:

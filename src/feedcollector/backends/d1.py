@@ -170,7 +170,9 @@ class D1Database:
             ) from exc
         except httpx.HTTPError as exc:
             raise DatabaseError(
-                f"database: D1 proxy {where} unreachable: {type(exc).__name__}: {exc}; {request}"
+                f"database: D1 proxy {where} unreachable ({type(exc).__name__}: {exc}); check "
+                f"that the Worker is deployed and running and that [database] url is its "
+                f"address; {request}"
             ) from exc
         if response.status_code == 401:
             raise DatabaseError(
