@@ -101,7 +101,7 @@ async def run_forever(collector: Collector) -> None:
             started = report.started
         except StorageError as exc:
             log.error("%s (this cycle skipped; the next cycle retries)", exc)
-        if report is not None and not report.aborted:  # else storage is failing: wait for it
+        if not _storage_troubled(report):  # else wait for storage to answer again
             await cleanup_if_due(collector)
         if collector.stopping.is_set():  # no sleep ahead: asking when to wake is a wait
             break
@@ -274,7 +274,7 @@ async def next_wake(collector: Collector, since: datetime, report: CycleReport |
     falls due sooner: such a feed, handed back and due still, was claimed again by every cycle
     another feed's time woke (a dozen downloads of it in a 45 s outage, an ERROR each).
     """
-    if report is None or report.aborted:
+    if _storage_troubled(report):
         return POLL_INTERVAL
     try:
         due = await store.next_due_at(collector.db, after=since)
@@ -283,6 +283,11 @@ async def next_wake(collector: Collector, since: datetime, report: CycleReport |
     if due is None:
         return POLL_INTERVAL
     return min(POLL_INTERVAL, _until(parse_timestamp(due), collector.clock()))
+
+
+def _storage_troubled(report: CycleReport | None) -> bool:
+    """Whether a storage error skipped the cycle (no ``report``) or aborted a feed of it."""
+    return report is None or report.aborted > 0
 
 
 async def _sleep(collector: Collector, delay: timedelta) -> None:

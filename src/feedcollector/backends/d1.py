@@ -171,7 +171,7 @@ class D1Database:
         except httpx.HTTPError as exc:
             raise DatabaseError(
                 f"database: D1 proxy {where} unreachable ({type(exc).__name__}: {exc}); check "
-                f"that the Worker is deployed and running and that [database] url is its "
+                "that the Worker is deployed and running and that [database] url is its "
                 f"address; {request}"
             ) from exc
         if response.status_code == 401:

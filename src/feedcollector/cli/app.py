@@ -24,9 +24,10 @@ import typer
 from ..collector import Collector, open_collector
 from ..config import CONFIG_ENV, Settings, load_settings
 from ..config_values import describe_value
+from ..database import Database
 from ..errors import ConfigError, StorageError
 from ..logs import configure_logging
-from ..reading import parse_since
+from ..reading import parse_since, stored_feed_urls
 from ..report import CycleObserver
 from ..safe_text import has_half_pair
 
@@ -196,6 +197,15 @@ def since_option(text: str | None, now: datetime) -> datetime | None:
         return parse_since(text, now)
     except ValueError as exc:
         usage_error(str(exc))
+
+
+async def feeds_named(db: Database, url: str, command: str) -> list[str]:
+    """The database's spellings of the feed ``url`` names (:func:`stored_feed_urls`), or a
+    usage error saying there is none."""
+    found = await stored_feed_urls(db, url)
+    if not found:
+        usage_error(f"{command}: no feed {url} in the database (see the feeds file)")
+    return found
 
 
 def text_argument(value: str, name: str) -> str:

@@ -25,14 +25,7 @@ from ..fetch import make_http_client
 from ..models import FeedSpec
 from ..safe_text import one_line
 from ..timestamps import utc_now
-from .app import (
-    app,
-    guard,
-    load_command_settings,
-    run_async,
-    text_argument,
-    usage_error,
-)
+from .app import app, guard, load_command_settings, run_async, text_argument, usage_error
 
 if TYPE_CHECKING:
     from ..feeds_edit import EditResult

@@ -7,9 +7,8 @@ from typing import Annotated
 import typer
 
 from ..collector import Collector
-from ..reading import stored_feed_urls
 from ..store_images import requeue_failed_images
-from .app import app, load_command_settings, text_argument, usage_error, with_collector
+from .app import app, feeds_named, load_command_settings, text_argument, with_collector
 
 
 @app.command("retry-images")
@@ -31,9 +30,7 @@ def retry_images(
     async def work(collector: Collector) -> None:
         urls = None
         if feed is not None:
-            urls = await stored_feed_urls(collector.db, feed)
-            if not urls:
-                usage_error(f"retry-images: no feed {feed} in the database (see the feeds file)")
+            urls = await feeds_named(collector.db, feed, "retry-images")
         count = await requeue_failed_images(collector.db, now=collector.clock(), feed_urls=urls)
         of = "" if urls is None else f" of {', '.join(urls)}"
         typer.echo(

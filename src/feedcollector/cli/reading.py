@@ -19,11 +19,11 @@ from ..reading import (
     load_content,
     read_item,
     sanitize_html,
-    stored_feed_urls,
 )
 from ..safe_text import one_line
 from .app import (
     app,
+    feeds_named,
     load_command_settings,
     quiet_on_broken_pipe,
     since_option,
@@ -78,10 +78,8 @@ def items(
 
 
 async def _stored_feed_url(db: Database, url: str) -> str:
-    """The one feed of the database ``url`` names (see :func:`stored_feed_urls`)."""
-    alike = await stored_feed_urls(db, url)
-    if not alike:
-        usage_error(f"items: no feed {url} in the database (see the feeds file)")
+    """The one feed of the database ``url`` names (see :func:`feeds_named`)."""
+    alike = await feeds_named(db, url, "items")
     if len(alike) > 1:
         usage_error(
             f"items: {url} names {len(alike)} feeds of the database: {', '.join(alike)}. "

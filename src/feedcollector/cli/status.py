@@ -22,14 +22,7 @@ from ..feeds_file import feeds_file_digest
 from ..models import FeedSpec
 from ..safe_text import one_line
 from ..schema import migrate
-from ..status import (
-    UNSCHEDULED,
-    FeedStatus,
-    StatusReport,
-    build_status,
-    read_status,
-    select_feeds,
-)
+from ..status import FeedStatus, StatusReport, build_status, read_status, select_feeds
 from ..store import synced_feeds_digest
 from ..timestamps import format_timestamp, parse_timestamp, utc_now
 from .app import app, load_command_settings, run_async
@@ -154,7 +147,7 @@ def _cells(feed: FeedStatus, now: datetime) -> tuple[str, ...]:
         feed.state,
         str(feed.consecutive_failures),
         relative(feed.last_fetched_at, now),
-        "-" if feed.state in UNSCHEDULED else relative(feed.next_fetch_at, now),
+        "-" if feed.next_fetch_at is None else relative(feed.next_fetch_at, now),
         str(feed.items),
         f"{feed.images_pending}/{feed.images_failed}",
         one_line(feed.title or ""),
