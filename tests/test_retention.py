@@ -36,7 +36,12 @@ from feedcollector.retention import (
     run_cleanup,
     sweep_backups,
 )
-from feedcollector.retention_daily import claim_cleanup, last_cleanup_at, record_cleanup
+from feedcollector.retention_daily import (
+    DailyClaim,
+    claim_cleanup,
+    last_cleanup_at,
+    record_cleanup,
+)
 from feedcollector.schedule import feed_id_for
 from feedcollector.schema import migrate
 from feedcollector.spill import content_key
@@ -493,7 +498,7 @@ def test_backup_deletes_go_in_chunks(s3_server: S3Bucket) -> None:
 
 def test_the_daily_claim_has_one_winner_per_day_and_survives_restarts(pair: Pair) -> None:
     async def claim(owner: str, at: datetime) -> bool:
-        return await claim_cleanup(pair.db, now=at, owner=owner)
+        return (await claim_cleanup(pair.db, now=at, owner=owner)).taken
 
     assert pair.run(last_cleanup_at(pair.db)) is None
     assert pair.run(claim("a", NOW))
@@ -501,6 +506,8 @@ def test_the_daily_claim_has_one_winner_per_day_and_survives_restarts(pair: Pair
     pair.run(record_cleanup(pair.db, started_at=NOW, owner="a"))
     assert pair.run(last_cleanup_at(pair.db)) == format_timestamp(NOW)
     assert not pair.run(claim("b", NOW + timedelta(hours=23))), "done less than a day ago"
+    found = pair.run(claim_cleanup(pair.db, now=NOW + timedelta(hours=23), owner="b"))
+    assert found == DailyClaim(False, NOW + timedelta(days=1)), "when to ask again"
     assert pair.run(claim("b", NOW + timedelta(days=1)))
     assert not pair.run(claim("a", NOW + timedelta(days=1, minutes=30)))
     # b crashed without recording: after the lease expires someone else takes it
@@ -601,7 +608,7 @@ def test_a_restore_is_refused_while_the_daily_cleanup_runs_and_not_after_it_fail
     pair.run(add_feed(pair.db))
     expired = backup_key(FEED_ID, BACKUP_CUTOFF - timedelta(days=1))
     pair.run(pair.objects.put(expired, rss([Entry("Old", guid="old")])))
-    assert pair.run(claim_cleanup(pair.db, now=NOW, owner="daily:1:a"))
+    assert pair.run(claim_cleanup(pair.db, now=NOW, owner="daily:1:a")).taken
     refusals: list[str] = []
 
     async def during_the_cleanup() -> None:
@@ -634,12 +641,12 @@ def test_a_restore_is_refused_while_the_daily_cleanup_runs_and_not_after_it_fail
     assert pair.rows("SELECT COUNT(*) AS n FROM items") == [{"n": 0}]
 
     later = NOW + timedelta(minutes=5)
-    assert not pair.run(claim_cleanup(pair.db, now=later, owner="daily:2:b")), "it waits"
+    assert not pair.run(claim_cleanup(pair.db, now=later, owner="daily:2:b")).taken, "it waits"
     restored = pair.run(
         restore_from_backups(pair.db, pair.objects, [FeedSpec(FEED_URL)], now=later, owner=OWNER)
     )
     assert restored.items_recovered == 1, "a failed cleanup's wait holds no restore back"
-    assert pair.run(claim_cleanup(pair.db, now=NOW + HOUR, owner="daily:2:b"))
+    assert pair.run(claim_cleanup(pair.db, now=NOW + HOUR, owner="daily:2:b")).taken
 
 
 def test_a_lease_is_renewed_while_its_work_runs_and_a_lapsed_one_stops_it(pair: Pair) -> None:

@@ -23,7 +23,7 @@ from typing import TypeVar
 import pytest
 
 from feedcollector import maintenance_leases as leases
-from feedcollector import service
+from feedcollector import retention_daily, service
 from feedcollector.backends.local import LocalObjectStore
 from feedcollector.breaker import STORAGE_TRIP_AFTER
 from feedcollector.collector import Collector, StopRequest, open_collector
@@ -464,6 +464,48 @@ def test_a_daily_cleanup_that_could_not_be_claimed_is_tried_again_next_cycle(
         "the next cycle asks again: database: SQLite "
     ), error
     assert "within the hour" not in error
+
+
+def test_a_service_asks_for_the_daily_cleanup_again_only_once_it_is_due(tmp_path: Path) -> None:
+    """The claim is a batch of four statements (a request to D1): once a claim finds the
+    day's cleanup done, the cycles before the next is due send none. A cleanup by hand moves
+    the next one later, and the claim at the remembered time finds that."""
+    clock = Clock()
+
+    async def scenario(collector: Collector) -> list[tuple[bool, int]]:
+        counting = CountingDatabase(collector.db)
+        collector.db = counting
+        seen: list[tuple[bool, int]] = []
+
+        async def cycle(**later: float) -> None:
+            clock.advance(**later)
+            before = counting.round_trips
+            ran = await service.cleanup_if_due(collector) is not None
+            seen.append((ran, counting.round_trips - before))
+
+        await cycle()  # the first cleanup runs
+        await cycle(minutes=1)  # the claim finds it done: when is the next one due?
+        await cycle(minutes=1)
+        await cycle(hours=12)
+        await take_cleanup(collector.db, now=clock(), owner="by hand")
+        await retention_daily.record_cleanup(collector.db, started_at=clock(), owner="by hand")
+        await cycle(hours=12)  # due as remembered: the claim finds the cleanup by hand
+        await cycle(hours=11)
+        await cycle(hours=1, seconds=1)
+        return seen
+
+    seen = with_daily_collector(tmp_path, clock, scenario)
+
+    (ran, _), *later = seen
+    assert ran
+    assert [(ran, trips > 0) for ran, trips in later] == [
+        (False, True),
+        (False, False),
+        (False, False),
+        (False, True),
+        (False, False),
+        (True, True),
+    ]
 
 
 def test_a_daily_cleanup_that_lost_its_lease_says_it_tries_again_by_itself(

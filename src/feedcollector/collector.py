@@ -80,6 +80,8 @@ class Collector:
     """The ``[fetch]`` limits, built once: every feed asks for them."""
     schedule_policy: SchedulePolicy = field(init=False)
     """The ``[schedule]`` policy, built once: every feed asks for it."""
+    cleanup_not_due_before: datetime | None = field(default=None, init=False)
+    """When the daily cleanup is next due, as the last claim found it (None: ask each cycle)."""
     _image_http: httpx.AsyncClient | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:

@@ -9,12 +9,13 @@ agree on them; ``cleanup`` by hand takes the same lease, due or not.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from . import maintenance_leases as leases
 from .database import Database, Statement
 from .errors import StorageError
-from .timestamps import format_timestamp
+from .timestamps import format_timestamp, parse_timestamp
 
 log = logging.getLogger("feedcollector")
 
@@ -28,6 +29,17 @@ _RESTORES_WAITED_FOR: set[str] = set()
 """The restores whose wait the daily claim has logged at INFO (then DEBUG, every cycle)."""
 
 
+@dataclass(frozen=True, slots=True)
+class DailyClaim:
+    """What asking for the day's cleanup found."""
+
+    taken: bool
+    not_due_before: datetime | None = None
+    """When the day's cleanup was done already: when the next one is due. A running
+    collector need not ask again before then (a cleanup by hand only moves it later, which
+    the next claim finds)."""
+
+
 async def claim_cleanup(
     db: Database,
     *,
@@ -35,7 +47,7 @@ async def claim_cleanup(
     owner: str,
     every: timedelta = CLEANUP_EVERY,
     lease: timedelta = CLEANUP_LEASE,
-) -> bool:
+) -> DailyClaim:
     """Take the day's cleanup if it is due and nobody holds it (one winner among collectors),
     nor a restore runs (it waits for it, and is tried again next cycle).
 
@@ -53,8 +65,9 @@ async def claim_cleanup(
         wait_out_backoff=True,
     )
     last = claimed.last_done_at
-    due = last is None or last <= format_timestamp(now - every)
-    for holder in claimed.in_the_way if due else ():
+    if last is not None and last > format_timestamp(now - every):
+        return DailyClaim(False, parse_timestamp(last) + every)
+    for holder in claimed.in_the_way:
         if holder.task != leases.RESTORE:
             continue
         level = logging.DEBUG if holder.owner in _RESTORES_WAITED_FOR else logging.INFO
@@ -65,7 +78,7 @@ async def claim_cleanup(
             "restore replays); it is tried again every cycle",
             leases.describe(holder),
         )
-    return claimed.taken
+    return DailyClaim(claimed.taken)
 
 
 async def take_cleanup(db: Database, *, now: datetime, owner: str) -> None:

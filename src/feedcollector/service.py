@@ -202,13 +202,18 @@ async def cleanup_if_due(collector: Collector) -> CleanupReport | None:
     rather than on every cycle. So does SIGTERM or Ctrl-C: the cleanup stops after the chunk
     of backups or page of items at hand (a sweep of a month of backups, or the first cleanup
     of a large archive, can take longer than a service manager waits). A cleanup done but not
-    recorded returns its report, and may run again within the hour.
+    recorded returns its report, and may run again within the hour. Once a claim finds the
+    day's cleanup done, the database is not asked again until the next is due: on D1 the
+    claim is a request of four statements, and a service's cycles may be a minute apart.
     """
-    if collector.stopping.is_set():
-        return None
     now = collector.clock()
+    not_before = collector.cleanup_not_due_before
+    if collector.stopping.is_set() or (not_before is not None and now < not_before):
+        return None
     try:
-        if not await retention_daily.claim_cleanup(collector.db, now=now, owner=collector.owner):
+        claim = await retention_daily.claim_cleanup(collector.db, now=now, owner=collector.owner)
+        collector.cleanup_not_due_before = claim.not_due_before
+        if not claim.taken:
             return None
     except StorageError as exc:
         log.error(
