@@ -993,6 +993,35 @@ def test_a_429_rests_the_whole_image_host_for_the_cycle_and_charges_one_image(
     assert [status for status, _, _ in retry_states(stage)] == ["pending", "success", "success"]
 
 
+def test_a_429_with_retry_after_holds_the_hosts_other_images_back_as_long_uncharged(
+    feed_server: FeedServer, tmp_path: Path
+) -> None:
+    """The host's other images were handed back for the next cycle, a minute later, where the
+    next of them met the 429 again: one request a cycle to a host that asked for two hours'
+    rest. Now they wait the two hours too, without an attempt charged."""
+    answers = [refusing(429, Retry_After="7200"), send_png]
+
+    def busy_once(request: BaseHTTPRequestHandler) -> None:
+        answers.pop(0)(request)
+
+    images = {"a": busy_once, "b": send_png, "c": send_png}
+    stage = Stage(tmp_path, image_feed(feed_server, images))
+    start = stage.clock.now
+    stage.cycle()
+    asked = format_timestamp(start + timedelta(hours=2))
+    assert retry_states(stage) == [("pending", 1, asked)] + [("pending", 0, asked)] * 2
+    stage.clock.now = start + timedelta(hours=2) - timedelta(seconds=1)
+    stage.cycle()
+    assert [len(feed_server.hits(f"/{name}.png")) for name in images] == [1, 0, 0]
+    stage.clock.now = start + timedelta(hours=2)
+    stage.cycle()
+    assert [(status, n) for status, n, _ in retry_states(stage)] == [
+        ("success", 2),
+        ("success", 1),
+        ("success", 1),
+    ]
+
+
 def test_retry_images_queues_the_failed_images_of_one_feed_again(
     feed_server: FeedServer, tmp_path: Path
 ) -> None:

@@ -16,6 +16,8 @@ obstore exceptions. The pipeline reacts to the class:
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from .models import ResponseHints
 
 
@@ -91,6 +93,12 @@ class ImageError(FeedCollectorError):
 
 
 class ImageNotTried(ImageError):
-    """The download was not even sent: its host took no connection earlier in this cycle.
+    """The download was not even sent: its host took no connection earlier in this cycle, or
+    answered 429 Too Many Requests.
 
-    Not an attempt of the task: it is handed back for the next cycle, uncharged."""
+    Not an attempt of the task: it is handed back uncharged, for the next cycle or, when the
+    429 asked to wait (``wait``, its Retry-After), for then."""
+
+    def __init__(self, message: str, wait: timedelta | None = None) -> None:
+        super().__init__(message)
+        self.wait = wait

@@ -13,6 +13,7 @@ import errno
 import socket
 import ssl
 from collections.abc import AsyncIterator, Mapping
+from datetime import timedelta
 from typing import Protocol
 
 import httpx
@@ -30,16 +31,25 @@ class TransferError(Exception):
 
     ``unreachable`` names the endpoint (``host:port``) when no connection could be made to it
     at all (no address, refused, connect timeout): every other URL there would fail alike.
+    ``retry_after``: how long the endpoint asked everyone to wait (a 429's Retry-After), for
+    the requests it keeps from being sent.
     """
 
     def __init__(
-        self, kind: str, detail: str, status: int | None = None, *, unreachable: str | None = None
+        self,
+        kind: str,
+        detail: str,
+        status: int | None = None,
+        *,
+        unreachable: str | None = None,
+        retry_after: timedelta | None = None,
     ) -> None:
         super().__init__(detail)
         self.kind = kind
         self.detail = detail
         self.status = status
         self.unreachable = unreachable
+        self.retry_after = retry_after
 
 
 class Located(Protocol):
@@ -89,6 +99,7 @@ def refuse_unreachable(unreachable: Unreachable, url: Located) -> None:
         raise TransferError(
             NOT_TRIED,
             f"{url} not tried: {where} failed earlier in this cycle ({first.detail})",
+            retry_after=first.retry_after,
         )
 
 

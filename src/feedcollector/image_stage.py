@@ -6,7 +6,7 @@ WARNING; an earlier one leaves it pending until its ``retry_at`` (an hour, then 
 server's longer Retry-After; see :data:`.store_images.RETRY_DELAYS`), with an INFO line. A
 host that took no connection (no address, refused, connect timeout) is tried once a cycle:
 its other images are handed back uncharged for the next cycle instead of each waiting out a
-timeout. An object-store or database failure is the infrastructure's fault, not the image's:
+timeout. So are a host's after it answered 429, for as long as its Retry-After asks. An object-store or database failure is the infrastructure's fault, not the image's:
 the stage stops for this cycle and the interrupted tasks are handed back without being
 charged. A result write the database refuses (another process holding the SQLite write
 lock, a network error on D1) stops nothing: the results are kept and written later; whatever
@@ -40,6 +40,8 @@ RECORD_EVERY_S = 5.0
 CANCELLED_PATIENCE_S = 1.0
 """How long a cancelled page (a second Ctrl-C: exit at once) waits for its last write: SQLite
 takes it in milliseconds unless another process holds the lock, and D1 is given up by then."""
+Outcome = store_images.ImageResult | StorageError | datetime | None
+"""What became of one attempt (see :func:`_attempt`)."""
 IMAGE_LEASE = timedelta(minutes=15)
 """How long claimed image tasks stay reserved at least (see :func:`image_lease`)."""
 
@@ -138,6 +140,8 @@ class _Page:
         self.held: list[store_images.ImageResult] = []
         """Results not written yet (a refused write keeps them: their images are stored)."""
         self.untried: list[str] = []
+        self.deferred: dict[str, datetime] = {}
+        """Of ``untried``, those whose host asked to wait (429 with Retry-After): until when."""
         self.failure: StorageError | None = None
         """What stops the stage after this page (an attempt's object store or database)."""
         self.refused: StorageError | None = None
@@ -145,16 +149,17 @@ class _Page:
         self.oldest: float | None = None
         """When the oldest result not yet written came (or the last write was refused)."""
 
-    def take(
-        self, task: ImageTask, outcome: store_images.ImageResult | StorageError | None
-    ) -> None:
-        """Keep an attempt's outcome: a result to write, or a task to hand back uncharged."""
+    def take(self, task: ImageTask, outcome: Outcome) -> None:
+        """Keep an attempt's outcome: a result to write, or a task to hand back uncharged (due
+        again at once, or from the moment its host asked for)."""
         if isinstance(outcome, store_images.ImageResult):
             self.held.append(outcome)
             self.oldest = self.oldest or time.monotonic()
             return
         self.untried.append(task.id)
-        if isinstance(outcome, StorageError) and self.failure is None:
+        if isinstance(outcome, datetime):
+            self.deferred[task.id] = outcome
+        elif isinstance(outcome, StorageError) and self.failure is None:
             self.failure = outcome
 
     def wait_s(self) -> float | None:
@@ -262,11 +267,15 @@ class _Page:
             if not batch and not handed:
                 return
             recorded = await store_images.record_image_results(
-                self.collector.db, batch, self.collector.clock(), release=handed
+                self.collector.db,
+                batch,
+                self.collector.clock(),
+                release=handed,
+                release_until=self.deferred,
             )
             del self.held[: len(batch)]
             if handed:
-                self.untried = []
+                self.untried, self.deferred = [], {}
             orphans = recorded.orphans
             if batch:
                 _count(self.report, self.tasks, [r for r in batch if r.r2_key not in orphans])
@@ -317,9 +326,10 @@ async def _attempt(
     limit: asyncio.Semaphore,
     reserved: dict[str, str],
     unreachable: Unreachable,
-) -> store_images.ImageResult | StorageError | None:
+) -> Outcome:
     """The task's result; a StorageError to stop the stage; None if not tried (shutdown, or
-    its host unreachable this cycle): handed back uncharged."""
+    its host unreachable or rate-limited this cycle): handed back uncharged; a moment if not
+    tried because its host asked to wait until then (429 with Retry-After)."""
     async with limit:
         if collector.stopping.is_set():
             return None
@@ -332,7 +342,7 @@ async def _attempt(
             )
         except ImageNotTried as exc:
             log.debug("image %s (item %s): %s", task.original_url, task.item_id, exc)
-            return None
+            return None if exc.wait is None else collector.clock() + exc.wait
         except ImageRetryLater as exc:
             log.debug("image %s (item %s): %s", task.original_url, task.item_id, exc)
             asked = collector.clock() + exc.wait

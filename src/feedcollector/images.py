@@ -264,10 +264,11 @@ async def download_image(
                 max_redirects=limits.max_redirects,
                 check_url=check_url,
             )
+            wait = _asked_wait(response)
             if response.status_code == HTTPStatus.TOO_MANY_REQUESTS:
-                _rest_host(dead, response.url)
+                _rest_host(dead, response.url, wait)
             try:
-                return await _accept_image(response, limits)
+                return await _accept_image(response, limits, wait)
             finally:
                 await response.aclose()
     except TimeoutError as exc:
@@ -277,28 +278,41 @@ async def download_image(
     except TransferError as exc:
         not_tried = exc.kind == NOT_TRIED or exc.unreachable in dead
         remember_unreachable(dead, exc)
-        raise (ImageNotTried if not_tried else ImageError)(f"image: {exc.detail}") from exc
+        if not_tried:
+            raise ImageNotTried(f"image: {exc.detail}", exc.retry_after) from exc
+        raise ImageError(f"image: {exc.detail}") from exc
 
 
-def _rest_host(dead: Unreachable, url: httpx.URL) -> None:
+def _asked_wait(response: httpx.Response) -> timedelta | None:
+    """How long a 429 or 503 asks to wait (Retry-After; an HTTP-date is measured against the
+    server's Date)."""
+    if response.status_code not in RETRY_AFTER_STATUSES:
+        return None
+    return retry_after(response_hints(response.headers), utc_now())
+
+
+def _rest_host(dead: Unreachable, url: httpx.URL, wait: timedelta | None) -> None:
     """A 429 speaks for the whole host: its other images are not requested this cycle (handed
-    back uncharged, as a dead host's), so a rate-limited CDN is asked once a cycle, and one
-    image pays the attempt instead of every image of the page."""
+    back uncharged, as a dead host's), so a rate-limited CDN is asked once, and one image
+    pays the attempt instead of every image of the page. With a Retry-After, they wait that
+    long (:class:`.ImageNotTried` carries it), not just for the next cycle."""
     where = endpoint(url)
     detail = f"{where} answered 429 Too Many Requests"
-    dead.setdefault(where, TransferError(NOT_TRIED, detail, 429, unreachable=where))
+    error = TransferError(NOT_TRIED, detail, 429, unreachable=where, retry_after=wait)
+    dead.setdefault(where, error)
 
 
-async def _accept_image(response: httpx.Response, limits: ImageLimits) -> DownloadedImage:
+async def _accept_image(
+    response: httpx.Response, limits: ImageLimits, wait: timedelta | None
+) -> DownloadedImage:
+    """The image, or ImageError saying why not (ImageRetryLater when the server asked to
+    ``wait``)."""
     final_url = str(response.url)
     status = response.status_code
     if not 200 <= status < 300:
         refused = (
             f"image: HTTP {status} {status_text(status, response.reason_phrase)} from {final_url}"
         )
-        wait = None
-        if status in RETRY_AFTER_STATUSES:  # an HTTP-date is measured against the server's Date
-            wait = retry_after(response_hints(response.headers), utc_now())
         if wait is not None:
             seconds = round(wait.total_seconds())
             raise ImageRetryLater(f"{refused} (the server asks to wait {seconds} s)", wait)

@@ -9,7 +9,7 @@ no claim takes it before then; ``retry-images`` queues ``failed`` tasks again.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -159,8 +159,35 @@ async def image_key(db: Database, task: ImageTask, ext: str, reserved: dict[str,
     return full
 
 
+def _release_statements(
+    release: Sequence[str], until: Mapping[str, datetime], now: datetime
+) -> list[Statement]:
+    """Hand ``release`` back: due again at once (their ``retry_at`` had passed when they were
+    claimed), or from ``until`` for those in it; grouped by that second (a host's tasks are
+    deferred within moments of each other)."""
+    groups: dict[str, list[str]] = {}
+    for task_id in release:
+        wait = until.get(task_id)
+        retry_at = "" if wait is None else format_timestamp(min(wait, now + MAX_RETRY_AFTER))
+        groups.setdefault(retry_at, []).append(task_id)
+    return [
+        Statement(
+            "UPDATE image_tasks SET lease_until = NULL, retry_at = max(retry_at, ?) "  # noqa: S608
+            f"WHERE id IN ({placeholders(len(chunk))})",
+            (retry_at, *chunk),
+        )
+        for retry_at, task_ids in groups.items()
+        for chunk in chunked(task_ids)
+    ]
+
+
 async def record_image_results(
-    db: Database, results: Sequence[ImageResult], now: datetime, *, release: Sequence[str] = ()
+    db: Database,
+    results: Sequence[ImageResult],
+    now: datetime,
+    *,
+    release: Sequence[str] = (),
+    release_until: Mapping[str, datetime] | None = None,
 ) -> Recorded:
     """Every attempt counts, once: only while its task is leased (recording clears the lease,
     so a batch sent again after its answer was lost, on D1, does not count the same attempts
@@ -175,7 +202,9 @@ async def record_image_results(
 
     ``release``: tasks handed back uncharged in that batch too (the end of a page: its last
     results and its tasks not done are written together, one round trip and one wait for a
-    locked database, all or nothing).
+    locked database, all or nothing). Those in ``release_until`` wait until then (their host
+    asked to, 429 with Retry-After; at most :data:`MAX_RETRY_AFTER` away), the others are due
+    again at once.
     """
     if not results and not release:
         return Recorded([], [])
@@ -217,13 +246,7 @@ async def record_image_results(
                     params,
                 )
             )
-    statements += [
-        Statement(
-            f"UPDATE image_tasks SET lease_until = NULL WHERE id IN ({placeholders(len(chunk))})",  # noqa: S608
-            tuple(chunk),
-        )
-        for chunk in chunked(release)
-    ]
+    statements += _release_statements(release, release_until or {}, now)
     updated = await db.batch(statements)
     answers = list(zip(results, updated[: len(results)], strict=True))
     return Recorded(
