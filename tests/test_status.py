@@ -52,6 +52,7 @@ FEED_KEYS = {
     "items",
     "images_pending",
     "images_failed",
+    "images_retry_at",
     "gone_at",
     "moved_to",
 }
@@ -199,6 +200,10 @@ def test_status_of_a_real_database(feed_server: FeedServer, tmp_path: Path) -> N
     assert failing.last_fetched_at is None
     ok = by_url[urls["ok"]]
     assert (ok.title, ok.items, ok.images_pending, ok.images_failed) == ("Fine", 3, 1, 1)
+    with sqlite3.connect(tmp_path / "collector.db") as conn:
+        ((waiting,),) = conn.execute("SELECT retry_at FROM image_tasks WHERE status = 'pending'")
+    assert ok.images_retry_at == waiting > "2026-03-02T10:00:00Z", "its next try, an hour on"
+    assert by_url[urls["gone"]].images_retry_at is None
     assert ok.last_fetched_at is not None
     assert ok.next_fetch_at is not None
     gone = by_url[urls["gone"]]
@@ -250,7 +255,9 @@ def test_status_command_table_and_json(feed_server: FeedServer, tmp_path: Path) 
     ]
     assert f"moved to {feed_server.url('/moved.xml')}" in rows[0]
     assert "HTTP 500" in rows[1]
-    assert "1/1" in rows[4], "image tasks pending/failed"
+    assert "1/1, next in 59m" in rows[4] or "1/1, next in 1h00m" in rows[4], (
+        "image tasks pending/failed, and when the failed one is tried again (an hour on)"
+    )
     assert lines[-1] == (
         "6 feeds (1 gone, 2 failing, 1 new, 1 active, 1 removed); 5 items; image tasks: "
         "1 pending, 1 stored, 1 failed"

@@ -6,11 +6,12 @@ WARNING; an earlier one leaves it pending until its ``retry_at`` (an hour, then 
 server's longer Retry-After; see :data:`.store_images.RETRY_DELAYS`), with an INFO line. A
 host that took no connection (no address, refused, connect timeout) is tried once a cycle:
 its other images are handed back uncharged for the next cycle instead of each waiting out a
-timeout. So are a host's after it answered 429, for as long as its Retry-After asks. An object-store or database failure is the infrastructure's fault, not the image's:
-the stage stops for this cycle and the interrupted tasks are handed back without being
-charged. A result write the database refuses (another process holding the SQLite write
-lock, a network error on D1) stops nothing: the results are kept and written later; whatever
-a page ends with (done, a stop, cancelled) gets one last write, and only when that fails too
+timeout; so are a host's after it answered 429, or for as long as its Retry-After asks. An
+object-store or database failure is the infrastructure's fault, not the image's: the stage
+stops for this cycle and the interrupted tasks are handed back without being charged. A
+result write the database refuses (another process holding the SQLite write lock, a network
+error on D1) stops nothing: the results are kept and written later; whatever a page ends
+with (done, a stop, cancelled) gets one last write, and only when that fails too
 are its tasks left to their lease, and the log says until when.
 """
 

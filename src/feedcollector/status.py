@@ -48,6 +48,9 @@ class FeedStatus:
     items: int = 0
     images_pending: int = 0
     images_failed: int = 0
+    images_retry_at: str | None = None
+    """When the first of its pending images that failed (or whose host asked to wait) is
+    tried again; None when none waits."""
     gone_at: str | None = None
     moved_to: str | None = None
 
@@ -64,6 +67,7 @@ class FeedStatus:
             "items": self.items,
             "images_pending": self.images_pending,
             "images_failed": self.images_failed,
+            "images_retry_at": self.images_retry_at,
             "gone_at": self.gone_at,
             "moved_to": self.moved_to,
         }
@@ -126,11 +130,14 @@ def build_status(
     specs: Sequence[FeedSpec] | None,
     *,
     generated_at: str,
+    image_retries: Mapping[str, str] | None = None,
 ) -> StatusReport:
     """Join the query results into the sorted report. ``specs``: a feeds file the table has
     not followed yet (None: it has, or it cannot be read); its entries the database does not
     know, or knows as removed, are ``new``, and the feeds it no longer lists ``removed``, as
-    the next cycle's sync will make them (they showed ``active`` until then)."""
+    the next cycle's sync will make them (they showed ``active`` until then).
+    ``image_retries``: per feed id, when its first waiting image is tried again."""
+    retries = image_retries or {}
     statuses: list[FeedStatus] = []
     known: dict[str, KnownFeed] = {}
     rows = list(feed_rows)
@@ -161,6 +168,7 @@ def build_status(
                 items=item_counts.get(feed_id, 0),
                 images_pending=open_images.get((feed_id, "pending"), 0),
                 images_failed=open_images.get((feed_id, "failed"), 0),
+                images_retry_at=retries.get(feed_id),
                 gone_at=row["gone_at"],
                 moved_to=row["moved_to"],
             )
@@ -198,9 +206,11 @@ async def read_status(
     )
     item_rows = await db.query("SELECT feed_id, COUNT(*) AS n FROM items GROUP BY feed_id")
     open_rows = await db.query(
-        "SELECT i.feed_id, t.status, COUNT(*) AS n FROM image_tasks t "
+        "SELECT i.feed_id, t.status, COUNT(*) AS n, "
+        "MIN(CASE WHEN t.retry_at > ? THEN t.retry_at END) AS retry_at FROM image_tasks t "
         "JOIN items i ON i.id = t.item_id WHERE t.status IN ('pending', 'failed') "
-        "GROUP BY i.feed_id, t.status"
+        "GROUP BY i.feed_id, t.status",
+        (generated_at,),
     )
     return build_status(
         feed_rows,
@@ -209,6 +219,7 @@ async def read_status(
         await image_task_counts(db),
         specs,
         generated_at=generated_at,
+        image_retries={row["feed_id"]: row["retry_at"] for row in open_rows if row["retry_at"]},
     )
 
 

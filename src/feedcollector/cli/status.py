@@ -149,11 +149,19 @@ def _cells(feed: FeedStatus, now: datetime) -> tuple[str, ...]:
         relative(feed.last_fetched_at, now),
         "-" if feed.next_fetch_at is None else relative(feed.next_fetch_at, now),
         str(feed.items),
-        f"{feed.images_pending}/{feed.images_failed}",
+        _images_cell(feed, now),
         one_line(feed.title or ""),
         feed.url,
         one_line(_hint(feed.state, feed.last_error, feed.moved_to)),
     )
+
+
+def _images_cell(feed: FeedStatus, now: datetime) -> str:
+    """Pending/failed, and when the first waiting image is tried again (``2/0, next in 58m``)."""
+    counts = f"{feed.images_pending}/{feed.images_failed}"
+    if feed.images_retry_at is None:
+        return counts
+    return f"{counts}, next {relative(feed.images_retry_at, now)}"
 
 
 def _rich_table(
