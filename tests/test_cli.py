@@ -326,12 +326,14 @@ def test_a_dry_sweep_on_a_database_without_items_says_the_sweep_would_refuse(
     assert refused.returncode == 2, refused.stderr
     reason = "the database holds no items, so every image and content object would count"
     assert f"error: cleanup: {reason}" in refused.stderr
+    pasted = shlex.join(["feedcollector", "--config", str(Path(config).resolve())])
+    assert f"`{pasted} cleanup --orphans --dry-run` shows what would go" in refused.stderr
     dry = feedcollector("--config", config, "cleanup", "--orphans", "--dry-run", cwd=tmp_path)
     assert dry.returncode == 0, dry.stderr
     assert "orphans: would delete" not in dry.stdout
     assert "orphans: found 3 image objects and 0 content objects that no row names" in dry.stdout
     assert f"`cleanup --orphans` would refuse (exit 2) and delete none: {reason}" in dry.stdout
-    assert "run `feedcollector restore` first" in dry.stdout
+    assert f"run `{pasted} restore` first" in dry.stdout, "the commands name the config"
     assert "    images/lost/0/0.png" in dry.stdout.splitlines()
     assert all(path.exists() for path in images)
 

@@ -294,10 +294,15 @@ class Settings(BaseModel):
         """``feedcollector WORDS`` as a message suggests it, a line to paste into a shell: with
         ``--config`` (absolute) when one was given, since pasted in another folder the command
         would run on the defaults there; not when the environment carries it over."""
-        line = ["feedcollector"]
-        if self.config_path is not None and not self.config_inherited:
-            line += ["--config", str(self.config_path)]
-        return shlex.join([*line, *words])
+        inherited = self.config_path is None or self.config_inherited
+        return command_line(*words, config=None if inherited else self.config_path)
+
+
+def command_line(*words: str, config: Path | None = None) -> str:
+    """``feedcollector [--config FILE] WORDS``, quoted for a shell (see :meth:`Settings.command`,
+    which library code without settings at hand takes as a parameter defaulting to this)."""
+    line = ["feedcollector", *(["--config", str(config)] if config is not None else [])]
+    return shlex.join([*line, *words])
 
 
 _SECTIONS: Mapping[str, type[BaseModel]] = {

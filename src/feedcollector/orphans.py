@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from . import maintenance_leases as leases
+from .config import command_line
 from .config_values import format_duration
 from .database import Database
 from .errors import ConfigError, StorageError
@@ -55,13 +56,17 @@ NAMING_COLUMNS = {
     CONTENT_PREFIX: CONTENT_NAMED_BY,
 }
 """Per swept prefix, the rows that may name its objects (the start of an indexed lookup)."""
-EMPTY_DATABASE = (
-    "the database holds no items, so every image and content object would count as an orphan. "
-    "After a database loss run `feedcollector restore` first (it links the images still "
-    "stored), then `cleanup --orphans`; check that [database] and [storage] belong together."
-)
-"""Why the sweep deletes nothing: a database lost (or the wrong one), whose objects a
-``restore`` would link again. Given by the refusal and by a dry run alike."""
+
+
+def empty_database(command: Callable[..., str]) -> str:
+    """Why the sweep deletes nothing: a database lost (or the wrong one), whose objects a
+    ``restore`` would link again. Given by the refusal and by a dry run alike."""
+    return (
+        "the database holds no items, so every image and content object would count as an "
+        f"orphan. After a database loss run `{command('restore')}` first (it links the images "
+        f"still stored), then `{command('cleanup', '--orphans')}`; check that [database] and "
+        "[storage] belong together."
+    )
 
 
 @dataclass(slots=True)
@@ -112,9 +117,11 @@ async def sweep_orphans(
     dry_run: bool = False,
     chunk_size: int = MAX_KEYS_PER_DELETE,
     progress: Callable[[OrphanReport], None] | None = None,
+    command: Callable[..., str] = command_line,
 ) -> OrphanReport:
     """Delete the objects under ``images/`` and ``content/`` no row names, once ``min_age``
-    old; ``dry_run`` only counts. ``progress`` hears the report after every chunk.
+    old; ``dry_run`` only counts. ``progress`` hears the report after every chunk; the
+    commands a refusal suggests are worded by ``command`` (:meth:`.Settings.command`).
 
     ``owner`` holds the ``orphans`` lease meanwhile (a ConfigError names the restore in the
     way), timed from ``now``, which must be the present. A storage error stops the sweep:
@@ -128,9 +135,9 @@ async def sweep_orphans(
     else:
         held = leases.holding(db, leases.ORPHANS, owner=owner, now=now, command="cleanup")
     async with held as lease:
-        await _mind_an_unfinished_restore(db, refuse=lease is not None)
+        await _mind_an_unfinished_restore(db, refuse=lease is not None, command=command)
         report = OrphanReport(now, min_age, dry_run=dry_run, progress=progress)
-        await _sweep_all(_Sweep(db, objects, report, lease), chunk_size)
+        await _sweep_all(_Sweep(db, objects, report, lease, command), chunk_size)
     log.log(logging.INFO if report.refusal is None else logging.WARNING, "%s", report.summary())
     return report
 
@@ -143,7 +150,9 @@ async def _warn_of_a_restore(db: Database, now: datetime) -> None:
         )
 
 
-async def _mind_an_unfinished_restore(db: Database, *, refuse: bool) -> None:
+async def _mind_an_unfinished_restore(
+    db: Database, *, refuse: bool, command: Callable[..., str]
+) -> None:
     """A restore stopped before its end left images to link again, which no row names yet:
     the sweep refuses to delete them (a dry run says its count holds them)."""
     began = await leases.unfinished_restore(db)
@@ -157,7 +166,7 @@ async def _mind_an_unfinished_restore(db: Database, *, refuse: bool) -> None:
         log.warning("cleanup: %s: they count as orphans in this dry run", what)
         return
     raise ConfigError(
-        f"cleanup: refused, {what}. Run `feedcollector restore` again first (it goes on "
+        f"cleanup: refused, {what}. Run `{command('restore')}` again first (it goes on "
         "where it stopped), then the sweep."
     )
 
@@ -182,6 +191,7 @@ class _Sweep:
     report: OrphanReport
     lease: Lease | None
     """The ``orphans`` lease, checked before every delete (None: a dry run)."""
+    command: Callable[..., str]
     database_checked: bool = False
 
     async def prefix(self, prefix: str, chunk_size: int) -> None:
@@ -221,14 +231,14 @@ class _Sweep:
 
     async def _mind_an_empty_database(self) -> None:
         """A database without items names no object, so every image and HTML would go
-        (:data:`EMPTY_DATABASE`): the sweep refuses, a dry run notes that it would. Asked
+        (:func:`empty_database`): the sweep refuses, a dry run notes that it would. Asked
         once, at the first orphan (before the first delete)."""
         if self.database_checked:
             return
         if not await self.db.query("SELECT 1 AS found FROM items LIMIT 1"):
+            why = empty_database(self.command)
             if not self.report.dry_run:
-                raise ConfigError(
-                    f"cleanup: {EMPTY_DATABASE} `cleanup --orphans --dry-run` shows what would go."
-                )
-            self.report.refusal = EMPTY_DATABASE
+                dry = self.command("cleanup", "--orphans", "--dry-run")
+                raise ConfigError(f"cleanup: {why} `{dry}` shows what would go.")
+            self.report.refusal = why
         self.database_checked = True

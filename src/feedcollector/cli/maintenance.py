@@ -67,6 +67,7 @@ def cleanup(
                     owner=owner,
                     dry_run=dry_run,
                     progress=_orphans_callback(display),
+                    command=settings.command,
                 )
         finally:
             display.close()
