@@ -151,8 +151,13 @@ def test_a_feed_left_out_of_the_file_shows_removed_before_the_next_cycle(
         finally:
             await db.close()
 
-    states = {feed.url: feed.state for feed in asyncio.run(go()).feeds}
+    report = asyncio.run(go())
+    states = {feed.url: feed.state for feed in report.feeds}
     assert (states[urls["ok"]], states[urls["removed"]]) == ("removed", "new")
+    due = {feed.url: feed.next_fetch_at for feed in report.feeds}
+    assert (due[urls["removed"]], due[urls["new"]]) == ("2026-03-02T10:00:00Z",) * 2, (
+        "put back or added, a feed is due at the next cycle (its row's time was long past)"
+    )
     result = CliRunner().invoke(app, ["--config", str(config), "status", "--json"])
     assert result.exit_code == 0, result.output
     shown = {feed["url"]: feed["state"] for feed in json.loads(result.stdout)["feeds"]}

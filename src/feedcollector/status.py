@@ -135,7 +135,8 @@ def build_status(
     """Join the query results into the sorted report. ``specs``: a feeds file the table has
     not followed yet (None: it has, or it cannot be read); its entries the database does not
     know, or knows as removed, are ``new``, and the feeds it no longer lists ``removed``, as
-    the next cycle's sync will make them (they showed ``active`` until then).
+    the next cycle's sync will make them (they showed ``active`` until then), due at once
+    (``generated_at``): a feed put back showed the time its row last planned, long past.
     ``image_retries``: per feed id, when its first waiting image is tried again."""
     retries = image_retries or {}
     statuses: list[FeedStatus] = []
@@ -151,17 +152,18 @@ def build_status(
     for row in rows:
         feed_id = row["id"]
         state = row["state"]
+        next_fetch_at = row["next_fetch_at"]
         if row["url"] in leaving:
             state = "removed"
         elif row["url"] in returning:
-            state = "new"
+            state, next_fetch_at = "new", generated_at
         statuses.append(
             FeedStatus(
                 url=row["url"],
                 state=state,
                 title=row["title"],
                 last_fetched_at=row["last_fetched_at"],
-                next_fetch_at=None if state in UNSCHEDULED else row["next_fetch_at"],
+                next_fetch_at=None if state in UNSCHEDULED else next_fetch_at,
                 consecutive_failures=int(row["consecutive_failures"] or 0),
                 last_error=row["last_error"],
                 last_status=row["last_status"],
@@ -174,7 +176,9 @@ def build_status(
             )
         )
     for spec in plan.added if plan else ():
-        statuses.append(FeedStatus(url=spec.url, state="new", title=spec.title))
+        statuses.append(
+            FeedStatus(url=spec.url, state="new", title=spec.title, next_fetch_at=generated_at)
+        )
     statuses.sort(key=worst_first_key)
     by_state = {state: 0 for state in STATES}
     for status in statuses:
