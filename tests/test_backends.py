@@ -9,11 +9,14 @@ the D1 client and the S3 store follow the contract.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import re
 import shutil
+import socket
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -21,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from feedcollector.backends import open_database
+from feedcollector.backends import open_database, open_object_store
 from feedcollector.backends.d1 import D1Database
 from feedcollector.backends.local import LocalObjectStore
 from feedcollector.backends.sqlite import SQLiteDatabase
@@ -671,3 +674,43 @@ def test_the_local_store_makes_missing_folders_again(tmp_path: Path) -> None:
     asyncio.run(objects.put("backups/feed/two.xml", b"2"))
     assert (root / "backups" / "feed" / "two.xml").read_bytes() == b"2"
     assert list((root / ".partial").iterdir()) == []
+
+
+def test_the_s3_request_bound_is_the_storage_timeout_setting(tmp_path: Path) -> None:
+    """A store that takes the connection and never answers held every backup and image write
+    for a fixed 60 s; ``[storage] timeout`` sets that bound."""
+    silent = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+
+    def accept_and_say_nothing() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                held.append(silent.accept()[0])
+
+    threading.Thread(target=accept_and_say_nothing, daemon=True).start()
+    port = silent.getsockname()[1]
+    config = tmp_path / "feedcollector.toml"
+    config.write_text(
+        f'[storage]\nbackend = "s3"\nendpoint = "http://127.0.0.1:{port}"\nbucket = "feeds"\n'
+        'timeout = "1s"\n'
+    )
+    environ = {"AWS_ACCESS_KEY_ID": "key", "AWS_SECRET_ACCESS_KEY": "secret"}
+    settings = load_settings(config, environ=environ)
+    assert settings.storage.timeout == timedelta(seconds=1)
+    store = open_object_store(settings)
+
+    async def put() -> None:
+        try:
+            await store.put("backups/x/1.xml", b"<rss/>")
+        finally:
+            await store.close()
+
+    started = time.monotonic()
+    try:
+        with pytest.raises(ObjectStoreError, match=f"127.0.0.1:{port}"):
+            asyncio.run(put())
+    finally:
+        silent.close()
+        for connection in held:
+            connection.close()
+    assert time.monotonic() - started < 30, "gave up after the configured second or two"

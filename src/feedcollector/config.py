@@ -201,6 +201,9 @@ class StorageSettings(BaseModel):
     region: Text = "auto"
     public_base_url: ServiceUrl | None = None
     """Public URL prefix of the objects (``<public_base_url>/<key>``), without a trailing slash."""
+    timeout: Duration = timedelta(seconds=60)
+    """S3/R2: how long one request may take, its one retry included (a store that takes the
+    connection and never answers holds a backup or an image write this long)."""
     access_key_id: SecretStr | None = None
     secret_access_key: SecretStr | None = None
 

@@ -41,6 +41,7 @@ def open_object_store(settings: Settings) -> ObjectStore:
             st.access_key_id.get_secret_value(),
             st.secret_access_key.get_secret_value(),
             public_base_url=st.public_base_url,
+            timeout_s=st.timeout.total_seconds(),
         )
     from .local import LocalObjectStore
 
