@@ -1278,6 +1278,22 @@ def test_json_feed() -> None:
     assert three.guid == "https://site.example/3"
 
 
+def test_json_feed_content_is_repaired_as_an_xml_feeds_is() -> None:
+    """Titles were repaired, the content and summary were not: the same mis-encoded text read
+    one way in a JSON Feed and another in an RSS feed."""
+    double_encoded = "Itâ€™s a cafÃ©"
+    document = {
+        "version": "https://jsonfeed.org/version/1.1",
+        "items": [
+            {"id": "1", "title": double_encoded, "content_html": f"<p>{double_encoded}</p>"},
+            {"id": "2", "content_text": "price \x80 5"},
+        ],
+    }
+    one, two = parse_feed(json.dumps(document).encode(), BASE_URL).items
+    assert (one.title, one.content_html) == ("It’s a café", "<p>It’s a café</p>")
+    assert two.content_html == "price € 5"
+
+
 def test_json_that_is_no_feed_is_quoted_in_its_error() -> None:
     body = b'{"error": "not found",\n  "status": 404}'
     with pytest.raises(ParseError) as refused:

@@ -3,6 +3,7 @@
 Mapping: ``id`` -> GUID (numbers accepted as text), ``url`` -> link, ``content_html`` ->
 content, else ``content_text`` HTML-escaped (plain text must not be read as markup),
 ``date_published`` then ``date_modified`` -> dates, ``home_page_url`` -> feed link (and base).
+Mis-encoded text is repaired in the content too, as in an XML feed's (:mod:`.text_repair`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from .errors import ParseError
 from .models import ParsedFeed, ParsedItem
 from .parse_common import MAX_ITEMS_PER_FEED, RawEntry, feed_base, finish_item
 from .safe_text import one_line, whole_pairs, xml_chars
+from .text_repair import readable
 
 JSON_FEED_VERSION_PREFIX = "https://jsonfeed.org/version/"
 
@@ -66,6 +68,7 @@ def _item(entry: dict[str, object], base: str) -> ParsedItem:
     elif isinstance(identifier, float):
         identifier = str(identifier)
     text = _string(entry.get("content_text")) or _string(entry.get("summary"))
+    content = _string(entry.get("content_html"))
     dates = tuple(
         value
         for value in (_string(entry.get("date_published")), _string(entry.get("date_modified")))
@@ -76,8 +79,8 @@ def _item(entry: dict[str, object], base: str) -> ParsedItem:
             title=_string(entry.get("title")),
             link=_string(entry.get("url")) or _string(entry.get("external_url")),
             guid=_string(identifier),
-            content=_string(entry.get("content_html")),
-            description=escape(text, quote=False) if text is not None else None,
+            content=None if content is None else readable(content),
+            description=None if text is None else readable(escape(text, quote=False)),
             dates=dates,
             base=base,
         )
