@@ -546,10 +546,13 @@ def test_another_port_of_an_unreachable_host_is_still_tried() -> None:
 
 class Stage:
     """A project whose image stage runs against a real SQLite file, with a short ``[database]
-    timeout`` (a write meeting another process's lock fails quickly), one image at a time."""
+    timeout`` (a write meeting another process's lock fails quickly), one image at a time
+    unless told."""
 
-    def __init__(self, folder: Path, feed: str, timeout: str = "200ms") -> None:
-        config = write_project(folder, [feed], extra_toml="concurrency = 1\n")
+    def __init__(
+        self, folder: Path, feed: str, timeout: str = "200ms", concurrency: int = 1
+    ) -> None:
+        config = write_project(folder, [feed], extra_toml=f"concurrency = {concurrency}\n")
         text = config.read_text(encoding="utf-8")
         short = f'path = "collector.db"\ntimeout = "{timeout}"\n'
         config.write_text(text.replace('path = "collector.db"\n', short, 1), encoding="utf-8")
@@ -1020,6 +1023,27 @@ def test_a_429_with_retry_after_holds_the_hosts_other_images_back_as_long_unchar
         ("success", 1),
         ("success", 1),
     ]
+
+
+def test_images_already_on_their_way_when_the_host_said_429_are_not_charged(
+    feed_server: FeedServer, tmp_path: Path
+) -> None:
+    """Every image of a page to one host goes out at once (``[images] concurrency``): each met
+    the 429 and each paid an attempt, three failures a cycle for one rate limit. One pays; the
+    others wait as long, uncharged."""
+    all_sent = threading.Barrier(3, timeout=10)
+
+    def busy(request: BaseHTTPRequestHandler) -> None:
+        all_sent.wait()  # each answer waits until the three requests are on their way
+        refusing(429, Retry_After="7200")(request)
+
+    images = {"a": busy, "b": busy, "c": busy}
+    stage = Stage(tmp_path, image_feed(feed_server, images), concurrency=8)
+    asked = format_timestamp(stage.clock.now + timedelta(hours=2))
+    stage.cycle()
+    states = retry_states(stage)
+    assert sorted(attempts for _, attempts, _ in states) == [0, 0, 1], states
+    assert {(status, retry_at) for status, _, retry_at in states} == {("pending", asked)}
 
 
 def test_retry_images_queues_the_failed_images_of_one_feed_again(

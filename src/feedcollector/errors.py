@@ -94,7 +94,7 @@ class ImageError(FeedCollectorError):
 
 class ImageNotTried(ImageError):
     """The download was not even sent: its host took no connection earlier in this cycle, or
-    answered 429 Too Many Requests.
+    answered 429 Too Many Requests (or it was on its way then, and met the 429 too).
 
     Not an attempt of the task: it is handed back uncharged, for the next cycle or, when the
     429 asked to wait (``wait``, its Retry-After), for then."""

@@ -265,9 +265,14 @@ async def download_image(
                 check_url=check_url,
             )
             wait = _asked_wait(response)
-            if response.status_code == HTTPStatus.TOO_MANY_REQUESTS:
-                _rest_host(dead, response.url, wait)
             try:
+                limited = response.status_code == HTTPStatus.TOO_MANY_REQUESTS
+                if limited and not _rest_host(dead, response.url, wait):
+                    raise ImageNotTried(
+                        f"image: {response.url} answered 429 Too Many Requests too, on its way "
+                        "when another image of the host met it first (that one pays the attempt)",
+                        wait,
+                    )
                 return await _accept_image(response, limits, wait)
             finally:
                 await response.aclose()
@@ -291,15 +296,17 @@ def _asked_wait(response: httpx.Response) -> timedelta | None:
     return retry_after(response_hints(response.headers), utc_now())
 
 
-def _rest_host(dead: Unreachable, url: httpx.URL, wait: timedelta | None) -> None:
+def _rest_host(dead: Unreachable, url: httpx.URL, wait: timedelta | None) -> bool:
     """A 429 speaks for the whole host: its other images are not requested this cycle (handed
     back uncharged, as a dead host's), so a rate-limited CDN is asked once, and one image
-    pays the attempt instead of every image of the page. With a Retry-After, they wait that
-    long (:class:`.ImageNotTried` carries it), not just for the next cycle."""
+    pays the attempt instead of every image of the page (those already on their way, up to
+    ``[images] concurrency``, meet the 429 too and go uncharged). With a Retry-After, they
+    wait that long (:class:`.ImageNotTried` carries it), not just for the next cycle.
+    Returns whether this 429 was the host's first."""
     where = endpoint(url)
     detail = f"{where} answered 429 Too Many Requests"
     error = TransferError(NOT_TRIED, detail, 429, unreachable=where, retry_after=wait)
-    dead.setdefault(where, error)
+    return dead.setdefault(where, error) is error
 
 
 async def _accept_image(
