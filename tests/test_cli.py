@@ -205,6 +205,32 @@ def test_retry_images_queues_failed_images_again_for_the_next_run(
     assert "retry-images: 1 failed images queued again" in everything.stdout
 
 
+def test_retry_images_waiting_tries_the_waiting_images_at_the_next_run(
+    feed_server: FeedServer, tmp_path: Path
+) -> None:
+    """A failed attempt waits an hour, then a day (a Retry-After up to a week): an operator
+    who knows the host is back had no way to have them tried sooner."""
+    a_png = feed_server.route("/a.png", status=503)
+    feed = feed_server.route(
+        "/a.xml", body=rss([Entry("a", guid="a", content=f'<img src="{a_png}">')])
+    )
+    config = str(write_project(tmp_path, [feed]))
+    assert feedcollector("--config", config, "run", "--once", cwd=tmp_path).returncode == 0
+    feed_server.route("/a.png", body=png(), headers={"Content-Type": "image/png"})
+    assert feedcollector("--config", config, "run", "--once", cwd=tmp_path).returncode == 0
+    assert len(feed_server.hits("/a.png")) == 1, "it waits for its hour"
+
+    hastened = feedcollector("--config", config, "retry-images", "--waiting", cwd=tmp_path)
+    assert hastened.returncode == 0, hastened.stderr
+    assert "retry-images: 0 failed images queued again, 1 waiting images due now" in (
+        hastened.stdout
+    )
+    assert feedcollector("--config", config, "run", "--once", cwd=tmp_path).returncode == 0
+    db = tmp_path / "collector.db"
+    assert count(db, "SELECT COUNT(*) FROM image_tasks WHERE status = 'success'") == 1
+    assert count(db, "SELECT attempts FROM image_tasks") == 2, "its first attempt still counts"
+
+
 def test_hints_carry_the_config_they_were_given_so_they_work_from_any_folder(
     feed_server: FeedServer, tmp_path: Path
 ) -> None:

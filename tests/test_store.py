@@ -760,7 +760,8 @@ def test_failed_attempts_wait_for_their_retry_and_retry_images_requeues(
 ) -> None:
     """The schedule in SQL, on SQLite and on D1 alike: a failure's ``retry_at`` is the later of
     its delay and the server's Retry-After (capped), no claim takes a task before it, the
-    third failure clears it, and ``retry-images`` counts what it queued (``total_changes()``)."""
+    third failure clears it, and ``retry-images`` counts what it queued (``total_changes()``), and
+    with ``--waiting`` what it made due."""
     db = any_db.backend
     any_db.run(store.sync_feeds(db, [FeedSpec("https://a.example/")], NOW))
     (feed,) = any_db.run(
@@ -810,6 +811,16 @@ def test_failed_attempts_wait_for_their_retry_and_retry_images_requeues(
     )
     assert rows[0] == {"status": "pending", "attempts": 0, "retry_at": "", "last_error": None}
     assert any_db.run(requeue(db, now=third)) == 0
+    hasten = store_images.hasten_waiting_images  # retry-images --waiting
+    assert any_db.run(hasten(db, now=third, feed_urls=["https://b.example/"])) == 0
+    assert any_db.run(hasten(db, now=third, feed_urls=["https://a.example/"])) == 2
+    assert any_db.run(hasten(db, now=third)) == 0
+    due = any_db.run(
+        store_images.claim_image_tasks(
+            db, now=third, lease=LEASE, limit=10, after=store_images.TaskCursor()
+        )
+    )
+    assert sorted(task.attempts for task in due) == [0, 1, 2], "due at once, attempts kept"
 
 
 def test_the_budget_counts_the_image_rows_beside_the_html() -> None:

@@ -267,22 +267,46 @@ async def requeue_failed_images(
 ) -> int:
     """Queue the ``failed`` tasks (of the feeds with these URLs as stored, or of all) again:
     ``pending``, no attempt counted, due at once, as a new task is; the next cycle downloads
-    them. Returns how many (``total_changes()`` around the update: returning a row per task
-    would send back thousands from D1)."""
-    where = "status = 'failed'"
-    params: list[SqlValue] = [format_timestamp(now)]
+    them. Returns how many."""
+    return await _changed(
+        db,
+        "UPDATE image_tasks SET status = 'pending', attempts = 0, retry_at = '', "
+        "last_error = NULL, lease_until = NULL, updated_at = ? WHERE status = 'failed'",
+        (format_timestamp(now),),
+        feed_urls,
+    )
+
+
+async def hasten_waiting_images(
+    db: Database, *, now: datetime, feed_urls: Sequence[str] | None = None
+) -> int:
+    """Make the ``pending`` tasks that wait for their next try (an hour or a day after a
+    failed attempt, or their host's Retry-After) due at once, their attempts kept: for a host
+    known to be back. Returns how many."""
+    stamp = format_timestamp(now)
+    return await _changed(
+        db,
+        "UPDATE image_tasks SET retry_at = '', updated_at = ? "
+        "WHERE status = 'pending' AND retry_at > ?",
+        (stamp, stamp),
+        feed_urls,
+    )
+
+
+async def _changed(
+    db: Database, update: str, params: tuple[SqlValue, ...], feed_urls: Sequence[str] | None
+) -> int:
+    """Run ``update`` on the tasks of the feeds with these URLs as stored (or of all); how
+    many it changed, by ``total_changes()`` around it (returning a row per task would send
+    back thousands from D1)."""
     if feed_urls is not None:
         if not feed_urls:
             return 0
-        where += (
-            " AND item_id IN (SELECT i.id FROM items i JOIN feeds f ON f.id = i.feed_id "  # noqa: S608
+        update += (
+            " AND item_id IN (SELECT i.id FROM items i JOIN feeds f ON f.id = i.feed_id "  # noqa: S608 (placeholders)
             f"WHERE f.url IN ({placeholders(len(feed_urls))}))"
         )
-        params += feed_urls
-    update = Statement(
-        "UPDATE image_tasks SET status = 'pending', attempts = 0, retry_at = '', "  # noqa: S608
-        f"last_error = NULL, lease_until = NULL, updated_at = ? WHERE {where}",
-        tuple(params),
-    )
-    before, _, after = await db.batch([CHANGES_SO_FAR, update, CHANGES_SO_FAR])
+        params += tuple(feed_urls)
+    statement = Statement(update, params)
+    before, _, after = await db.batch([CHANGES_SO_FAR, statement, CHANGES_SO_FAR])
     return int(after[0]["changes_so_far"]) - int(before[0]["changes_so_far"])

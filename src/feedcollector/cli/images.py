@@ -1,4 +1,5 @@
-"""Image tasks: ``retry-images`` queues the images that failed for good again."""
+"""Image tasks: ``retry-images`` queues the images that failed for good again (and, asked,
+makes those waiting for their next try due)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Annotated
 import typer
 
 from ..collector import Collector
-from ..store_images import requeue_failed_images
+from ..store_images import hasten_waiting_images, requeue_failed_images
 from .app import app, feeds_named, load_command_settings, text_argument, with_collector
 
 
@@ -18,11 +19,20 @@ def retry_images(
         str | None,
         typer.Option("--feed", help="Only this feed's images (scheme and host ignore case)."),
     ] = None,
+    waiting: Annotated[
+        bool,
+        typer.Option(
+            "--waiting",
+            help="Also the pending images waiting for their next try (after a failed attempt, "
+            "or their host's Retry-After): due at once, their attempts kept.",
+        ),
+    ] = False,
 ) -> None:
     """Queue the images that failed for good (3 attempts) again; the next cycle downloads them.
 
     For an image host that was down longer than the retries waited (an hour, then a day):
-    the tasks start over, pending with no attempt counted.
+    the tasks start over, pending with no attempt counted. With --waiting, for a host known
+    to be back, the images still waiting to be tried again do not wait any longer.
     """
     settings = load_command_settings(ctx)
     feed = None if feed is None else text_argument(feed, "retry-images: --feed")
@@ -31,10 +41,16 @@ def retry_images(
         urls = None
         if feed is not None:
             urls = await feeds_named(collector.db, feed, "retry-images")
-        count = await requeue_failed_images(collector.db, now=collector.clock(), feed_urls=urls)
+        now = collector.clock()
+        count = await requeue_failed_images(collector.db, now=now, feed_urls=urls)
         of = "" if urls is None else f" of {', '.join(urls)}"
+        hastened = ""
+        if waiting:
+            due = await hasten_waiting_images(collector.db, now=now, feed_urls=urls)
+            hastened = f", {due} waiting images due now"
         typer.echo(
-            f"retry-images: {count} failed images{of} queued again; the next cycle downloads them"
+            f"retry-images: {count} failed images{of} queued again{hastened}; the next cycle "
+            "downloads them"
         )
 
     with_collector(settings, work)
