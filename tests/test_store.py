@@ -14,7 +14,7 @@ from feedcollector.backends.local import LocalObjectStore
 from feedcollector.backends.sqlite import SQLiteDatabase
 from feedcollector.database import CountingDatabase, Database, Row, SqlValue, Statement
 from feedcollector.errors import DatabaseError
-from feedcollector.models import FeedSpec, ItemRecord
+from feedcollector.models import FeedSpec, ImageTask, ItemRecord
 from feedcollector.schedule import feed_id_for
 from feedcollector.schema import latest_version, migrate
 from feedcollector.timestamps import format_timestamp
@@ -821,6 +821,60 @@ def test_failed_attempts_wait_for_their_retry_and_retry_images_requeues(
         )
     )
     assert sorted(task.attempts for task in due) == [0, 1, 2], "due at once, attempts kept"
+
+
+def test_a_page_hands_back_only_the_tasks_that_still_hold_its_lease(
+    any_db: Live[Database],
+) -> None:
+    """A page that outlived its lease handed its tasks back anyway: it cleared the lease of
+    the process that took one over, and pushed the retry_at of one that process had failed
+    for good (``status`` then said "next in 2h" of an image never tried again)."""
+    db = any_db.backend
+    any_db.run(store.sync_feeds(db, [FeedSpec("https://a.example/")], NOW))
+    (feed,) = any_db.run(
+        store.claim_due_feeds(
+            db, due_by=NOW, now=NOW, owner="a", lease=LEASE, limit=10, after=store.ClaimCursor()
+        )
+    )
+    urls = [f"https://img.example/{n}.png" for n in range(3)]
+    any_db.run(store_items.save_items(db, feed, [item("g1", *urls)], success()))
+
+    def claim(now: datetime) -> list[ImageTask]:
+        return any_db.run(
+            store_images.claim_image_tasks(
+                db, now=now, lease=LEASE, limit=10, after=store_images.TaskCursor()
+            )
+        )
+
+    first = claim(NOW)
+    later = NOW + LEASE + timedelta(minutes=1)
+    taken_over = claim(later)  # the first page's lease ran out
+    assert [task.id for task in taken_over] == [task.id for task in first]
+    gone_for_good, still_leased, _ = taken_over
+    any_db.run(
+        db.query(
+            "UPDATE image_tasks SET status = 'failed', attempts = 3, lease_until = NULL "
+            "WHERE id = ?",
+            (gone_for_good.id,),
+        )
+    )
+    ids = [task.id for task in first]
+    wait = {task_id: later + timedelta(hours=2) for task_id in ids}
+    stale = store_images.HandBack(ids, NOW + LEASE, wait)
+    any_db.run(store_images.record_image_results(db, [], later, release=stale))
+    rows = any_db.run(
+        db.query("SELECT id, status, retry_at, lease_until FROM image_tasks ORDER BY position")
+    )
+    assert [(row["status"], row["retry_at"], row["lease_until"]) for row in rows[:2]] == [
+        ("failed", "", None),
+        ("pending", "", format_timestamp(later + LEASE)),
+    ], "the other process's tasks are left as it has them"
+    ours = store_images.HandBack([still_leased.id], later + LEASE, wait)
+    any_db.run(store_images.record_image_results(db, [], later, release=ours))
+    (row,) = any_db.run(
+        db.query("SELECT retry_at, lease_until FROM image_tasks WHERE id = ?", (still_leased.id,))
+    )
+    assert row == {"retry_at": format_timestamp(later + timedelta(hours=2)), "lease_until": None}
 
 
 def test_the_budget_counts_the_image_rows_beside_the_html() -> None:

@@ -202,8 +202,9 @@ class StorageSettings(BaseModel):
     public_base_url: ServiceUrl | None = None
     """Public URL prefix of the objects (``<public_base_url>/<key>``), without a trailing slash."""
     timeout: Duration = timedelta(seconds=60)
-    """S3/R2: how long one request may take, its one retry included (a store that takes the
-    connection and never answers holds a backup or an image write this long)."""
+    """S3/R2: how long one request may take; it is tried once more after a failure, so a
+    store that takes the connection and never answers holds a backup or an image write up to
+    about twice this long."""
     access_key_id: SecretStr | None = None
     secret_access_key: SecretStr | None = None
 

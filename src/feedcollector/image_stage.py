@@ -271,8 +271,7 @@ class _Page:
                 self.collector.db,
                 batch,
                 self.collector.clock(),
-                release=handed,
-                release_until=self.deferred,
+                release=store_images.HandBack(handed, self.leased_until, self.deferred),
             )
             del self.held[: len(batch)]
             if handed:

@@ -211,7 +211,8 @@ async def read_status(
     item_rows = await db.query("SELECT feed_id, COUNT(*) AS n FROM items GROUP BY feed_id")
     open_rows = await db.query(
         "SELECT i.feed_id, t.status, COUNT(*) AS n, "
-        "MIN(CASE WHEN t.retry_at > ? THEN t.retry_at END) AS retry_at FROM image_tasks t "
+        "MIN(CASE WHEN t.status = 'pending' AND t.retry_at > ? THEN t.retry_at END) AS retry_at "
+        "FROM image_tasks t "
         "JOIN items i ON i.id = t.item_id WHERE t.status IN ('pending', 'failed') "
         "GROUP BY i.feed_id, t.status",
         (generated_at,),

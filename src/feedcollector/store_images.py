@@ -10,7 +10,7 @@ no claim takes it before then; ``retry-images`` queues ``failed`` tasks again.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from .database import Database, SqlValue, Statement
@@ -159,26 +159,35 @@ async def image_key(db: Database, task: ImageTask, ext: str, reserved: dict[str,
     return full
 
 
-def _release_statements(
-    release: Sequence[str], until: Mapping[str, datetime], now: datetime
-) -> list[Statement]:
-    """Hand ``release`` back: due again at once (their ``retry_at`` had passed when they were
-    claimed), or from ``until`` for those in it; grouped by that second (a host's tasks are
-    deferred within moments of each other)."""
-    groups: dict[str, list[str]] = {}
-    for task_id in release:
-        wait = until.get(task_id)
-        retry_at = "" if wait is None else format_timestamp(min(wait, now + MAX_RETRY_AFTER))
-        groups.setdefault(retry_at, []).append(task_id)
-    return [
-        Statement(
-            "UPDATE image_tasks SET lease_until = NULL, retry_at = max(retry_at, ?) "  # noqa: S608
-            f"WHERE id IN ({placeholders(len(chunk))})",
-            (retry_at, *chunk),
-        )
-        for retry_at, task_ids in groups.items()
-        for chunk in chunked(task_ids)
-    ]
+@dataclass(frozen=True, slots=True)
+class HandBack:
+    """Tasks a page hands back uncharged: due again at once (their ``retry_at`` had passed
+    when they were claimed), or from ``waits[id]`` (their host asked to wait: 429 with
+    Retry-After). Only while they hold the page's lease (``leased_until``): a task another
+    process took over once the lease ran out is its own (it may have failed for good since)."""
+
+    task_ids: Sequence[str]
+    leased_until: datetime
+    waits: Mapping[str, datetime] = field(default_factory=dict)
+
+    def statements(self, now: datetime) -> list[Statement]:
+        """Grouped by the second they wait until (a host's tasks are deferred moments apart)."""
+        groups: dict[str, list[str]] = {}
+        for task_id in self.task_ids:
+            wait = self.waits.get(task_id)
+            retry_at = "" if wait is None else format_timestamp(min(wait, now + MAX_RETRY_AFTER))
+            groups.setdefault(retry_at, []).append(task_id)
+        lease = format_timestamp(self.leased_until)
+        return [
+            Statement(
+                "UPDATE image_tasks SET lease_until = NULL, retry_at = max(retry_at, ?) "  # noqa: S608
+                f"WHERE id IN ({placeholders(len(chunk))}) AND status = 'pending' "
+                "AND lease_until = ?",
+                (retry_at, *chunk, lease),
+            )
+            for retry_at, task_ids in groups.items()
+            for chunk in chunked(task_ids)
+        ]
 
 
 async def record_image_results(
@@ -186,8 +195,7 @@ async def record_image_results(
     results: Sequence[ImageResult],
     now: datetime,
     *,
-    release: Sequence[str] = (),
-    release_until: Mapping[str, datetime] | None = None,
+    release: HandBack | None = None,
 ) -> Recorded:
     """Every attempt counts, once: only while its task is leased (recording clears the lease,
     so a batch sent again after its answer was lost, on D1, does not count the same attempts
@@ -202,11 +210,10 @@ async def record_image_results(
 
     ``release``: tasks handed back uncharged in that batch too (the end of a page: its last
     results and its tasks not done are written together, one round trip and one wait for a
-    locked database, all or nothing). Those in ``release_until`` wait until then (their host
-    asked to, 429 with Retry-After; at most :data:`MAX_RETRY_AFTER` away), the others are due
-    again at once.
+    locked database, all or nothing); a wait their host asked for is capped at
+    :data:`MAX_RETRY_AFTER`.
     """
-    if not results and not release:
+    if not results and (release is None or not release.task_ids):
         return Recorded([], [])
     stamp = format_timestamp(now)
     schedule = " ".join(f"WHEN {n} THEN ?" for n in range(len(RETRY_DELAYS) - 1))
@@ -246,7 +253,8 @@ async def record_image_results(
                     params,
                 )
             )
-    statements += _release_statements(release, release_until or {}, now)
+    if release is not None:
+        statements += release.statements(now)
     updated = await db.batch(statements)
     answers = list(zip(results, updated[: len(results)], strict=True))
     return Recorded(

@@ -1,7 +1,8 @@
 """Text that publishers mis-encode, repaired as readers expect it, the same way on every path.
 
 Applied to an item's title, link and GUID by :func:`.parse_common.finish_values`, and to its
-content and description by the reader that gives them (:mod:`.parse_text`, the fallback):
+content and description by the reader that gives them (:mod:`.parse_text`, :mod:`.parse_json`,
+the fallback):
 
 1. **Double-encoded UTF-8**, UTF-8 bytes read as latin-1 or windows-1252 and encoded again
    ("CafÃ©" for "Café", "Itâ€™s" for "It’s"). feedparser replaces every value by
