@@ -1025,6 +1025,19 @@ def test_a_429_with_retry_after_holds_the_hosts_other_images_back_as_long_unchar
     ]
 
 
+def test_a_429_asking_for_seconds_holds_the_others_back_for_a_later_cycle(
+    feed_server: FeedServer, tmp_path: Path
+) -> None:
+    """A Retry-After of a few seconds set the held-back images due again within the image
+    stage: a later page claimed them, found the host still rested, and held them back again."""
+    images = {"a": refusing(429, Retry_After="2"), "b": send_png}
+    stage = Stage(tmp_path, image_feed(feed_server, images))
+    start = stage.clock.now
+    stage.cycle()
+    held_back = retry_states(stage)[1]
+    assert held_back == ("pending", 0, format_timestamp(start + image_stage.DEFERRED_AT_LEAST))
+
+
 def test_images_already_on_their_way_when_the_host_said_429_are_not_charged(
     feed_server: FeedServer, tmp_path: Path
 ) -> None:

@@ -41,6 +41,10 @@ RECORD_EVERY_S = 5.0
 CANCELLED_PATIENCE_S = 1.0
 """How long a cancelled page (a second Ctrl-C: exit at once) waits for its last write: SQLite
 takes it in milliseconds unless another process holds the lock, and D1 is given up by then."""
+DEFERRED_AT_LEAST = timedelta(minutes=1)
+"""How long an image held back by its host's 429 waits at least: one asking for a few seconds
+is asked again by a later cycle, not by a later page of this one (which would claim the task
+again as soon as its time came, and refuse it again)."""
 Outcome = store_images.ImageResult | StorageError | datetime | None
 """What became of one attempt (see :func:`_attempt`)."""
 IMAGE_LEASE = timedelta(minutes=15)
@@ -342,7 +346,9 @@ async def _attempt(
             )
         except ImageNotTried as exc:
             log.debug("image %s (item %s): %s", task.original_url, task.item_id, exc)
-            return None if exc.wait is None else collector.clock() + exc.wait
+            if exc.wait is None:
+                return None
+            return collector.clock() + max(exc.wait, DEFERRED_AT_LEAST)
         except ImageRetryLater as exc:
             log.debug("image %s (item %s): %s", task.original_url, task.item_id, exc)
             asked = collector.clock() + exc.wait
