@@ -274,7 +274,6 @@ def test_the_body_stored_last_time_is_backed_up_but_not_read_again(
     p.execute("DELETE FROM items WHERE guid = '2'")
     p.clock.advance(minutes=30)
     route.headers = {"ETag": '"new"', "Last-Modified": "Mon, 02 Mar 2026 09:00:00 GMT"}
-    caplog.clear()  # the first cycle's lines, kept when an earlier test left INFO on
     with caplog.at_level(logging.INFO, logger="feedcollector"):
         report = p.cycle()
     assert (report.stored, report.unchanged, report.not_modified, report.failed) == (0, 1, 0, 0)
