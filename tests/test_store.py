@@ -858,9 +858,8 @@ def test_a_page_hands_back_only_the_tasks_that_still_hold_its_lease(
             (gone_for_good.id,),
         )
     )
-    ids = [task.id for task in first]
-    wait = {task_id: later + timedelta(hours=2) for task_id in ids}
-    stale = store_images.HandBack(ids, NOW + LEASE, wait)
+    wait: dict[str, datetime | None] = {task.id: later + timedelta(hours=2) for task in first}
+    stale = store_images.HandBack(wait, NOW + LEASE)
     any_db.run(store_images.record_image_results(db, [], later, release=stale))
     rows = any_db.run(
         db.query("SELECT id, status, retry_at, lease_until FROM image_tasks ORDER BY position")
@@ -869,7 +868,7 @@ def test_a_page_hands_back_only_the_tasks_that_still_hold_its_lease(
         ("failed", "", None),
         ("pending", "", format_timestamp(later + LEASE)),
     ], "the other process's tasks are left as it has them"
-    ours = store_images.HandBack([still_leased.id], later + LEASE, wait)
+    ours = store_images.HandBack({still_leased.id: wait[still_leased.id]}, later + LEASE)
     any_db.run(store_images.record_image_results(db, [], later, release=ours))
     (row,) = any_db.run(
         db.query("SELECT retry_at, lease_until FROM image_tasks WHERE id = ?", (still_leased.id,))

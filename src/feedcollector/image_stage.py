@@ -144,9 +144,9 @@ class _Page:
         self.report = report
         self.held: list[store_images.ImageResult] = []
         """Results not written yet (a refused write keeps them: their images are stored)."""
-        self.untried: list[str] = []
-        self.deferred: dict[str, datetime] = {}
-        """Of ``untried``, those whose host asked to wait (429 with Retry-After): until when."""
+        self.untried: dict[str, datetime | None] = {}
+        """Tasks not done, to hand back uncharged: until when their host asked them to wait
+        (429 with Retry-After), or None (due again at once)."""
         self.failure: StorageError | None = None
         """What stops the stage after this page (an attempt's object store or database)."""
         self.refused: StorageError | None = None
@@ -161,10 +161,8 @@ class _Page:
             self.held.append(outcome)
             self.oldest = self.oldest or time.monotonic()
             return
-        self.untried.append(task.id)
-        if isinstance(outcome, datetime):
-            self.deferred[task.id] = outcome
-        elif isinstance(outcome, StorageError) and self.failure is None:
+        self.untried[task.id] = outcome if isinstance(outcome, datetime) else None
+        if isinstance(outcome, StorageError) and self.failure is None:
             self.failure = outcome
 
     def wait_s(self) -> float | None:
@@ -268,18 +266,18 @@ class _Page:
         while True:
             batch = self.held[:RECORD_EVERY]
             last = len(self.held) <= RECORD_EVERY
-            handed = self.untried if release and last else []
+            handed = self.untried if release and last else {}
             if not batch and not handed:
                 return
             recorded = await store_images.record_image_results(
                 self.collector.db,
                 batch,
                 self.collector.clock(),
-                release=store_images.HandBack(handed, self.leased_until, self.deferred),
+                release=store_images.HandBack(handed, self.leased_until),
             )
             del self.held[: len(batch)]
             if handed:
-                self.untried, self.deferred = [], {}
+                self.untried = {}
             orphans = recorded.orphans
             if batch:
                 _count(self.report, self.tasks, [r for r in batch if r.r2_key not in orphans])

@@ -10,7 +10,7 @@ no claim takes it before then; ``retry-images`` queues ``failed`` tasks again.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from .database import Database, SqlValue, Statement
@@ -161,20 +161,19 @@ async def image_key(db: Database, task: ImageTask, ext: str, reserved: dict[str,
 
 @dataclass(frozen=True, slots=True)
 class HandBack:
-    """Tasks a page hands back uncharged: due again at once (their ``retry_at`` had passed
-    when they were claimed), or from ``waits[id]`` (their host asked to wait: 429 with
-    Retry-After). Only while they hold the page's lease (``leased_until``): a task another
-    process took over once the lease ran out is its own (it may have failed for good since)."""
+    """Tasks a page hands back uncharged, task id -> None: due again at once (their
+    ``retry_at`` had passed when they were claimed), or -> until when their host asked them to
+    wait (429 with Retry-After). Only while they hold the page's lease (``leased_until``): a
+    task another process took over once the lease ran out is its own (it may have failed for
+    good since)."""
 
-    task_ids: Sequence[str]
+    tasks: Mapping[str, datetime | None]
     leased_until: datetime
-    waits: Mapping[str, datetime] = field(default_factory=dict)
 
     def statements(self, now: datetime) -> list[Statement]:
         """Grouped by the second they wait until (a host's tasks are deferred moments apart)."""
         groups: dict[str, list[str]] = {}
-        for task_id in self.task_ids:
-            wait = self.waits.get(task_id)
+        for task_id, wait in self.tasks.items():
             retry_at = "" if wait is None else format_timestamp(min(wait, now + MAX_RETRY_AFTER))
             groups.setdefault(retry_at, []).append(task_id)
         lease = format_timestamp(self.leased_until)
@@ -213,7 +212,7 @@ async def record_image_results(
     locked database, all or nothing); a wait their host asked for is capped at
     :data:`MAX_RETRY_AFTER`.
     """
-    if not results and (release is None or not release.task_ids):
+    if not results and (release is None or not release.tasks):
         return Recorded([], [])
     stamp = format_timestamp(now)
     schedule = " ".join(f"WHEN {n} THEN ?" for n in range(len(RETRY_DELAYS) - 1))
