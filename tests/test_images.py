@@ -26,14 +26,13 @@ from feedcollector.collector import Collector, open_collector
 from feedcollector.config import load_settings
 from feedcollector.errors import ImageError, ImageNotTried
 from feedcollector.httpbody import TransferError, Unreachable
+from feedcollector.image_types import extension_for, sniff_image_type
 from feedcollector.images import (
     DownloadedImage,
     ImageLimits,
     download_image,
-    extension_for,
     make_image_client,
     object_key,
-    sniff_image_type,
 )
 from feedcollector.netguard import (
     BlockedAddressError,

@@ -29,13 +29,13 @@ from feedcollector.decode import decode_feed
 from feedcollector.errors import ParseError
 from feedcollector.html import image_sources, is_absolute_url, resolve_url
 from feedcollector.httpbody import TransferError, read_body
-from feedcollector.images import (
+from feedcollector.image_types import (
     SIGNED_IMAGE_TYPES,
     extension_for,
-    object_key,
     settle_image_type,
     sniff_image_type,
 )
+from feedcollector.images import object_key
 from feedcollector.models import ParsedFeed
 from feedcollector.netguard import forbidden_reason, parse_ip_literal
 from feedcollector.normalize import MAX_IMAGES_PER_ITEM, downloadable_images

@@ -1,7 +1,8 @@
-"""Image archiving helpers: the object key, the file extension, and the guarded download.
+"""Image archiving helpers: the object key and the guarded download.
 
 The database side (claiming tasks, recording success or failure) lives in the store; this
-module only decides names and fetches bytes, refusing anything that is not an image.
+module only decides names and fetches bytes, refusing anything that is not an image (what is
+one: :mod:`.image_types`).
 """
 
 from __future__ import annotations
@@ -12,8 +13,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from http import HTTPStatus
-from pathlib import PurePosixPath
-from urllib.parse import urlsplit
 
 import httpx
 
@@ -30,81 +29,18 @@ from .httpbody import (
     refuse_unreachable,
     remember_unreachable,
 )
+from .image_types import (
+    UNTYPED_MEDIA_TYPES,
+    extension_for,
+    media_type,
+    settle_image_type,
+    sniff_image_type,
+)
 from .netguard import IMAGE_ACCEPT, NetGuard
 from .netguard import make_image_client as make_image_client
 from .redirects import RedirectChain, require_web_scheme
 from .timestamps import utc_now
 
-EXTENSION_BY_TYPE: dict[str, str] = {
-    "image/jpeg": "jpg",
-    "image/jpg": "jpg",
-    "image/pjpeg": "jpg",
-    "image/png": "png",
-    "image/x-png": "png",
-    "image/apng": "png",
-    "image/gif": "gif",
-    "image/webp": "webp",
-    "image/avif": "avif",
-    "image/svg+xml": "svg",
-    "image/bmp": "bmp",
-    "image/x-bmp": "bmp",
-    "image/x-ms-bmp": "bmp",
-    "image/x-icon": "ico",
-    "image/vnd.microsoft.icon": "ico",
-    "image/tiff": "tiff",
-    "image/heic": "heic",
-    "image/heif": "heif",
-    "image/jxl": "jxl",
-}
-EXTENSION_BY_SUFFIX: dict[str, str] = {
-    "jpg": "jpg",
-    "jpeg": "jpg",
-    "jpe": "jpg",
-    "png": "png",
-    "apng": "png",
-    "gif": "gif",
-    "webp": "webp",
-    "avif": "avif",
-    "svg": "svg",
-    "bmp": "bmp",
-    "ico": "ico",
-    "tif": "tiff",
-    "tiff": "tiff",
-    "heic": "heic",
-    "heif": "heif",
-    "jxl": "jxl",
-}
-UNTYPED_MEDIA_TYPES = frozenset(
-    {
-        "",
-        "application/octet-stream",
-        "binary/octet-stream",
-        "application/binary",
-        "application/unknown",
-    }
-)
-"""Content-Types that say nothing, so the bytes decide whether this is an image."""
-SIGNED_IMAGE_TYPES = frozenset(
-    {
-        "image/jpeg",
-        "image/jpg",
-        "image/pjpeg",
-        "image/png",
-        "image/x-png",
-        "image/apng",
-        "image/gif",
-        "image/webp",
-        "image/bmp",
-        "image/x-bmp",
-        "image/x-ms-bmp",
-        "image/tiff",
-    }
-)
-"""Formats whose files always start with a signature :func:`sniff_image_type` knows, so a
-body of this declared type without one is not an image (an HTML page behind a lying header)."""
-ISO_MEDIA_TYPES = frozenset({"image/avif", "image/heic", "image/heif"})
-"""Share the ``ftyp`` box, whose brands overlap: between these the header is believed."""
-_BMP_HEADER_SIZES = frozenset({12, 40, 52, 56, 64, 108, 124})
 RETRY_AFTER_STATUSES = frozenset({429, 503})
 """Answers whose ``Retry-After`` says when the image server wants the next request."""
 
@@ -157,75 +93,6 @@ def object_key(feed_id: str, guid: str, position: int, ext: str, *, full: bool =
     :func:`feedcollector.store_images.image_key`. Readers follow ``image_tasks.r2_key``.
     """
     return f"{IMAGE_PREFIX}{feed_id}/{guid_digest(guid, full=full)}/{position}.{ext}"
-
-
-def media_type(content_type: str | None) -> str:
-    """``"Image/PNG; charset=x"`` -> ``"image/png"``; missing -> ``""``."""
-    return (content_type or "").split(";", 1)[0].strip().lower()
-
-
-def extension_for(content_type: str | None, url: str) -> str:
-    """The extension from the Content-Type, else a known image suffix of the URL, else ``bin``."""
-    by_type = EXTENSION_BY_TYPE.get(media_type(content_type))
-    if by_type is not None:
-        return by_type
-    try:
-        path = urlsplit(url).path
-    except ValueError:  # e.g. an unbalanced "[" in the host
-        return "bin"
-    suffix = PurePosixPath(path).suffix.lower().lstrip(".")
-    return EXTENSION_BY_SUFFIX.get(suffix, "bin")
-
-
-def sniff_image_type(data: bytes) -> str | None:
-    """The image media type the leading bytes prove, or None (used when the server gave none)."""
-    head = data[:32]
-    if head.startswith(b"\xff\xd8\xff"):
-        return "image/jpeg"
-    if head.startswith(b"\x89PNG\r\n\x1a\n"):
-        return "image/png"
-    if head[:6] in (b"GIF87a", b"GIF89a"):
-        return "image/gif"
-    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
-        return "image/webp"
-    if head[4:8] == b"ftyp" and head[8:12] in (b"avif", b"avis"):
-        return "image/avif"
-    if head[4:8] == b"ftyp" and head[8:12] in (b"heic", b"heix", b"mif1", b"msf1"):
-        return "image/heic"
-    if head[:2] == b"BM" and int.from_bytes(head[14:18], "little") in _BMP_HEADER_SIZES:
-        return "image/bmp"
-    if head[:4] == b"\x00\x00\x01\x00" and head[4:6] != b"\x00\x00":
-        return "image/x-icon"
-    if head[:4] in (b"II*\x00", b"MM\x00*"):
-        return "image/tiff"
-    if _looks_like_svg(data[:4096]):
-        return "image/svg+xml"
-    return None
-
-
-def settle_image_type(declared: str, sniffed: str | None) -> str | None:
-    """The media type to store an image under, or None when the bytes are not an image.
-
-    The bytes win over the header: a known signature decides (a PNG sent as image/jpeg is
-    stored as .png), and a header naming a format that always has a signature, over bytes
-    without one, is a lie. Formats without a reliable signature keep their declared type.
-    """
-    if sniffed is not None:
-        if declared in ISO_MEDIA_TYPES and sniffed in ISO_MEDIA_TYPES:
-            return declared
-        return sniffed
-    if not declared.startswith("image/") or declared in SIGNED_IMAGE_TYPES:
-        return None
-    return declared
-
-
-def _looks_like_svg(head: bytes) -> bool:
-    text = head.lstrip(b"\xef\xbb\xbf \t\r\n").lower()
-    if not text.startswith(b"<"):
-        return False
-    svg_at = text.find(b"<svg")
-    html_at = text.find(b"<html")
-    return svg_at >= 0 and (html_at < 0 or svg_at < html_at)
 
 
 async def download_image(
