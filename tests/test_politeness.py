@@ -194,8 +194,9 @@ def test_a_429_from_a_redirect_target_defers_that_host_not_the_feeds(
         assert [r.path for r in limiter.requests] == ["/limited"], "its neighbour waits"
         assert [r.path for r in feeds.requests] == ["/detour", "/own"]
         limiter_key = f"127.0.0.1:{limiter.port}"
-        assert f"fetch: {limiter_key} rate-limits this collector (HTTP 429)" in caplog.text
-        assert f"fetch: 127.0.0.1:{feeds.port} rate-limits" not in caplog.text
+        assert "HTTP 429, failed: " in caplog.text
+        assert f"; {limiter_key} rate-limits this collector: its feeds wait until " in caplog.text
+        assert f"127.0.0.1:{feeds.port} rate-limits" not in caplog.text
         (row,) = p.rows("SELECT rate_limited_by FROM feeds WHERE url = ?", detour)
         assert row == {"rate_limited_by": limited}
 

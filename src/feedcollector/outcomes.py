@@ -36,24 +36,23 @@ log = logging.getLogger("feedcollector")
 
 def honour_refusal(
     collector: Collector,
-    feed: Feed,
+    outcome: FeedOutcome,
     exc: FetchError | ParseError,
     status: int | None,
-    now: datetime,
 ) -> timedelta | None:
     """The (capped) Retry-After of a 429/503, or None; a 429 also makes the host that answered
-    it wait in this process, for the Retry-After or ``RATE_LIMIT_PAUSE`` without one. That is
-    the host of :func:`refused_by`: after a redirect to another host, not the feed's own."""
+    it wait in this process, for the Retry-After or ``RATE_LIMIT_PAUSE`` without one (said in
+    the outcome's ``host_waits``). That is the host of :func:`refused_by`: after a redirect to
+    another host, not the feed's own."""
+    now = outcome.fetched_at
     hints = exc.hints if isinstance(exc, FetchError) and status in (429, 503) else None
     asked = capped_retry_after(collector.schedule_policy, retry_after(hints, now))
     if status == 429:
-        host = host_key(refused_by(feed, exc))
+        host = host_key(refused_by(outcome.feed, exc))
         until = now + (asked or RATE_LIMIT_PAUSE)
         collector.hosts.defer(host, until)
-        log.info(
-            "fetch: %s rate-limits this collector (HTTP 429): its feeds wait until %s",
-            host,
-            format_timestamp(until),
+        outcome.host_waits = (
+            f"{host} rate-limits this collector: its feeds wait until {format_timestamp(until)}"
         )
     return asked
 
@@ -200,7 +199,7 @@ async def fail(
     ``FAILURE_ALERT_THRESHOLD`` failures in a row the prominent warning is the feed's one line."""
     feed, now = outcome.feed, outcome.fetched_at
     failures = feed.consecutive_failures + 1
-    asked = honour_refusal(collector, feed, exc, status, now)
+    asked = honour_refusal(collector, outcome, exc, status)
     outcome.state = "failed"
     outcome.error = str(exc)
     outcome.error_kind = exc.kind if isinstance(exc, FetchError) else "parse"
@@ -219,12 +218,13 @@ async def fail(
     if failures >= FAILURE_ALERT_THRESHOLD:
         outcome.warned = True
         log.warning(
-            "!!! feed %s has failed %d times in a row (last: %s; will retry with backoff at %s). "
+            "!!! feed %s has failed %d times in a row (last: %s; will retry with backoff at %s)%s. "
             "Check whether it moved or died, and fix or remove it in the feeds file.",
             feed.url,
             failures,
             exc,
             format_timestamp(outcome.next_fetch_at),
+            f"; {outcome.host_waits}" if outcome.host_waits else "",
         )
     return outcome.finish(began)
 

@@ -54,6 +54,9 @@ class FeedOutcome:
     time, failing 10 times in a row): the outcome line is DEBUG, so it is said once."""
     moved: bool = False
     """This fetch recorded a permanent move (or a return to the feed's own URL)."""
+    host_waits: str | None = None
+    """What a 429 does to the host that answered it (its feeds wait until when), said in the
+    feed's own line rather than in a line of its own."""
 
     def finish(self, began: float) -> FeedOutcome:
         self.elapsed_s = time.monotonic() - began
@@ -113,6 +116,8 @@ class FeedOutcome:
             what = "the body stored last time, not read again"
         elif self.state == "failed":
             what = f"failed: {self.error} ({self.retry_words()})"
+            if self.host_waits:
+                what += f"; {self.host_waits}"
         else:
             what = f"{self.state}: {self.error}"
         if self.recovered:
