@@ -407,6 +407,31 @@ def test_http_charset_wins_over_a_lying_declaration(
     assert p.rows("SELECT title FROM items") == [{"title": "标题"}]
 
 
+def test_a_body_cut_inside_an_item_keeps_no_validators_so_the_whole_feed_comes_next(
+    feed_server: FeedServer, project: Callable[..., Project]
+) -> None:
+    """A server that cut its answer still says 304 to the cut answer's validators: keeping
+    them would leave the cut item, and every one after it, unstored until the feed changes."""
+    whole = rss([Entry(f"Post {n}", guid=f"g{n}") for n in range(4)])
+    cut = whole[: whole.index(b"<title>Post 2</title>")]
+    route = Route(body=cut, etag='"v1"', last_modified="Mon, 02 Mar 2026 09:00:00 GMT")
+    url = feed_server.route("/feed", route)
+    p = project([url])
+    assert (p.cycle().new_items, p.rows("SELECT last_etag, body_digest FROM feeds")) == (
+        2,
+        [{"last_etag": None, "body_digest": None}],
+    )
+    p.clock.advance(minutes=30)
+    assert p.cycle().new_items == 0, "the same cut body is read again, and stores nothing twice"
+    p.clock.advance(minutes=30)
+    route.body = whole
+    assert p.cycle().new_items == 2
+    assert [h.headers.get("If-None-Match") for h in feed_server.hits("/feed")] == [None] * 3
+    assert p.rows("SELECT last_etag FROM feeds") == [{"last_etag": '"v1"'}]
+    p.clock.advance(minutes=30)
+    assert p.cycle().not_modified == 1, "a whole body's validators are used"
+
+
 def test_a_feed_only_feedparser_reads_is_stored_and_feedparser_runs_off_the_event_loop(
     feed_server: FeedServer, project: Callable[..., Project], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -176,17 +176,20 @@ async def refresh_feed(
         stats = posting_stats((i.pub_date for i in parsed.items if i.pub_date), fetched_at)
         ttl = min(parsed.ttl_minutes * 60, MAX_STORED_SECONDS) if parsed.ttl_minutes else None
         outcome.next_fetch_at = outcomes.next_fetch(collector, outcome, response.hints, ttl, stats)
+        # A body cut inside an item keeps no validators and no digest: the next fetch asks for
+        # the whole feed (not a 304) and reads it, so the cut item and those after it come.
+        whole = not parsed.cut_off
         success = store.FetchSuccess(
             title=parsed.title,
-            etag=response.etag,
-            last_modified=response.last_modified,
+            etag=response.etag if whole else None,
+            last_modified=response.last_modified if whole else None,
             fetched_at=fetched_at,
             next_fetch_at=outcome.next_fetch_at,
             status=response.status,
             feed_ttl_seconds=ttl,
             post_gap_seconds=outcomes.whole_seconds(stats.gap) if stats else None,
             newest_item_at=format_timestamp(stats.newest) if stats else None,
-            body_digest=digest,
+            body_digest=digest if whole else None,
         )
         plan = await plan_batch_spill(collector.db, feed.id, records)
         async with spilled_records(
