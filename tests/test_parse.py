@@ -5,7 +5,7 @@ import hashlib
 import json
 import re
 import time
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -1390,6 +1390,58 @@ def test_items_beyond_the_cap_are_counted_not_read(document: str, expected_forma
     assert len(feed.items) == MAX_ITEMS_PER_FEED == 10_000
     assert feed.items_dropped == 3
     assert feed.items[-1].guid == "g9999"
+
+
+def _dated(n: int) -> str:
+    return (datetime(2000, 1, 1, tzinfo=UTC) + timedelta(hours=n)).strftime(
+        "%a, %d %b %Y %H:%M:%S GMT"
+    )
+
+
+@pytest.mark.parametrize("oldest_first", [True, False])
+@pytest.mark.parametrize(
+    ("shape", "expected_format"),
+    [
+        ("<rss version='2.0'><channel><title>t</title>{items}</channel></rss>", "rss"),
+        (
+            "<rss version='2.0'><channel><title><b>unclosed</title>{items}</channel></rss>",
+            "rss-fallback",
+        ),
+        ("<feed xmlns='http://www.w3.org/2005/Atom'><title>t</title>{entries}</feed>", "atom"),
+        ("json", "json"),
+    ],
+)
+def test_past_the_cap_the_newest_items_are_read(
+    shape: str, expected_format: str, oldest_first: bool
+) -> None:
+    """An oldest-first feed gets its new items at its end: those are read, not the oldest."""
+    order = range(10_003) if oldest_first else range(10_002, -1, -1)
+    if shape == "json":
+        document = json.dumps(
+            {
+                "version": "https://jsonfeed.org/version/1.1",
+                "items": [
+                    {"id": f"g{n}", "date_published": f"{2000 + n // 1000}-01-01T00:00:00Z"}
+                    for n in order
+                ],
+            }
+        )
+    else:
+        document = shape.format(
+            items="".join(
+                f"<item><guid>g{n}</guid><pubDate>{_dated(n)}</pubDate></item>" for n in order
+            ),
+            entries="".join(
+                f"<entry><id>g{n}</id><updated>{2000 + n // 1000}-01-01T00:00:00Z</updated></entry>"
+                for n in order
+            ),
+        )
+    feed = parse_feed(document.encode(), "https://example.org/feed")
+    assert feed.format == expected_format
+    guids = {item.guid for item in feed.items}
+    assert (len(guids), feed.items_dropped) == (10_000, 3)
+    assert {"g10002", "g3"} <= guids
+    assert not guids & {"g0", "g1", "g2"}
 
 
 MISENCODED = [

@@ -122,8 +122,9 @@ def _read_leniently(document: bytes, base_url: str, why: str, *, lenient: bool) 
 
 def _read_in_pieces(document: bytes, base_url: str, why: str) -> ParsedFeed:
     """A broken document over :data:`LENIENT_PARSE_LIMIT`, read in pieces of whole items up
-    to ``MAX_ITEMS_PER_FEED`` items: each piece strictly if it is well-formed (the breakage
-    is often in one item; the other pieces are read 10-20 times faster), else by feedparser.
+    to ``MAX_ITEMS_PER_FEED`` items (its first ones: pieces past them are not read), each
+    piece strictly if it is well-formed (the breakage is often in one item; the other pieces
+    are read 10-20 times faster), else by feedparser.
 
     Each piece has the document's head and tail, so the feed's fields and every item's URL
     base come out as from the whole. Refused only when it has no item to cut it at: a big

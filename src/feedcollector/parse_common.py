@@ -19,9 +19,31 @@ from .safe_text import clipped_int
 from .text_repair import readable
 
 MAX_ITEMS_PER_FEED = 10_000
-"""Items read from one document, the first ones in document order. Feeds are untrusted: a
-20 MiB body of tiny items is 800k of them (about 1 GB of objects and one enormous batch), while
-real feeds, podcasts included, stay well under this."""
+"""Items read from one document, from its newer end (:func:`newest_end`). Feeds are untrusted:
+a 20 MiB body of tiny items is 800k of them (about 1 GB of objects and one enormous batch),
+while real feeds, podcasts included, stay well under this."""
+
+Entry = TypeVar("Entry")
+
+
+def newest_end(
+    entries: list[Entry], date_text: Callable[[Entry], str | None]
+) -> tuple[list[Entry], int]:
+    """At most :data:`MAX_ITEMS_PER_FEED` of ``entries`` and how many were left out: the last
+    ones when the last entry is dated later than the first (an oldest-first feed, whose new
+    items come at its end), else the first ones. Only the two ends' dates are read."""
+    dropped = len(entries) - MAX_ITEMS_PER_FEED
+    if dropped <= 0:
+        return entries, 0
+    first, last = (_date_or_none(date_text(entry)) for entry in (entries[0], entries[-1]))
+    if first is not None and last is not None and last > first:
+        return entries[dropped:], dropped
+    return entries[:MAX_ITEMS_PER_FEED], dropped
+
+
+def _date_or_none(text: str | None) -> datetime | None:
+    return parse_date(text) if text else None
+
 
 SYNDICATION_PERIOD_MINUTES = {
     "hourly": 60,

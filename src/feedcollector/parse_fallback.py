@@ -35,12 +35,12 @@ from .errors import ParseError
 from .html import resolve_url
 from .models import ParsedFeed, ParsedItem
 from .parse_common import (
-    MAX_ITEMS_PER_FEED,
     RawEntry,
     channel_title,
     choose_link,
     feed_base,
     finish_item,
+    newest_end,
     permalink,
     ttl_minutes,
 )
@@ -237,6 +237,7 @@ def parse_with_feedparser(data: bytes, base_url: str) -> ParsedFeed:
     feed_link, default_base = feed_base(_string(_key(feed, "link")), base_url)
     format_name = _format_name(version)
     linked_enclosures = format_name == "atom" or _REL_ENCLOSURE_RE.search(data) is not None
+    kept, dropped = newest_end(entries, _date_text)
     return ParsedFeed(
         title=channel_title(_string(_key(feed, "title"))),
         link=feed_link,
@@ -248,10 +249,10 @@ def parse_with_feedparser(data: bytes, base_url: str) -> ParsedFeed:
                 linked_enclosures=linked_enclosures,
                 rdf=format_name == "rdf",
             )
-            for entry in entries[:MAX_ITEMS_PER_FEED]
+            for entry in kept
         ),
         format=format_name + "-fallback",
-        items_dropped=max(0, len(entries) - MAX_ITEMS_PER_FEED),
+        items_dropped=dropped,
         ttl_minutes=ttl_minutes(
             _string(_key(feed, "ttl")),
             _string(_key(feed, "sy_updateperiod")),
@@ -310,6 +311,10 @@ def _key(mapping: object, key: str) -> Any:
     deprecation warning); the chain rules must see only what the document said.
     """
     return dict.get(mapping, key) if isinstance(mapping, dict) else None
+
+
+def _date_text(entry: object) -> str | None:
+    return _string(_key(entry, "published")) or _string(_key(entry, "updated"))
 
 
 def _alternate_link(links: object, *, enclosures: bool) -> str | None:

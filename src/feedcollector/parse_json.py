@@ -14,7 +14,7 @@ from html import escape
 
 from .errors import ParseError
 from .models import ParsedFeed, ParsedItem
-from .parse_common import MAX_ITEMS_PER_FEED, RawEntry, feed_base, finish_item
+from .parse_common import RawEntry, feed_base, finish_item, newest_end
 from .safe_text import one_line, whole_pairs, xml_chars
 from .text_repair import readable
 
@@ -45,17 +45,18 @@ def parse_json_feed(data: bytes, base_url: str) -> ParsedFeed:
         raise ParseError("parse: JSON Feed without an items list")
     feed_link, default_base = feed_base(_string(document.get("home_page_url")), base_url)
     title = _string(document.get("title"))
+    kept, dropped = newest_end([entry for entry in items if isinstance(entry, dict)], _date_text)
     return ParsedFeed(
         title=title.strip() or None if title is not None else None,
         link=feed_link,
-        items=tuple(
-            _item(entry, default_base)
-            for entry in items[:MAX_ITEMS_PER_FEED]
-            if isinstance(entry, dict)
-        ),
+        items=tuple(_item(entry, default_base) for entry in kept),
         format="json",
-        items_dropped=max(0, len(items) - MAX_ITEMS_PER_FEED),
+        items_dropped=dropped,
     )
+
+
+def _date_text(entry: dict[str, object]) -> str | None:
+    return _string(entry.get("date_published")) or _string(entry.get("date_modified"))
 
 
 def _item(entry: dict[str, object], base: str) -> ParsedItem:

@@ -280,8 +280,8 @@ def read_feed_body(
         )
     if parsed.items_dropped:
         log.warning(
-            "parse: feed %s lists more than %d items; the first %d are stored, %d more were not "
-            "read",
+            "parse: feed %s lists more than %d items; the %d at its newer end are stored (its "
+            "last ones when they are dated later than its first), %d more were not read",
             feed_url,
             MAX_ITEMS_PER_FEED,
             MAX_ITEMS_PER_FEED,
