@@ -11,7 +11,7 @@ import sqlite3
 import subprocess
 import sys
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -470,18 +470,26 @@ def archive_images(pair: Pair, feed_id: str, guid: str, count: int) -> None:
     pair.run(put())
 
 
-def replay(pair: Pair, url: str, *bodies: bytes) -> RestoreReport:
-    """Keep ``bodies`` as the feed's backups an hour apart, then restore from them."""
+def replay(pair: Pair, url: str, *bodies: bytes, first_at: datetime = START) -> RestoreReport:
+    """Keep ``bodies`` as the feed's backups an hour apart from ``first_at``, then restore
+    from them. Backups taken before the archived images were written (the default) were
+    fetched before those images were downloaded, as when they were collected."""
     feed_id = feed_id_for(url)
 
     async def go() -> RestoreReport:
         for hour, body in enumerate(bodies):
-            await pair.objects.put(backup_key(feed_id, START + timedelta(hours=hour)), body)
+            await pair.objects.put(backup_key(feed_id, first_at + timedelta(hours=hour)), body)
         return await restore_from_backups(
-            pair.db, pair.objects, [FeedSpec(url)], now=START + timedelta(days=1), owner=OWNER
+            pair.db, pair.objects, [FeedSpec(url)], now=first_at + timedelta(days=1), owner=OWNER
         )
 
     return pair.run(go())
+
+
+def after_the_images() -> datetime:
+    """A time for backups taken after the archived images were written: those images were
+    downloaded for an item listed by an older backup, expired since."""
+    return datetime.now(UTC).replace(microsecond=0) + timedelta(hours=1)
 
 
 def image_tasks(pair: Pair) -> list[tuple[object, ...]]:
@@ -501,7 +509,9 @@ def test_an_item_edited_since_its_expired_first_backup_gets_no_wrong_images(pair
     marked success for good. Now all three are downloaded anew."""
     url = "https://blog.example.org/feed.xml"
     archive_images(pair, feed_id_for(url), "urn:x", 2)
-    report = replay(pair, url, rss([images_of("urn:x", "new", "a", "b")]))
+    report = replay(
+        pair, url, rss([images_of("urn:x", "new", "a", "b")]), first_at=after_the_images()
+    )
     assert (report.items_recovered, report.images_relinked) == (1, 0)
     assert image_tasks(pair) == [
         ("urn:x", "new.png", "pending", None),
@@ -510,7 +520,11 @@ def test_an_item_edited_since_its_expired_first_backup_gets_no_wrong_images(pair
     ]
     again = pair.run(
         restore_from_backups(
-            pair.db, pair.objects, [FeedSpec(url)], now=START + timedelta(days=1), owner=OWNER
+            pair.db,
+            pair.objects,
+            [FeedSpec(url)],
+            now=datetime.now(UTC) + timedelta(days=2),
+            owner=OWNER,
         )
     )
     assert again.images_relinked == 0, "nor by a second run, which finds its tasks pending"
@@ -527,7 +541,8 @@ def test_only_items_new_after_a_replayed_backup_are_trusted_with_a_partial_folde
     for guid, count in (("urn:new", 2), ("urn:old", 2), ("urn:whole", 2)):
         archive_images(pair, feed_id, guid, count)
     first = [images_of("urn:old", "a", "b", "c"), images_of("urn:whole", "a", "b")]
-    report = replay(pair, url, rss(first), rss([*first, images_of("urn:new", "a", "b", "c")]))
+    latest = rss([*first, images_of("urn:new", "a", "b", "c")])
+    report = replay(pair, url, rss(first), latest, first_at=after_the_images())
     assert (report.items_recovered, report.images_relinked) == (3, 4)
     key = object_key
     assert image_tasks(pair) == [
@@ -542,13 +557,36 @@ def test_only_items_new_after_a_replayed_backup_are_trusted_with_a_partial_folde
     ]
 
 
+def test_images_downloaded_after_the_first_backup_are_linked_though_one_failed(
+    pair: Pair,
+) -> None:
+    """The first backup replayed is older than the item's archived images: they were
+    downloaded for that version, so a position left out (a dead image, failed for good) does
+    not cost the item its other archived images, whose sources may be gone too."""
+    url = "https://blog.example.org/feed.xml"
+    feed_id = feed_id_for(url)
+    archive_images(pair, feed_id, "urn:x", 1)
+    archive_images(pair, feed_id, "urn:more", 3)  # more objects than the row has images
+    body = rss([images_of("urn:x", "kept", "dead"), images_of("urn:more", "a", "b")])
+    report = replay(pair, url, body)
+    assert (report.items_recovered, report.images_relinked) == (2, 1)
+    assert image_tasks(pair) == [
+        ("urn:more", "a.png", "pending", None),
+        ("urn:more", "b.png", "pending", None),
+        ("urn:x", "kept.png", "success", object_key(feed_id, "urn:x", 0, "png")),
+        ("urn:x", "dead.png", "pending", None),
+    ]
+
+
 def test_an_item_new_after_an_unreadable_backup_is_not_trusted(pair: Pair) -> None:
     """The unreadable backup may have listed it in an older version, stored then."""
     url = "https://blog.example.org/feed.xml"
     archive_images(pair, feed_id_for(url), "urn:x", 2)
     before = rss([Entry("Y", guid="urn:y")])
     after = rss([Entry("Y", guid="urn:y"), images_of("urn:x", "new", "a", "b")])
-    report = replay(pair, url, before, b"<html>maintenance</html>", after)
+    report = replay(
+        pair, url, before, b"<html>maintenance</html>", after, first_at=after_the_images()
+    )
     assert (report.backups_unreadable, report.items_recovered, report.images_relinked) == (1, 2, 0)
     assert [row[2] for row in image_tasks(pair)] == ["pending"] * 3
 

@@ -13,7 +13,7 @@ creates the row of a feeds-file feed the database lacks, and fills in a missing 
 idempotent: the insert ignores known GUIDs, so a second run recovers nothing. Tombstoned items
 stay deleted. A recovered item's images that are already archived under their deterministic
 keys are linked to those objects again instead of being downloaded anew, when the positions can
-be trusted (see :func:`_relink_images`). Within a feed, a backup identical to the previous one
+be trusted (see :mod:`.restore_images`). Within a feed, a backup identical to the previous one
 is skipped, and GUIDs already replayed are not sent again.
 
 Relinking names archived objects of any age again, which the orphan sweep (``cleanup
@@ -39,14 +39,13 @@ from .backups import backup_time, feed_backups, read_backup
 from .database import Database, Statement
 from .errors import TOO_LARGE, ConfigError, DatabaseError, ObjectStoreError, ParseError
 from .feeds_file import feed_url_key
-from .images import object_key
 from .maintenance_leases import Lease
-from .models import FeedSpec, ItemRecord
+from .models import FeedSpec
 from .objectstore import ObjectStore
 from .pipeline import read_feed_body
+from .restore_images import Uncertain, relink_images, stored_with_pending_images
 from .schedule import feed_id_for, interval_seconds_of
 from .spill import plan_batch_spill, spilled_records
-from .store import MAX_PARAMS, chunked, placeholders
 from .store_items import inserted_ids, item_statements
 from .timestamps import format_timestamp
 
@@ -228,7 +227,7 @@ async def _restore_feed(
     previous: bytes | None = None
     replayed: set[str] = set()
     # The backup before this one was replayed here: an item it lacked was first stored from
-    # this body, so its archived images sit at this body's positions (see _relink_images).
+    # this body, so its archived images sit at this body's positions (see restore_images).
     follows_replayed = False
     async for backup in feed_backups(objects, target.feed_id):
         taken, key = backup.taken, backup.key
@@ -298,100 +297,14 @@ async def _restore_feed(
         recovered = [r for r in stored if r.id in new_ids and r.image_urls]
         earlier = [r for r in stored if r.id not in new_ids and r.image_urls]
         certain = recovered if follows_replayed else []
-        uncertain = [] if follows_replayed else recovered
+        uncertain = [] if follows_replayed else [Uncertain(r, taken) for r in recovered]
         if earlier:  # stored before this run: an interrupted restore left their images unlinked
-            uncertain += await _stored_with_pending_images(db, target.feed_id, earlier)
-        report.images_relinked += await _relink_images(
+            uncertain += await stored_with_pending_images(db, target.feed_id, earlier)
+        report.images_relinked += await relink_images(
             db, objects, target.feed_id, certain, uncertain, taken, lease
         )
         follows_replayed = True
         tick()
-
-
-async def _stored_with_pending_images(
-    db: Database, feed_id: str, records: Sequence[ItemRecord]
-) -> list[ItemRecord]:
-    """Those of ``records`` already stored whose image tasks are still pending, with their
-    stored ids: a restore stopped between an items batch and its relinking (or a download
-    stored but not recorded) left archived images unlinked, which a second run now links
-    instead of downloading them anew. Each GUID is looked at once a run (its first backup)."""
-    by_guid = {record.guid: record for record in records}
-    found: list[ItemRecord] = []
-    for chunk in chunked(list(by_guid), MAX_PARAMS - 1):
-        rows = await db.query(
-            "SELECT i.id, i.guid FROM items i WHERE i.feed_id = ? "  # noqa: S608 (placeholders)
-            f"AND i.guid IN ({placeholders(len(chunk))}) AND EXISTS (SELECT 1 FROM image_tasks "
-            "t WHERE t.item_id = i.id AND t.status = 'pending')",
-            (feed_id, *chunk),
-        )
-        found += [by_guid[row["guid"]]._replace(id=row["id"]) for row in rows]
-    return found
-
-
-async def _relink_images(
-    db: Database,
-    objects: ObjectStore,
-    feed_id: str,
-    certain: Sequence[ItemRecord],
-    uncertain: Sequence[ItemRecord],
-    taken: datetime,
-    lease: Lease,
-) -> int:
-    """Mark the new tasks whose image is already archived as ``success`` with that key.
-
-    Objects are keyed by position only (the original URL was in the lost database), so a
-    position names the right image only if the item was stored from the version replayed.
-    ``certain`` items were absent from the previous backup replayed, so this very body was
-    stored at fetch time: all their archived objects are linked. ``uncertain`` ones (from the
-    first backup replayed, or stored before this run) may have been stored from an older,
-    expired version (an image inserted before the others shifts every position): they are
-    linked only when their objects are exactly positions 0..n-1 for their n image URLs, else
-    their tasks stay pending and are downloaded anew (overwriting the objects). An edit that
-    keeps the count (an image replaced or moved) can still link an uncertain item's task to
-    another image of it.
-
-    The item's full-md5 folder (used when its short key belonged to another item, see
-    :func:`.store_images.image_key`) is looked at first, then the short one; an object
-    whose key another item's task already holds is not linked (that task stays pending and
-    its image is downloaded anew), so two items never share an object.
-    """
-    statements: list[Statement] = []
-    stamp = format_timestamp(taken)
-    for record, trusted in [(r, True) for r in certain] + [(r, False) for r in uncertain]:
-        archived = await _archived_images(objects, feed_id, record)
-        positions = {position for _, position in archived}
-        if not trusted and positions != set(range(len(record.image_urls))):
-            continue
-        for key, position in archived:
-            if position >= len(record.image_urls):
-                continue
-            statements.append(
-                Statement(
-                    "UPDATE image_tasks SET status = 'success', r2_key = ?, updated_at = ? "
-                    "WHERE item_id = ? AND position = ? AND status = 'pending' "
-                    "AND NOT EXISTS (SELECT 1 FROM image_tasks o WHERE o.r2_key = ? "
-                    "AND o.item_id <> ?) RETURNING id",
-                    (key, stamp, record.id, position, key, record.id),
-                )
-            )
-    if not statements:
-        return 0
-    lease.check()  # the orphan sweep deletes what no row names: not while we name it
-    return sum(1 for rows in await db.batch(statements) if rows)
-
-
-async def _archived_images(
-    objects: ObjectStore, feed_id: str, record: ItemRecord
-) -> list[tuple[str, int]]:
-    """The item's image objects with their positions, full-md5 folder first, then short."""
-    archived: list[tuple[str, int]] = []
-    for full in (True, False):
-        folder = object_key(feed_id, record.guid, 0, "x", full=full).rsplit("/", 1)[0] + "/"
-        async for key in objects.list(folder):
-            position = key[len(folder) :].split(".", 1)[0]
-            if position.isdecimal():
-                archived.append((key, int(position)))
-    return archived
 
 
 async def _backup_feed_ids(objects: ObjectStore) -> set[str]:
