@@ -49,6 +49,10 @@ KNOWN_DIFFERENCES: dict[tuple[str, str], str] = {
         "the descriptions hold inline (unescaped) XHTML; upstream's xml2js rebuild wraps it in a "
         "<div> and drops the text between elements ('submitted byto'); we serialize the elements"
     ),
+    ("atom-customfields", "content"): (
+        "YouTube's media:description is plain text: we store it escaped, as HTML ('S&amp;P'), "
+        "upstream as it is ('S&P')"
+    ),
     ("reddit-home", "content"): (
         "Atom type='xhtml' content: upstream serializes the <content> element itself (a wrapper "
         "<div type='xhtml' xml:base=...> around the XHTML div); we give the div's inner XHTML"
@@ -961,9 +965,65 @@ def test_dates_in_misspelled_namespaces_are_read(declaration: str, element: str)
 )
 def test_content_in_misspelled_namespaces_is_read(declaration: str, element: str) -> None:
     """The same for content:encoded, media:description and itunes:summary (the item's HTML)."""
-    data = rss(f"<item {declaration}><guid>g</guid><{element}>&lt;p&gt;c</{element}></item>")
+    data = rss(
+        f"<item {declaration}><guid>g</guid><{element}>&lt;p&gt;c&lt;/p&gt;</{element}></item>"
+    )
     (item,) = parse_feed(data, BASE_URL, lenient=False).items
-    assert item.content_html == "<p>c"
+    assert item.content_html == "<p>c</p>"
+
+
+ATOM_TEXT = "if a &lt; b &amp;&amp; c &gt; d then &lt;script&gt;alert(1)&lt;/script&gt;"
+"""A text that reads as written only when escaped; as HTML it is a live script."""
+
+
+@pytest.mark.parametrize(
+    ("entry", "expected", "lenient_expected"),
+    [
+        (f'<content type="text">{ATOM_TEXT}</content>', "if a &lt; b &amp;&amp; c &gt; d", None),
+        (f"<summary>{ATOM_TEXT}</summary>", "if a &lt; b &amp;&amp; c &gt; d then", None),
+        (  # feedparser types every text text/plain, written or not: there the guess decides
+            '<summary type="text">&lt;b&gt;not bold&lt;/b&gt;</summary>',
+            "&lt;b&gt;not bold&lt;/b&gt;",
+            "<b>not bold</b>",
+        ),
+        ("<summary>&lt;p&gt;HTML, untyped&lt;/p&gt;</summary>", "<p>HTML, untyped</p>", None),
+        ("<summary>Tom &amp;amp; Jerry</summary>", "Tom &amp; Jerry", None),
+        (
+            '<summary type="html">&lt;p&gt;a &amp;amp; b&lt;/p&gt;</summary>',
+            "<p>a &amp; b</p>",
+            None,
+        ),
+        (  # feedparser types a media:description HTML: its text as it reads
+            '<media:group xmlns:media="http://search.yahoo.com/mrss/"><media:description>'
+            "S&amp;P 500 &lt; 5000</media:description></media:group>",
+            "S&amp;P 500 &lt; 5000",
+            "S&P 500 < 5000",
+        ),
+    ],
+    ids=[
+        "text",
+        "untyped",
+        "typed-text-with-tags",
+        "untyped-html",
+        "untyped-entity",
+        "html",
+        "media",
+    ],
+)
+def test_atom_text_is_stored_as_escaped_html(
+    entry: str, expected: str, lenient_expected: str | None
+) -> None:
+    """content_html is HTML: a text construct is escaped (as JSON Feed's content_text is);
+    untyped, it is HTML where it looks like HTML (closed tags of an article's elements, or
+    entities), as feedparser guesses for RSS."""
+    data = atom(f"<entry><id>e</id>{entry}</entry>")
+    for document, path, wanted in (
+        (data, "atom", expected),
+        (data.replace(b"</feed>", b"<x></feed>"), "atom-fallback", lenient_expected or expected),
+    ):
+        feed = parse_feed(document, BASE_URL)
+        assert feed.format == path
+        assert (feed.items[0].content_html or "").startswith(wanted), path
 
 
 def test_an_unknown_namespace_is_named_by_each_documents_own_prefix() -> None:

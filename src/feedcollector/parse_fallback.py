@@ -44,6 +44,7 @@ from .parse_common import (
     permalink,
     ttl_minutes,
 )
+from .parse_text import text_html
 from .text_repair import readable
 
 PREDEFINED_ENTITIES = frozenset({b"amp", b"lt", b"gt", b"quot", b"apos"})
@@ -278,11 +279,8 @@ def _entry(
     contents = _key(entry, "content")
     content_detail = contents[0] if isinstance(contents, list) and contents else None
     summary_detail = _key(entry, "summary_detail")
-    content = _detail_value(content_detail)
-    summary = _detail_value(summary_detail) or _string(_key(entry, "summary"))
-    # the fast path's readers repair these (finish_item repairs title, link and GUID)
-    content = None if content is None else readable(content)
-    summary = None if summary is None else readable(summary)
+    content = _detail_html(content_detail)
+    summary = _detail_html(summary_detail) or _plain_html(_string(_key(entry, "summary")))
     dates = tuple(
         text
         for text in (_string(_key(entry, "published")), _string(_key(entry, "updated")))
@@ -329,8 +327,20 @@ def _alternate_link(links: object, *, enclosures: bool) -> str | None:
     return None if chosen is None else _string(_key(chosen, "href"))
 
 
-def _detail_value(detail: object) -> str | None:
-    return _string(_key(detail, "value"))
+def _detail_html(detail: object) -> str | None:
+    """A content or summary as HTML, repaired as the fast path's readers repair it
+    (finish_item repairs title, link and GUID). feedparser types a text ``text/plain``
+    whether its type was written or not, so a text is taken as HTML where it looks like HTML
+    (its own guess for RSS)."""
+    value = _string(_key(detail, "value"))
+    if _key(detail, "type") == "text/plain":
+        return _plain_html(value)
+    return None if value is None else readable(value)
+
+
+def _plain_html(value: str | None) -> str | None:
+    """A text as HTML (a summary without details is Media RSS's description, text too)."""
+    return None if value is None else text_html(readable(value), typed=False)
 
 
 def _detail_base(detail: object, base_url: str) -> str | None:

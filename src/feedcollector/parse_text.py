@@ -13,6 +13,7 @@ values come repaired (:mod:`.text_repair`); titles, links and GUIDs are repaired
 from __future__ import annotations
 
 import binascii
+import re
 from copy import deepcopy
 from html import escape
 from html.entities import html5
@@ -108,13 +109,58 @@ def atom_text(element: etree._Element) -> str:
     return text_of(element)
 
 
-def atom_markup(element: etree._Element) -> str | None:
-    """Content/summary: raw HTML; out-of-line content (``src=``) has none; Atom 0.3's
-    ``mode="base64"`` is decoded (as feedparser does; kept as written if it is not base64)."""
+def typed_markup(element: etree._Element) -> str | None:
+    """An Atom content or summary (or a Media RSS or iTunes description, text constructs too)
+    as HTML, by its ``type``: XHTML serialized, HTML as it is, text escaped (:func:`text_html`).
+    Out-of-line content (``src=``) has none; Atom 0.3's ``mode="base64"`` is decoded (as
+    feedparser does; kept as written if it is not base64)."""
     if element.get("src") is not None and not text_of(element).strip():
         return None
-    if element.get("type") == "xhtml":
+    kind = element.get("type")
+    if kind == "xhtml":
         return readable(serialize_inner(xhtml_container(element)))
-    if element.get("mode") == "base64":
-        return readable(from_base64(text_of(element)))
-    return markup_of(element)
+    value = (
+        readable(from_base64(text_of(element)))
+        if element.get("mode") == "base64"
+        else markup_of(element)
+    )
+    if kind is None or kind in TEXT_TYPES:
+        return text_html(value, typed=kind is not None)
+    return value
+
+
+def text_html(value: str, *, typed: bool) -> str:
+    """A text construct's value as HTML: escaped, so ``a < b`` reads as written and a
+    ``<script>`` in a text is no script. Untyped (text by default), it is taken as HTML when
+    it looks like HTML (:func:`looks_like_html`): publishers who leave the type out often
+    mean HTML."""
+    return value if not typed and looks_like_html(value) else escape(value, quote=False)
+
+
+TEXT_TYPES = frozenset(("text", "text/plain", "plain"))
+"""Atom's, Atom 0.3's and Media RSS's names for plain text."""
+
+_CLOSING_TAG_OR_ENTITY_RE = re.compile(r"</\w+>|&#?\w+;")
+_TAG_NAME_RE = re.compile(r"</?(\w+)")
+_HTML_ELEMENT_NAMES = """
+a abbr acronym address area article aside audio b bdi bdo big blockquote br button caption
+center cite code col colgroup dd del details dfn dir div dl dt em fieldset figcaption figure
+font footer h1 h2 h3 h4 h5 h6 header hr i img ins kbd label legend li main map mark menu
+meter nav ol optgroup option p picture pre q s samp section small source span strike strong
+sub summary sup table tbody td tfoot th thead time tr tt u ul var video wbr
+"""
+_HTML_ELEMENTS = frozenset(_HTML_ELEMENT_NAMES.split())
+"""Elements an article's HTML is made of (no script, style, form or frame)."""
+
+
+def looks_like_html(value: str) -> bool:
+    """Whether a text of unknown type is HTML: it has a closing tag or an entity, every tag
+    is an article's element and every named entity an HTML one (feedparser's test). Plain
+    text with a stray ``<`` or ``&``, or with a ``<script>``, is not."""
+    if "<" not in value and "&" not in value:
+        return False
+    if _CLOSING_TAG_OR_ENTITY_RE.search(value) is None:
+        return False
+    if any(name.lower() not in _HTML_ELEMENTS for name in _TAG_NAME_RE.findall(value)):
+        return False
+    return all(f"{name};" in html5 for name in re.findall(r"&(\w+);", value))

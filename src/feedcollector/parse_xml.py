@@ -44,7 +44,7 @@ from .parse_tags import (
     element_name,
     wildcards,
 )
-from .parse_text import atom_markup, atom_text, markup_of, text_of
+from .parse_text import atom_text, markup_of, text_of, typed_markup
 
 XML_BASE = "{http://www.w3.org/XML/1998/namespace}base"
 FEED_ROOT_NAMES = ("feed", "rss", "rdf", "channel")
@@ -275,12 +275,16 @@ def _rss_item(
     if guid is not None and not has_text(link_text):  # "true" only, as feedparser reads it
         link_text = permalink(text_of(guid), guid.get("isPermaLink", "true") == "true")
     content_html = None if content is None else markup_of(content)
+    description_html = None
     if has_text(content_html):
         description = None  # not read: the content wins
-    elif description is None:  # elements are falsy without children: no `or` here
+    elif description is not None:  # elements are falsy without children: no `or` here
+        description_html = markup_of(description)
+    else:  # text constructs (Media RSS "plain" by default; iTunes: no HTML), as Atom's
         description = _media_description(media, group)
         if description is None:
             description = _first_child(item, "itunes:summary")
+        description_html = None if description is None else typed_markup(description)
     if dc_date is None and published is None and updated is None:  # the usual item
         dates: tuple[str, ...] = () if pub_date is None else (text_of(pub_date),)
     else:  # in this order: the first one's text is what the GUID fallback hashes, as before
@@ -290,7 +294,7 @@ def _rss_item(
         link_text,  # link
         None if guid is None else text_of(guid),  # guid
         content_html,  # content
-        None if description is None else markup_of(description),  # description
+        description_html,  # description
         dates,  # dates
         chain or default_base,  # base
         _own_base(content, chain, base_url),  # content_base
@@ -347,7 +351,7 @@ def _atom_entry(
         dates: tuple[str, ...] = () if updated is None else (text_of(updated),)
     else:
         dates = (text_of(published),) if updated is None else (text_of(published), text_of(updated))
-    content_html = atom_markup(content) if content is not None else None
+    content_html = typed_markup(content) if content is not None else None
     if summary is None and not has_text(content_html):
         summary = _media_description(media, group)
     return finish_values(  # positional (faster), in RawEntry's order
@@ -356,7 +360,7 @@ def _atom_entry(
         _text(guid),  # guid
         content_html,  # content
         (  # description
-            atom_markup(summary) if summary is not None and not has_text(content_html) else None
+            typed_markup(summary) if summary is not None and not has_text(content_html) else None
         ),
         dates,  # dates
         chain or default_base,  # base
