@@ -352,6 +352,23 @@ def test_the_local_store_lists_the_files_modification_time(tmp_path: Path) -> No
         assert store.run(listed()) == [ListedObject("images/f/aa/0.png", old, 3)]
 
 
+def test_the_local_store_writes_files_readable_as_the_umask_allows(tmp_path: Path) -> None:
+    """A web server running as another user serves the folder (public_base_url): objects
+    get the mode any new file gets, not a temporary file's 0600."""
+    old_umask = os.umask(0o022)
+    try:
+        with live("local", lambda: LocalObjectStore(tmp_path / "objects")) as store:
+            store.run(store.backend.put("images/f/aa/0.png", b"png"))
+            store.run(store.backend.put("images/f/aa/0.png", b"png again"))
+        assert (tmp_path / "objects/images/f/aa/0.png").stat().st_mode & 0o777 == 0o644
+        os.umask(0o077)
+        with live("local", lambda: LocalObjectStore(tmp_path / "private")) as store:
+            store.run(store.backend.put("backups/f/1.xml", b"<rss/>"))
+        assert (tmp_path / "private/backups/f/1.xml").stat().st_mode & 0o777 == 0o600
+    finally:
+        os.umask(old_umask)
+
+
 def test_delete_many_deletes_only_given_keys_and_ignores_missing(
     object_store: Live[ObjectStore],
 ) -> None:

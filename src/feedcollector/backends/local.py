@@ -23,6 +23,15 @@ ABANDONED_AFTER_S = 3600.0
 """A temporary file this old belongs to a write that died (a live write takes far less)."""
 
 
+def _file_mode() -> int:
+    """The mode ``open`` gives a new file under this process's umask: a temporary file is
+    made 0600, and renamed into place it kept that, so a web server running as another user
+    (``[storage] public_base_url``) could not read the images it should serve."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 class LocalObjectStore:
     """Objects as files under ``root`` (``<root>/<key>``)."""
 
@@ -31,6 +40,7 @@ class LocalObjectStore:
         self.public_base_url = public_base_url
         self._temp = self.root / _TEMP_DIR
         self._swept = False
+        self._file_mode = _file_mode()
 
     def _path(self, key: str) -> Path:
         parts = key.split("/")
@@ -71,6 +81,7 @@ class LocalObjectStore:
                 fd, temp_name = tempfile.mkstemp(prefix=_TEMP_PREFIX, dir=self._temp)
             try:
                 with os.fdopen(fd, "wb") as handle:
+                    os.fchmod(fd, self._file_mode)
                     handle.write(data)
                 try:
                     os.replace(temp_name, path)
