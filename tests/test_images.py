@@ -26,7 +26,7 @@ from feedcollector.collector import Collector, open_collector
 from feedcollector.config import load_settings
 from feedcollector.errors import ImageError, ImageNotTried
 from feedcollector.httpbody import TransferError, Unreachable
-from feedcollector.image_types import extension_for, sniff_image_type
+from feedcollector.image_types import cut_short, extension_for, sniff_image_type
 from feedcollector.images import (
     DownloadedImage,
     ImageLimits,
@@ -272,6 +272,78 @@ def test_octet_stream_that_sniffs_as_png_is_accepted(feed_server: FeedServer) ->
     url = feed_server.route("/blob", body=PNG, headers={"Content-Type": "application/octet-stream"})
     image = download(url)
     assert (image.content_type, image.ext) == ("image/png", "png")
+
+
+SVG = b'<?xml version="1.0"?><svg xmlns="http://www.w3.org/2000/svg" width="1" height="1"/>'
+
+
+@pytest.mark.parametrize(
+    ("declared", "body", "stored_as"),
+    [
+        ("text/plain", PNG, ("image/png", "png")),
+        ("application/xml", SVG, ("image/svg+xml", "svg")),
+        ("application/json", JPEG, ("image/jpeg", "jpg")),
+    ],
+)
+def test_image_bytes_behind_a_wrong_content_type_are_accepted(
+    feed_server: FeedServer, declared: str, body: bytes, stored_as: tuple[str, str]
+) -> None:
+    """Misconfigured servers label images text/plain or application/xml: the bytes decide,
+    as for application/octet-stream. Only a web page is refused unread."""
+    url = feed_server.route("/blob", body=body, headers={"Content-Type": declared})
+    image = download(url)
+    assert (image.content_type, image.ext) == stored_as
+    text = feed_server.route("/t", body=b"Not found", headers={"Content-Type": "text/plain"})
+    assert "answered with text/plain and its bytes are not a known image format" in str(
+        refused(text)
+    )
+
+
+def _close_delimited(body: bytes, content_type: str) -> Callable[[BaseHTTPRequestHandler], None]:
+    """An answer without a length: its end is the connection closing."""
+
+    def send(request: BaseHTTPRequestHandler) -> None:
+        request.send_response(200)
+        request.send_header("Content-Type", content_type)
+        request.send_header("Connection", "close")
+        request.end_headers()
+        request.wfile.write(body)
+        request.close_connection = True
+
+    return send
+
+
+def test_an_image_cut_short_by_a_closed_connection_is_not_stored(feed_server: FeedServer) -> None:
+    """Without a length, a connection closed early looks like a whole body: a PNG without its
+    IEND chunk is not archived (it would be for good), and the next attempt downloads it."""
+    cut = feed_server.route("/cut.png", handler=_close_delimited(PNG[:-12], "image/png"))
+    error = refused(cut)
+    assert "ended before its image/png data did" in str(error)
+    assert "the next attempt downloads it again" in str(error)
+    whole = feed_server.route("/whole.png", handler=_close_delimited(PNG, "image/png"))
+    assert download(whole).data == PNG
+    sized = feed_server.route("/sized.png", body=PNG[:-12], headers={"Content-Type": "image/png"})
+    assert download(sized).data == PNG[:-12], "a length the body matches: the server's file"
+
+
+@pytest.mark.parametrize(
+    ("content_type", "data", "cut"),
+    [
+        ("image/png", PNG, False),
+        ("image/png", PNG[:-12], True),
+        ("image/jpeg", JPEG, False),
+        ("image/jpeg", JPEG + b"appended data", False),
+        ("image/jpeg", JPEG[:-2], True),
+        ("image/gif", b"GIF89a" + b"\x00" * 20 + b";", False),
+        ("image/gif", b"GIF89a" + b"\x00" * 20 + b";\x00\x00", False),
+        ("image/gif", b"GIF89a" + b"\x00" * 20, True),
+        ("image/webp", b"RIFF" + (20).to_bytes(4, "little") + b"WEBP" + b"\x00" * 16, False),
+        ("image/webp", b"RIFF" + (20).to_bytes(4, "little") + b"WEBP" + b"\x00" * 8, True),
+        ("image/svg+xml", SVG[:20], False),
+    ],
+)
+def test_cut_short(content_type: str, data: bytes, cut: bool) -> None:
+    assert cut_short(content_type, data) is cut
 
 
 def test_untyped_bytes_that_are_no_image_are_refused(feed_server: FeedServer) -> None:

@@ -49,16 +49,10 @@ EXTENSION_BY_SUFFIX: dict[str, str] = {
     "heif": "heif",
     "jxl": "jxl",
 }
-UNTYPED_MEDIA_TYPES = frozenset(
-    {
-        "",
-        "application/octet-stream",
-        "binary/octet-stream",
-        "application/binary",
-        "application/unknown",
-    }
-)
-"""Content-Types that say nothing, so the bytes decide whether this is an image."""
+PAGE_MEDIA_TYPES = frozenset({"text/html", "application/xhtml+xml"})
+"""Web pages (an error page, a login wall): refused unread. An answer of any other type is
+read, and its bytes decide: images are served as ``text/plain`` or ``application/xml`` by
+misconfigured servers, and a signature or an SVG root proves them."""
 SIGNED_IMAGE_TYPES = frozenset(
     {
         "image/jpeg",
@@ -140,6 +134,24 @@ def settle_image_type(declared: str, sniffed: str | None) -> str | None:
     if not declared.startswith("image/") or declared in SIGNED_IMAGE_TYPES:
         return None
     return declared
+
+
+def cut_short(content_type: str, data: bytes) -> bool:
+    """Whether an image's bytes end before its format says it does: PNG without its ``IEND``
+    chunk, JPEG without an end-of-image marker, GIF without its trailer, WebP shorter than
+    its RIFF size. Asked of a body whose end was only the connection closing (no length),
+    which a connection cut early looks like. Lenient where files carry extra bytes: any
+    ``IEND`` or end marker counts (a JPEG's EXIF thumbnail has one too, data appended after
+    the image is fine), a GIF's trailer may have a few bytes after it."""
+    if content_type == "image/png":
+        return b"IEND" not in data
+    if content_type == "image/jpeg":
+        return b"\xff\xd9" not in data
+    if content_type == "image/gif":
+        return b";" not in data[-8:]
+    if content_type == "image/webp":
+        return len(data) < int.from_bytes(data[4:8], "little") + 8
+    return False
 
 
 def _looks_like_svg(head: bytes) -> bool:

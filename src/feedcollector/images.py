@@ -25,12 +25,14 @@ from .httpbody import (
     Unreachable,
     describe_http_error,
     endpoint,
+    ends_at_close,
     read_body,
     refuse_unreachable,
     remember_unreachable,
 )
 from .image_types import (
-    UNTYPED_MEDIA_TYPES,
+    PAGE_MEDIA_TYPES,
+    cut_short,
     extension_for,
     media_type,
     settle_image_type,
@@ -192,7 +194,7 @@ async def _accept_image(
             raise ImageRetryLater(f"{refused} (the server asks to wait {seconds} s)", wait)
         raise ImageError(refused)
     declared = media_type(response.headers.get("Content-Type"))
-    if not declared.startswith("image/") and declared not in UNTYPED_MEDIA_TYPES:
+    if declared in PAGE_MEDIA_TYPES:
         raise ImageError(f"image: {final_url} answered with {declared}, not an image")
     data = await read_body(response, max_bytes=limits.max_bytes)
     if not data:
@@ -207,6 +209,11 @@ async def _accept_image(
         raise ImageError(
             f"image: {final_url} answered with {declared or 'no Content-Type'} and its bytes "
             "are not a known image format"
+        )
+    if ends_at_close(response.headers) and cut_short(content_type, data):
+        raise ImageError(
+            f"image: {final_url} ended before its {content_type} data did ({len(data)} bytes; "
+            "the connection closed early); the next attempt downloads it again"
         )
     return DownloadedImage(
         data=data,
