@@ -185,6 +185,15 @@ def test_raw_deflate_and_multi_member_gzip_are_read(feed_server: FeedServer) -> 
     assert fetch(gzip_url).body == GUARDIAN_FEED
 
 
+@pytest.mark.parametrize("label", ["gzip", "x-gzip"])
+def test_a_plain_body_labelled_gzip_is_read_as_it_is(feed_server: FeedServer, label: str) -> None:
+    """A doubly configured server sends the file as it is under Content-Encoding: gzip: it
+    does not start as gzip data does, and the feed is there to read (it failed every fetch,
+    unread and without a backup). Bytes that start as gzip and are not still fail."""
+    url = serving(feed_server, "/plain", GUARDIAN_FEED, **{"Content-Encoding": label})
+    assert fetch(url).body == GUARDIAN_FEED
+
+
 def test_stacked_codings_are_undone_up_to_a_bound(feed_server: FeedServer) -> None:
     twice = gzip.compress(zlib.compress(GUARDIAN_FEED))
     url = serving(feed_server, "/twice", twice, **{"Content-Encoding": "deflate, gzip"})
@@ -217,7 +226,8 @@ def test_non_utf8_bytes_are_returned_untouched(
 
 
 def test_corrupt_compressed_body_is_a_protocol_error(feed_server: FeedServer) -> None:
-    url = serving(feed_server, "/feed", GUARDIAN_FEED, **{"Content-Encoding": "gzip"})
+    corrupt = gzip.compress(GUARDIAN_FEED)[:10] + GUARDIAN_FEED
+    url = serving(feed_server, "/feed", corrupt, **{"Content-Encoding": "gzip"})
     error = fetch_error(url)
     assert error.kind == "protocol"
     assert "gzip" in str(error)

@@ -67,6 +67,8 @@ class _ZlibDecoder:
 
     Which deflate it is shows in the first two bytes, and a gzip member's start in its first
     two: bytes that may begin either wait for the next chunk, whatever size the chunks are.
+    A "gzip" body that does not start as gzip data does (``1f 8b``) is taken as it is: servers
+    label plain files gzip (a doubly configured proxy), and the feed is there to read.
     """
 
     def __init__(self, encoding: str, limit: int) -> None:
@@ -75,16 +77,22 @@ class _ZlibDecoder:
         self._obj = zlib.decompressobj(self._wbits)
         self._started = False
         self._waiting = b""
+        self._plain = False
         self._budget = _Budget(limit)
 
     def decode(self, data: bytes) -> bytes:
         data = self._waiting + data
         self._waiting = b""
+        if self._plain:
+            return self._budget.take(data)
         if not self._started:
             if len(data) < 2:
                 self._waiting = data
                 return b""
             self._started = True
+            if self._gzip and not data.startswith(_GZIP_MAGIC):
+                self._plain = True
+                return self._budget.take(data)
             if not self._gzip and not _looks_zlib_wrapped(data):
                 self._obj = zlib.decompressobj(-zlib.MAX_WBITS)
         out: list[bytes] = []
@@ -93,7 +101,7 @@ class _ZlibDecoder:
                 if self._gzip and data == b"\x1f":
                     self._waiting = data
                     break
-                if not (self._gzip and data.startswith(b"\x1f\x8b")):
+                if not (self._gzip and data.startswith(_GZIP_MAGIC)):
                     break
                 self._obj = zlib.decompressobj(self._wbits)
             out.append(self._budget.take(self._obj.decompress(data, self._budget.room)))
@@ -101,11 +109,14 @@ class _ZlibDecoder:
         return b"".join(out)
 
     def flush(self) -> bytes:
-        return self._budget.take(self._obj.flush())
+        return b"" if self._plain else self._budget.take(self._obj.flush())
 
     @property
     def finished(self) -> bool:
-        return self._obj.eof or not (self._started or self._waiting)
+        return self._plain or self._obj.eof or not (self._started or self._waiting)
+
+
+_GZIP_MAGIC = b"\x1f\x8b"
 
 
 def _looks_zlib_wrapped(data: bytes) -> bool:
