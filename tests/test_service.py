@@ -115,6 +115,35 @@ def test_run_once_exits_1_when_storage_failing_stopped_a_cycle_that_stored_nothi
     service.refuse_storage_down(CycleReport(started, feeds=4, aborted=3, not_modified=1))
 
 
+def test_run_once_exits_1_when_a_locked_database_kept_it_from_claiming_feeds(
+    feed_server: FeedServer, tmp_path: Path
+) -> None:
+    """Another process held the SQLite write lock past ``[database] timeout``: the cycle
+    claimed nothing and stored nothing, and a cron job saw exit 0."""
+    url = feed_server.route("/f", body=rss([Entry("1", guid="1")]))
+    p = polite_project(tmp_path, [url])
+    p.cycle()
+    execute(p, "UPDATE feeds SET next_fetch_at = '2000-01-01T00:00:00Z'")
+    text = p.config.read_text()
+    p.config.write_text(text.replace("[database]\n", '[database]\ntimeout = "1s"\n'))
+    holder = sqlite3.connect(tmp_path / "collector.db", isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        done = subprocess.run(
+            [sys.executable, "-m", "feedcollector", "--config", str(p.config), "run", "--once"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=HANG_S,
+        )
+    finally:
+        holder.close()
+    assert done.returncode == 1, done.stderr
+    assert "could not claim due feeds, the next cycle retries" in done.stderr
+    assert "storage: the cycle could not claim its due feeds (database: " in done.stderr
+    assert len(feed_server.hits("/f")) == 1, "the first cycle's request only"
+
+
 def test_fetch_all_with_storage_failing_requests_a_few_feeds_and_exits_1(
     feed_server: FeedServer, tmp_path: Path
 ) -> None:

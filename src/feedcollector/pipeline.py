@@ -362,6 +362,7 @@ async def _refresh_all(
                 if breaker.tripped:
                     break
         except StorageError as exc:
+            report.storage_failing = str(exc)
             log.error("%s; could not claim due feeds, the next cycle retries", exc)
         finally:
             queue.close()

@@ -168,7 +168,7 @@ class CycleReport:
     """Claimed feeds not started because storage was failing: handed back untouched."""
     storage_failing: str | None = None
     """The last storage error, when a run of them stopped the cycle from starting feeds
-    (:mod:`.breaker`)."""
+    (:mod:`.breaker`), or the one that kept it from claiming its due feeds."""
     new_items: int = 0
     bytes: int = 0
     images_stored: int = 0
@@ -246,11 +246,7 @@ class CycleReport:
             if count
         )
         same = f", {self.unchanged} sent the same body again" if self.unchanged else ""
-        left = (
-            f", {self.left} feeds left for the next cycle (storage failing)"
-            if self.storage_failing is not None
-            else ""
-        )
+        left = f", {self.left} feeds left for the next cycle (storage failing)" if self.left else ""
         return (
             f"{self.feeds} feeds ({self.stored} updated, {self.not_modified} not modified{same}, "
             f"{self.failed} failed, {self.aborted} aborted by storage errors{polite}){left}, "

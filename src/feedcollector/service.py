@@ -179,9 +179,10 @@ async def run_once(collector: Collector) -> None:
 
 def refuse_storage_down(report: CycleReport) -> None:
     """Raise StorageError when every feed the cycle refreshed was aborted by one, or storage
-    failing stopped the cycle before any feed was stored: a revoked key, a missing bucket or a
-    full disk stops every feed alike, and ``run --once`` (or ``fetch``) ended 0 each time,
-    nothing in ``status``, every body downloaded again."""
+    failing stopped the cycle before any feed was stored (its feeds could not even be claimed:
+    a locked or unreachable database): a revoked key, a missing bucket or a full disk stops
+    every feed alike, and ``run --once`` (or ``fetch``) ended 0 each time, nothing in
+    ``status``, every body downloaded again."""
     every_one = report.aborted == report.feeds - report.deferred
     stopped = report.storage_failing is not None and not report.stored
     if report.aborted and (every_one or stopped):
@@ -191,6 +192,11 @@ def refuse_storage_down(report: CycleReport) -> None:
             f"storage: {what}{report.aborted} feeds this cycle refreshed were aborted by "
             f"storage errors{left} (logged above): the database or object store cannot be "
             "used now; nothing was stored, the next run tries again"
+        )
+    if stopped:  # no feed even claimed (a database locked or unreachable)
+        raise StorageError(
+            f"storage: the cycle could not claim its due feeds ({report.storage_failing}); "
+            "nothing was stored, the next run tries again"
         )
 
 
@@ -291,8 +297,9 @@ async def next_wake(collector: Collector, since: datetime, report: CycleReport |
 
 
 def _storage_troubled(report: CycleReport | None) -> bool:
-    """Whether a storage error skipped the cycle (no ``report``) or aborted a feed of it."""
-    return report is None or report.aborted > 0
+    """Whether a storage error skipped the cycle (no ``report``), aborted a feed of it or
+    kept it from claiming feeds."""
+    return report is None or report.aborted > 0 or report.storage_failing is not None
 
 
 async def _sleep(collector: Collector, delay: timedelta) -> None:
