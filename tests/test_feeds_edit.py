@@ -214,9 +214,17 @@ def test_a_file_with_cr_alone_is_edited_keeping_its_line_endings(tmp_path: Path)
 
 
 def test_add_feed_creates_a_missing_file(tmp_path: Path) -> None:
+    """With the mode any new file gets (a temporary file's 0600 left it unreadable to a
+    service running as another user)."""
     feeds = tmp_path / "feeds.yaml"
-    add_feed(feeds, NewEntry("https://b.example/feed"))
+    old_umask = os.umask(0o022)
+    try:
+        add_feed(feeds, NewEntry("https://b.example/feed"))
+    finally:
+        os.umask(old_umask)
     assert load_feeds(feeds) == [FeedSpec("https://b.example/feed")]
+    assert feeds.stat().st_mode & 0o777 == 0o644
+    assert [path.name for path in tmp_path.iterdir()] == ["feeds.yaml"], "no temporary file left"
 
 
 def test_add_feed_through_a_symlink_edits_the_target(tmp_path: Path) -> None:

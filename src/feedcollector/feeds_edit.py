@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
+import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -213,10 +213,11 @@ def replace_checked(
             text = text.replace("\n", "\r")
     folder = target.parent
     folder.mkdir(parents=True, exist_ok=True)
-    fd, temp_name = tempfile.mkstemp(prefix=f".{action}-", suffix=target.suffix, dir=folder)
-    temp = Path(temp_name)
+    temp = folder / f".{action}-{secrets.token_hex(8)}{target.suffix}"
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+        # "x": created here or not at all, with the mode a new file gets (mkstemp's 0600 left
+        # a new feeds file unreadable to a service running as another user)
+        with open(temp, "x", encoding="utf-8", newline="") as handle:
             handle.write(text)
         try:
             specs = load_feeds(temp, display=f"{shown} (as edited)")

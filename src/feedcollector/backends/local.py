@@ -8,7 +8,7 @@ left behind are swept when the store next writes.
 from __future__ import annotations
 
 import os
-import tempfile
+import secrets
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from datetime import UTC, datetime
@@ -23,15 +23,6 @@ ABANDONED_AFTER_S = 3600.0
 """A temporary file this old belongs to a write that died (a live write takes far less)."""
 
 
-def _file_mode() -> int:
-    """The mode ``open`` gives a new file under this process's umask: a temporary file is
-    made 0600, and renamed into place it kept that, so a web server running as another user
-    (``[storage] public_base_url``) could not read the images it should serve."""
-    umask = os.umask(0o022)
-    os.umask(umask)
-    return 0o666 & ~umask
-
-
 class LocalObjectStore:
     """Objects as files under ``root`` (``<root>/<key>``)."""
 
@@ -40,7 +31,6 @@ class LocalObjectStore:
         self.public_base_url = public_base_url
         self._temp = self.root / _TEMP_DIR
         self._swept = False
-        self._file_mode = _file_mode()
 
     def _path(self, key: str) -> Path:
         parts = key.split("/")
@@ -74,22 +64,24 @@ class LocalObjectStore:
         try:
             if not self._swept:
                 self._sweep_abandoned()
+            # "x": created here or not at all, with the mode any new file gets (mkstemp's
+            # 0600 stayed on the object, which a web server of another user could not serve)
+            temp = self._temp / f"{_TEMP_PREFIX}{secrets.token_hex(8)}"
             try:
-                fd, temp_name = tempfile.mkstemp(prefix=_TEMP_PREFIX, dir=self._temp)
+                handle = open(temp, "xb")  # noqa: SIM115 (closed below, or unlinked)
             except FileNotFoundError:  # folders are made when missing, not checked every time
                 self._temp.mkdir(parents=True, exist_ok=True)
-                fd, temp_name = tempfile.mkstemp(prefix=_TEMP_PREFIX, dir=self._temp)
+                handle = open(temp, "xb")  # noqa: SIM115
             try:
-                with os.fdopen(fd, "wb") as handle:
-                    os.fchmod(fd, self._file_mode)
+                with handle:
                     handle.write(data)
                 try:
-                    os.replace(temp_name, path)
+                    os.replace(temp, path)
                 except FileNotFoundError:  # the key's folder is new: make it only then
                     path.parent.mkdir(parents=True, exist_ok=True)
-                    os.replace(temp_name, path)
+                    os.replace(temp, path)
             except BaseException:
-                Path(temp_name).unlink(missing_ok=True)
+                temp.unlink(missing_ok=True)
                 raise
         except OSError as exc:
             raise ObjectStoreError(f"storage: cannot write {path}: {exc}") from exc
