@@ -248,6 +248,11 @@ def test_add_refusals(feed_server: FeedServer, tmp_path: Path) -> None:
     )
     assert bad_interval.returncode == 2
     assert "--interval" in bad_interval.stderr
+    too_short = feedcollector("--config", config, "add", feed, "--interval", "1ms", cwd=tmp_path)
+    assert too_short.returncode == 2
+    assert "add: --interval must be" in too_short.stderr
+    assert "from 1s to 3650d" in too_short.stderr, "the feeds file's range, checked before"
+    assert not feed_server.hits("/x/data.rss")
     latin1_title = "caf\udce9"  # the byte 0xE9 in argv: Python keeps it as half a pair
     bad_title = feedcollector(
         "--config", config, "add", feed, "--title", latin1_title, cwd=tmp_path

@@ -21,6 +21,7 @@ from ..config import Settings, load_feeds
 from ..config_values import check_http_url, parse_duration
 from ..discover import Discovery, FoundFeed, discover_feeds
 from ..errors import ConfigError, StorageError
+from ..feeds_file import MIN_FEED_INTERVAL
 from ..fetch import make_http_client
 from ..models import FeedSpec
 from ..safe_text import one_line
@@ -162,7 +163,7 @@ def _checked_interval(interval: str | None) -> str | None:
     if interval is None:
         return None
     try:
-        parse_duration(interval.strip())
+        parse_duration(interval.strip(), shortest=MIN_FEED_INTERVAL)
     except ValueError as exc:
         usage_error(f"add: --interval {exc}")
     return interval.strip()
