@@ -391,6 +391,24 @@ def test_help_lists_the_commands(tmp_path: Path) -> None:
         assert command in result.stdout
 
 
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (("status", "--config", "x.toml"), "--config"),
+        (("items", "-c", "x.toml"), "-c"),
+        (("run", "--once", "--log-level=DEBUG"), "--log-level"),
+        (("status", "--log-format", "json"), "--log-format"),
+    ],
+)
+def test_a_global_option_after_the_command_says_where_it_goes(
+    tmp_path: Path, args: tuple[str, ...], option: str
+) -> None:
+    result = feedcollector(*args, cwd=tmp_path)
+    assert result.returncode == 2
+    assert f"{option} is a global option: it goes before the command" in result.stderr
+    assert not (tmp_path / "collector.db").exists()
+
+
 def test_run_stops_cleanly_on_sigterm_after_in_flight_feeds(
     feed_server: FeedServer, tmp_path: Path
 ) -> None:

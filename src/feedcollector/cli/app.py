@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
+from typer.core import TyperGroup
 
 from ..collector import Collector, open_collector
 from ..config import CONFIG_ENV, Settings, load_settings
@@ -37,8 +38,29 @@ OPEN_FILES_SPARE = 100
 """Files besides the sockets and temporary files of work in flight: the database and its
 journal, logs, idle keep-alive connections."""
 
+GLOBAL_OPTIONS = ("--config", "-c", "--log-level", "--log-format")
+
+
+class _Commands(TyperGroup):
+    """The command group: a global option given after the command (``status --config x``)
+    is refused with the fix, where click said only "No such option"."""
+
+    def invoke(self, ctx: Any) -> Any:  # typer's vendored click Context has no public name
+        for arg in ctx.args:
+            if arg == "--":
+                break
+            name = arg.split("=", 1)[0]
+            if name in GLOBAL_OPTIONS:
+                ctx.fail(
+                    f"{name} is a global option: it goes before the command "
+                    f"(feedcollector {name} ... COMMAND ...)"
+                )
+        return super().invoke(ctx)
+
+
 app = typer.Typer(
     name="feedcollector",
+    cls=_Commands,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
