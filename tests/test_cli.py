@@ -409,6 +409,33 @@ def test_a_global_option_after_the_command_says_where_it_goes(
     assert not (tmp_path / "collector.db").exists()
 
 
+@pytest.mark.parametrize("command", [("run", "--once"), ("fetch", "--all")])
+def test_collecting_without_a_feeds_file_says_how_to_make_one_and_creates_nothing(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    """The quick start in an empty folder: the error says how to create the file, and no
+    empty database is left behind."""
+    result = feedcollector(*command, cwd=tmp_path)
+    assert result.returncode == 2
+    assert f"feeds file {tmp_path / 'feeds.yaml'} does not exist" in result.stderr
+    assert "`feedcollector add URL` subscribes to a feed" in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_with_json_logs_the_commands_errors_and_warnings_are_json_lines(tmp_path: Path) -> None:
+    """``--log-format json ... 2>> run.log`` (a cron job's log): a plain ``error:`` line
+    among the JSON objects broke the tools that read them."""
+    (tmp_path / "typo.toml").write_text("[fetch]\nconcurency = 3\n")
+    for args, level, words in (
+        (("-c", "typo.toml", "run", "--once"), "ERROR", 'unknown key "concurency" in [fetch]'),
+        (("run", "--once"), "ERROR", "feeds.yaml does not exist"),
+        (("status",), "WARNING", "new and removed feeds are not shown: config: feeds file"),
+    ):
+        result = feedcollector("--log-format", "json", *args, cwd=tmp_path)
+        lines = [json.loads(line) for line in result.stderr.splitlines()]
+        assert [(line["level"], words in line["message"]) for line in lines] == [(level, True)]
+
+
 def test_run_stops_cleanly_on_sigterm_after_in_flight_feeds(
     feed_server: FeedServer, tmp_path: Path
 ) -> None:

@@ -102,8 +102,9 @@ def _read_feeds_text(path: Path, display: str, kind: str) -> str:
         data = path.read_bytes()
     except FileNotFoundError as exc:
         raise ConfigError(
-            f"config: feeds file {display} does not exist. Create it with one entry per feed, "
-            f"or point feeds_file in the config at the right file. For example:{_example(kind)}"
+            f"config: feeds file {display} does not exist. Create it: `feedcollector add URL` "
+            "subscribes to a feed (or a site's), or write one entry per feed as below; or point "
+            f"feeds_file in the config (--config) at the right file. For example:{_example(kind)}"
         ) from exc
     except OSError as exc:
         raise ConfigError(

@@ -52,3 +52,10 @@ def configure_logging(level: str = "INFO", fmt: str = "console") -> None:
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     root.propagate = False
+
+
+def logging_as_json() -> bool:
+    """Whether the collector's log lines are JSON objects (``--log-format json``): then the
+    commands' own errors and warnings are log lines too, not plain text among them."""
+    handlers = logging.getLogger("feedcollector").handlers
+    return any(isinstance(handler.formatter, JsonFormatter) for handler in handlers)

@@ -23,16 +23,18 @@ import typer
 from typer.core import TyperGroup
 
 from ..collector import Collector, open_collector
-from ..config import CONFIG_ENV, Settings, load_settings
+from ..config import CONFIG_ENV, Settings, load_feeds, load_settings
 from ..config_values import describe_value
 from ..database import Database
 from ..errors import ConfigError, StorageError
-from ..logs import configure_logging
+from ..logs import configure_logging, logging_as_json
 from ..reading import parse_since, stored_feed_urls
 from ..report import CycleObserver
 from ..safe_text import has_half_pair
 
 T = TypeVar("T")
+
+log = logging.getLogger("feedcollector")
 
 OPEN_FILES_SPARE = 100
 """Files besides the sockets and temporary files of work in flight: the database and its
@@ -128,6 +130,8 @@ def load_command_settings(ctx: typer.Context) -> Settings:
     options: GlobalOptions = ctx.obj
     level = options.log_level.value if options.log_level else None
     fmt = options.log_format.value if options.log_format else None
+    if fmt is not None:  # an error in the config file is said in the format asked for
+        configure_logging(level or "INFO", fmt)
     settings = guard(lambda: load_settings(options.config))
     configure_logging(level or settings.log.level, fmt or settings.log.format)
     return settings
@@ -138,11 +142,34 @@ def guard(action: Callable[[], T]) -> T:
     try:
         return action()
     except ConfigError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        say_error(str(exc))
         raise typer.Exit(2) from exc
     except StorageError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        say_error(str(exc))
         raise typer.Exit(1) from exc
+
+
+def say_error(message: str) -> None:
+    """``error: message`` on stderr, or an ERROR log line when the logs are JSON."""
+    if logging_as_json():
+        log.error("%s", message)
+    else:
+        typer.echo(f"error: {message}", err=True)
+
+
+def say_warning(message: str) -> None:
+    """``warning: message`` on stderr, or a WARNING log line when the logs are JSON."""
+    if logging_as_json():
+        log.warning("%s", message)
+    else:
+        typer.echo(f"warning: {message}", err=True)
+
+
+def require_feeds_file(settings: Settings) -> None:
+    """Refuse (exit 2, saying how to create it) a command that collects when the feeds file
+    does not exist, before the database is opened: it left an empty database behind."""
+    if not settings.feeds_file.exists():
+        guard(lambda: load_feeds(settings.feeds_file))
 
 
 def run_async(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
@@ -242,7 +269,7 @@ def text_argument(value: str, name: str) -> str:
 
 
 def usage_error(message: str) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
+    say_error(message)
     raise typer.Exit(2)
 
 

@@ -19,6 +19,7 @@ from .app import (
     guard,
     load_command_settings,
     raise_open_file_limit,
+    require_feeds_file,
     run_async,
     usage_error,
     with_collector,
@@ -47,6 +48,7 @@ def run(
     while it runs (not with --once). A first fetch of many feeds shows its progress.
     """
     settings = load_command_settings(ctx)
+    require_feeds_file(settings)
     if once:
         display = open_display()
         try:
@@ -95,6 +97,7 @@ def fetch(
     A URL names the feed the feeds file lists as the file compares URLs (scheme and host in
     any case), and is fetched as the file writes it: the database knows it by that spelling."""
     settings = load_command_settings(ctx)
+    require_feeds_file(settings)
     if bool(urls) == all_feeds:
         usage_error("give feed URLs or --all (not both)")
     if urls:

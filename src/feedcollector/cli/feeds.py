@@ -26,7 +26,16 @@ from ..fetch import make_http_client
 from ..models import FeedSpec
 from ..safe_text import one_line
 from ..timestamps import utc_now
-from .app import app, guard, load_command_settings, run_async, text_argument, usage_error
+from .app import (
+    app,
+    guard,
+    load_command_settings,
+    run_async,
+    say_error,
+    say_warning,
+    text_argument,
+    usage_error,
+)
 
 if TYPE_CHECKING:
     from ..feeds_edit import EditResult
@@ -255,7 +264,7 @@ def export_opml_command(
     try:
         file.write_bytes(document)
     except OSError as exc:
-        typer.echo(f"error: export-opml: cannot write {file}: {exc.strerror}", err=True)
+        say_error(f"export-opml: cannot write {file}: {exc.strerror}")
         raise typer.Exit(2) from exc
     typer.echo(f"export-opml: {len(specs)} feeds written to {file}", err=True)
 
@@ -277,5 +286,5 @@ def _known_titles(settings: Settings) -> dict[str, str]:
     try:
         return asyncio.run(query())
     except StorageError as exc:
-        typer.echo(f"warning: feed titles not available ({exc}); URLs name the feeds", err=True)
+        say_warning(f"feed titles not available ({exc}); URLs name the feeds")
         return {}

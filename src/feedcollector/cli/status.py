@@ -25,7 +25,7 @@ from ..schema import migrate
 from ..status import FeedStatus, StatusReport, build_status, read_status, select_feeds
 from ..store import synced_feeds_digest
 from ..timestamps import format_timestamp, parse_timestamp, utc_now
-from .app import app, load_command_settings, run_async
+from .app import app, load_command_settings, run_async, say_warning
 
 STATE_STYLES = {"gone": "bold red", "failing": "red", "new": "cyan", "removed": "dim"}
 
@@ -98,7 +98,7 @@ def _feeds_file(settings: Settings) -> list[FeedSpec] | None:
     try:
         return load_feeds(settings.feeds_file)
     except ConfigError as exc:
-        typer.echo(f"warning: {exc} (new and removed feeds are not shown)", err=True)
+        say_warning(f"new and removed feeds are not shown: {exc}")
         return None
 
 
