@@ -5,6 +5,7 @@ table and its documented ``--json``."""
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import sqlite3
 from collections.abc import Sequence
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 from rich.cells import cell_len
+from rich.console import Console
 from typer.testing import CliRunner
 
 from feedcollector.backends.sqlite import SQLiteDatabase
@@ -378,6 +380,30 @@ def _listing(feeds: int) -> StatusReport:
             )
         )
     return StatusReport("2026-03-01T09:30:00Z", tuple(shown), StatusTotals({"active": feeds}))
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_on_a_narrow_terminal_every_feeds_url_and_error_stay_visible(
+    monkeypatch: pytest.MonkeyPatch, width: int
+) -> None:
+    """Below about 170 columns, one line per feed hid the errors (the column squeezed to
+    nothing, blank lines where it wrapped) and cut URLs to their host: title, URL and error
+    are stacked in the last column there, wrapped, never cut."""
+    screen = io.StringIO()
+    terminal = Console(file=screen, width=width, force_terminal=True, color_system=None)
+    monkeypatch.setattr(cli_status, "Console", lambda **_: terminal)
+    report = _listing(4)
+    cli_status._print_table(report, parse_timestamp(report.generated_at))
+    lines = screen.getvalue().splitlines()
+    assert max(len(line) for line in lines) <= width
+    assert "" not in [line.strip() for line in lines]
+    column = next(line.index("title, url") for line in lines if "title, url" in line)
+    rule = next(n for n, line in enumerate(lines) if line.startswith("─"))
+    stacked = "".join(line[column:].replace(" ", "") for line in lines[rule + 1 : -1])
+    for feed in report.feeds:
+        assert feed.url in stacked
+        if feed.last_error:
+            assert feed.last_error[:60].replace(" ", "") in stacked
 
 
 def test_a_long_status_table_shows_what_the_short_one_shows(

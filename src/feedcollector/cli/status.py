@@ -11,6 +11,7 @@ import typer
 from rich import box
 from rich.cells import cell_len, set_cell_size
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -114,8 +115,12 @@ COLUMNS = (
     "last error / hint",
 )
 RIGHT_ALIGNED = frozenset({"fails", "items", "images p/f"})
+SHORT_HEADERS = ("state", "fails", "fetched", "next", "items", "images")
+"""The first columns' headers in the stacked table, as narrow as their values."""
 TITLE_WIDTH = 40
 HINT_WIDTH = 70
+UNBOUNDED = 100_000
+"""A width no table reaches: measured in it, a table shows its natural width."""
 RICH_TABLE_MAX_ROWS = 500
 """Longer tables are laid out by column widths alone (:func:`_print_long_table`): rich's
 layout measures and wraps every cell, 9 s for 10,000 feeds, and a table that long is read in
@@ -130,7 +135,11 @@ def _print_table(report: StatusReport, now: datetime) -> None:
     if len(rows) > RICH_TABLE_MAX_ROWS:
         _print_long_table(console, rows, styles)
     elif rows:
-        console.print(_rich_table(rows, styles, wrap_hints=console.is_terminal))
+        table = _rich_table(rows, styles, wrap_hints=console.is_terminal)
+        unbounded = console.options.update_width(UNBOUNDED)
+        if Measurement.get(console, unbounded, table).maximum > console.width:
+            table = _stacked_table(rows, styles)
+        console.print(table)
     totals = report.totals
     states = ", ".join(f"{count} {name}" for name, count in totals.feeds.items())
     tasks = totals.image_tasks
@@ -183,6 +192,21 @@ def _rich_table(
     for row, style in zip(rows, styles, strict=True):
         # Text, never markup: a title's ``[/]`` is text
         table.add_row(*row[:6], *(Text(cell) for cell in row[6:]), style=style)
+    return table
+
+
+def _stacked_table(rows: list[tuple[str, ...]], styles: list[str | None]) -> Table:
+    """The table for a terminal too narrow for one line per feed: a feed's title, URL and
+    last error or hint stacked in its last column, wrapped rather than cut. Squeezed into
+    one line each, the hints were the column to go (blank lines where they wrapped to
+    nothing), and the URLs were cut to their host."""
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for name, short in zip(COLUMNS[:6], SHORT_HEADERS, strict=True):
+        table.add_column(short, justify="right" if name in RIGHT_ALIGNED else "left")
+    table.add_column("title, url, last error / hint", overflow="fold", ratio=1)
+    for row, style in zip(rows, styles, strict=True):
+        stacked = Text("\n".join(cell for cell in row[6:] if cell))  # Text, never markup
+        table.add_row(*row[:6], stacked, style=style)
     return table
 
 
