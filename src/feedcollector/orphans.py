@@ -138,7 +138,6 @@ async def sweep_orphans(
         await _mind_an_unfinished_restore(db, refuse=lease is not None, command=command)
         report = OrphanReport(now, min_age, dry_run=dry_run, progress=progress)
         await _sweep_all(_Sweep(db, objects, report, lease, command), chunk_size)
-    log.log(logging.INFO if report.refusal is None else logging.WARNING, "%s", report.summary())
     return report
 
 

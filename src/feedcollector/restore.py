@@ -192,7 +192,6 @@ async def restore_from_backups(
             report.unknown_feed_folders = len(await _backup_feed_ids(objects) - known_ids)
         if marked or feed_url is None:  # one feed's restore does not finish another's
             await leases.restore_finished(db)
-    log.info("%s", report.summary())
     return report
 
 

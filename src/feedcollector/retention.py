@@ -21,7 +21,6 @@ replays): the daily run and ``cleanup`` by hand both hold the ``cleanup`` lease 
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -37,7 +36,6 @@ from .store import MAX_PARAMS, chunked, placeholders
 from .timestamps import format_timestamp
 from .tombstones import expire_tombstones
 
-log = logging.getLogger("feedcollector")
 
 ITEM_PAGE_SIZE = 500
 """Expired items handled per page (one key query, one object delete pass, one batch)."""
@@ -386,4 +384,3 @@ async def _clean(db: Database, objects: ObjectStore, report: CleanupReport, now:
         db, objects, before=report.cutoffs.items_before, now=now, dry_run=report.dry_run
     )
     report.tombstones_dropped, report.tombstones_kept = sweep.dropped, sweep.kept
-    log.info("%s", report.summary())

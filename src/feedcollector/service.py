@@ -249,6 +249,7 @@ async def cleanup_if_due(collector: Collector) -> CleanupReport | None:
     except _Stopped:
         log.info("cleanup: stopped part-way, as asked; it is tried again within the hour")
         return None
+    log.info("%s", report.summary())
     try:
         await retention_daily.record_cleanup(collector.db, started_at=now, owner=collector.owner)
     except StorageError as exc:

@@ -16,7 +16,14 @@ from ..orphans import OrphanReport, sweep_orphans
 from ..restore import restore_from_backups
 from ..retention import run_cleanup
 from ..retention_daily import record_cleanup, take_cleanup
-from .app import app, guard, load_command_settings, since_option, text_argument, with_collector
+from .app import (
+    app,
+    guard,
+    load_command_settings,
+    since_option,
+    text_argument,
+    with_collector,
+)
 from .progress import ProgressDisplay, cleanup_callback, open_display, restore_callback
 
 
