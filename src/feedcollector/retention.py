@@ -36,7 +36,6 @@ from .store import MAX_PARAMS, chunked, placeholders
 from .timestamps import format_timestamp
 from .tombstones import expire_tombstones
 
-
 ITEM_PAGE_SIZE = 500
 """Expired items handled per page (one key query, one object delete pass, one batch)."""
 SAMPLE_SIZE = 5
