@@ -225,10 +225,11 @@ def test_add_from_a_site_and_remove(feed_server: FeedServer, tmp_path: Path) -> 
     typo = feedcollector("--config", config, "remove", comments + "x", cwd=tmp_path)
     assert typo.returncode == 2
     assert "is not in the feeds file" in typo.stderr
+    assert "Did you mean" not in typo.stderr, "the host's other feeds are no near spelling"
     kept = feeds_file.read_text()
     near = feedcollector("--config", config, "remove", posts.replace("posts", "post"), cwd=tmp_path)
     assert near.returncode == 2
-    assert f"Did you mean {posts}" in near.stderr
+    assert f"Did you mean {posts}?" in near.stderr, "not the other feeds of its host"
     assert near.stderr.count("error:") == 1
     assert feeds_file.read_text() == kept
 

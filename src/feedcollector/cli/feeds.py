@@ -158,7 +158,8 @@ def _remove_or_suggest(feeds_file: Path, url: str) -> EditResult:
         return remove_feed(feeds_file, url)
     except NotInFeedsFile as exc:
         listed = [spec.url for spec in exc.listed]
-        close = difflib.get_close_matches(url, listed, n=3, cutoff=0.6)
+        # URLs of one host share most of their letters: only a near spelling is a suggestion
+        close = difflib.get_close_matches(url, listed, n=3, cutoff=0.9)
         hint = f" Did you mean {' or '.join(close)}?" if close else ""
         raise ConfigError(f"{exc}.{hint}") from exc
 
