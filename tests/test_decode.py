@@ -520,6 +520,18 @@ def test_a_double_byte_label_yields_to_utf8_only_on_plain_evidence() -> None:
     assert item_description(result.data) == ZH_SIMPLIFIED
 
 
+@pytest.mark.parametrize("header", ["gbk", "shift_jis", "big5"])
+def test_a_document_that_declares_utf8_keeps_a_few_characters_against_a_double_byte_header(
+    header: str,
+) -> None:
+    """The server's default charset says GBK, the document says UTF-8, and its bytes are
+    valid UTF-8: two pieces of evidence against one, whatever the count (read as GBK,
+    "Résumé" was "R茅sum茅")."""
+    body = rss("R\u00e9sum\u00e9", declared="utf-8").encode()
+    result = decode_feed(body, f"application/xml; charset={header}")
+    assert (result.encoding, item_description(result.data)) == ("utf-8", "R\u00e9sum\u00e9")
+
+
 def test_a_windows_1252_body_labelled_utf8_is_not_read_as_damaged_utf8() -> None:
     text = "Caf\u00e9 d\u00e9j\u00e0 vu, na\u00efve fa\u00e7ade"
     result = decode_feed(rss(text, declared="utf-8").encode("cp1252"), None)

@@ -12,7 +12,8 @@ Order of evidence (seed section 5, with the BOM in front):
    encodings browsers know (:mod:`.decode_detect`).
 
 Valid UTF-8 with non-ASCII characters overrules a label of another encoding (a single-byte
-one always; a double-byte one given sixteen such characters): labels are often a server's
+one always; a double-byte one given sixteen such characters, or when the document declares
+UTF-8 itself): labels are often a server's
 default, and no other text forms such sequences by chance (:func:`_utf8_beats`).
 
 Labels map as browsers map them (:mod:`.decode_labels`: ``gb2312`` -> gb18030,
@@ -162,12 +163,13 @@ def _utf8_beats(payload: bytes, candidates: list[tuple[str, str]]) -> bool:
     server's default (Apache's ``AddDefaultCharset ISO-8859-1``) or a CMS's leftover: read
     as labelled, every "é" became "Ã©". Text in a single-byte encoding never forms such
     sequences by chance (it would have to be mojibake already); a few characters of a
-    double-byte one may, so a double-byte label needs :data:`_UTF8_OVER_WIDE_LABEL` of them.
+    double-byte one may, so a double-byte label needs :data:`_UTF8_OVER_WIDE_LABEL` of them,
+    unless the document declares UTF-8 itself (``Résumé`` read as GBK was ``R茅sum茅``).
     """
     first = candidates[0][0]
     if first == _UTF8 or payload.isascii() or not _is_clean_utf8(payload):
         return False
-    if _single_byte(first):
+    if _single_byte(first) or any(codec == _UTF8 for codec, _ in candidates[1:]):
         return True
     text = payload.decode(_UTF8)
     return len(text) - len(text.encode("ascii", "ignore")) >= _UTF8_OVER_WIDE_LABEL
