@@ -113,6 +113,9 @@ NOT_DATES = [
     "Mon, 01 Jan 2024 25:00:00 GMT",
     "Mon, 01 Jan 2024 10:61:00 GMT",
     "Mon, 01 Jan 2024 10:00:00 +2400",
+    "Mon, 02 Mar 2026 09:00:00 +2400",  # feedparser shifted it a day, which its guard allowed
+    "2026-03-02T09:00:00+24:00",
+    "2026年3月",  # no day
     "32 Jan 2024",
     "01/02/2024",  # day/month order unknowable
     "2024/01-02",  # mixed separators
@@ -136,10 +139,22 @@ def test_garbage_and_out_of_range_give_none(text: str) -> None:
     assert parse_date(text) is None
 
 
-def test_cjk_date_is_never_read_as_november() -> None:
-    """feedparser alone reads '2024年1月2日' as 2024-11-01; the guard must refuse that."""
-    moment = parse_date("2024年1月2日")
-    assert moment is None or (moment.year, moment.month, moment.day) == (2024, 1, 2)
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2024年1月2日", "2024-01-02T00:00:00Z"),  # feedparser alone: 2024-11-01
+        ("2026年03月02日 09:00", "2026-03-02T09:00:00Z"),
+        ("2026年3月2日 星期一 9时5分", "2026-03-02T09:05:00Z"),
+        ("2026年03月02日(月) 09:00:30", "2026-03-02T09:00:30Z"),
+        ("2026年3月2日 09:00 +0800", "2026-03-02T01:00:00Z"),
+    ],
+)
+def test_chinese_and_japanese_dates_are_read(text: str, expected: str) -> None:
+    """Chinese feeds are in scope (the seed's gb2312 rule): their dates were stored as the
+    fetch time. Without a zone, UTC, as every zone-less date."""
+    moment = parse_date(text)
+    assert moment is not None
+    assert format_timestamp(moment) == expected
 
 
 def test_fractional_seconds_are_kept_below_the_second() -> None:

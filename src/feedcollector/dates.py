@@ -42,6 +42,7 @@ _ISO_RE = re.compile(
     r"\s*(?P<zone>[A-Za-z]{1,5})?\s*(?P<off>[+-]\d{2}(?::?\d{2})?)?"
 )
 _OFFSET_RE = re.compile(r"([+-])(\d{1,2})(?::?(\d{2}))?")
+_TRAILING_OFFSET_RE = re.compile(r"[+-]\d{2}:?\d{2}$")
 _TIME_RE = re.compile(
     r"(?P<h>\d{1,2}):(?P<mi>\d{2})(?::(?P<s>\d{2})(?:[.,](?P<f>\d+))?)?"
     r"(?P<zone>[a-z]{1,5})?(?P<off>[+-]\d{1,2}(?::?\d{2})?)?"
@@ -83,12 +84,32 @@ def parse_date(text: str) -> datetime | None:
                 return moment - offset if offset else moment
             except (ValueError, OverflowError):
                 pass  # out of range: the general readers decide
+    if "年" in text:
+        text = _from_cjk(text)
     readers = _DIGIT_FIRST if text[0].isdecimal() else _LETTER_FIRST
     for reader in readers:
         read = reader(text)
         if read is not None:
             return read
     return None
+
+
+_CJK_DATE_RE = re.compile(r"(\d{4})\s*年\s*(\d{1,2})\s*月\s*(\d{1,2})\s*[日号]")
+_CJK_TIME_RE = re.compile(r"(\d{1,2})\s*[时時点]\s*(\d{1,2})\s*分(?:\s*(\d{1,2})\s*秒)?")
+_CJK_WEEKDAY_RE = re.compile(r"(?:星期|礼拜|周|週)[一二三四五六日天]|[(（][月火水木金土日][)）]")
+
+
+def _from_cjk(text: str) -> str:
+    """``2026年03月02日 09:00`` (Chinese, Japanese) as ``2026-03-02 09:00``, weekday dropped,
+    for the ISO reader (feedparser read such dates wrong, so its results for them are
+    refused)."""
+    text = _CJK_WEEKDAY_RE.sub(" ", text)
+    text = _CJK_DATE_RE.sub(lambda m: f"{m[1]}-{int(m[2]):02d}-{int(m[3]):02d} ", text)
+    text = _CJK_TIME_RE.sub(
+        lambda m: f"{int(m[1]):02d}:{int(m[2]):02d}" + (f":{int(m[3]):02d}" if m[3] else ""),
+        text,
+    )
+    return " ".join(text.split()) or "-"
 
 
 @lru_cache(maxsize=1024)
@@ -321,6 +342,9 @@ def _parse_with_feedparser(text: str) -> datetime | None:
         return None
     if parsed is None:
         return None
+    offset = _TRAILING_OFFSET_RE.search(text)
+    if offset is not None and _offset_minutes(offset.group()) is None:
+        return None  # "+2400": feedparser shifts the date a day instead
     try:
         year, month, day, hour, minute, second = parsed[:6]
         moment = datetime(year, month, day, hour, minute, second, tzinfo=UTC)
