@@ -260,6 +260,9 @@ def test_add_refusals(feed_server: FeedServer, tmp_path: Path) -> None:
     )
     assert bad_title.returncode == 2
     assert "add: --title is not UTF-8 text" in bad_title.stderr
+    both = feedcollector("--config", config, "add", "--list", "--pick", "1", feed, cwd=tmp_path)
+    assert both.returncode == 2
+    assert "add: --list only lists the feeds found" in both.stderr
     too_far = feedcollector("--config", config, "add", "--pick", "3", feed, cwd=tmp_path)
     assert too_far.returncode == 2
     assert "only 1 feeds found" in too_far.stderr

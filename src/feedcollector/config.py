@@ -363,8 +363,9 @@ def _read_config_text(path: Path) -> str:
         data = path.read_bytes()
     except FileNotFoundError as exc:
         raise ConfigError(
-            f"config: config file {path} does not exist. Check the --config path, or leave "
-            f"--config out to run with the defaults ({DEFAULT_FEEDS_FILE}, "
+            f"config: config file {path} does not exist. Check the --config path (or "
+            f"{CONFIG_ENV}, which gives it when --config does not), or leave it out to run "
+            f"with the defaults ({DEFAULT_FEEDS_FILE}, "
             f"{DEFAULT_DATABASE_FILE} and the {DEFAULT_OBJECTS_DIR}/ folder in the current folder)."
         ) from exc
     except IsADirectoryError as exc:

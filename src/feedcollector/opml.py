@@ -157,7 +157,7 @@ def import_opml(opml_path: Path, feeds_file: Path) -> ImportResult:
         data = opml_path.read_bytes()
     except OSError as exc:
         raise ConfigError(
-            f"config: cannot read the OPML file {opml_path} ({exc.strerror}). Check the path."
+            f"import-opml: cannot read the OPML file {opml_path} ({exc.strerror}). Check the path."
         ) from exc
     document = read_opml(data, str(opml_path))
     target = feeds_file.resolve()

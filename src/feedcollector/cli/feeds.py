@@ -91,6 +91,11 @@ def add(
     from ..feeds_yaml import NewEntry
 
     settings = load_command_settings(ctx)
+    if list_only and (pick is not None or title is not None or interval is not None):
+        usage_error(
+            "add: --list only lists the feeds found; give --pick, --title and --interval "
+            "without it, to add one"
+        )
     url = _with_scheme(url)
     entry_interval = _checked_interval(interval)
     try:
