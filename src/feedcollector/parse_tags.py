@@ -260,3 +260,16 @@ RSS_CHANNEL = FieldTable(RSS_CHANNEL_FIELDS)
 RSS_ITEM = FieldTable(RSS_ITEM_SLOTS)
 ATOM_FEED = FieldTable(ATOM_FIELDS, strip_atom=True)
 ATOM_ENTRY = FieldTable(ATOM_ENTRY_SLOTS, strip_atom=True)
+
+
+_DATE_NAMES = frozenset(("pubdate", "date", "published", "updated", "issued", "modified"))
+
+
+def date_text(item: etree._Element) -> str | None:
+    """The text of an item's first date (any namespace and case), for
+    :func:`.parse_common.newest_end`."""
+    for child in item:
+        tag = child.tag
+        if tag.__class__ is str and tag.rpartition("}")[2].lower() in _DATE_NAMES:
+            return child.text
+    return None

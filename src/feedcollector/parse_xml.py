@@ -41,6 +41,7 @@ from .parse_tags import (
     Slots,
     canonical_tag,
     children_slots,
+    date_text,
     element_name,
     wildcards,
 )
@@ -144,7 +145,7 @@ def _read_rss(
     feed_link, default_base = feed_base(_text(found.get("link")), chain or base_url)
     outer = channel.getparent() if before or after else None
     walk_root = outer if outer is not None else channel
-    all_items, dropped = newest_end(all_items, _date_text)
+    all_items, dropped = newest_end(all_items, date_text)
     entries = tuple(
         _rss_item(item, fields, links, chain, default_base, base_url)
         for item, fields, links in _item_fields(
@@ -179,18 +180,6 @@ def _wrapped(parent: etree._Element, table: FieldTable[str], name: str) -> list[
             found.append(element)
         open_items += 1
     return found
-
-
-_DATE_NAMES = frozenset(("pubdate", "date", "published", "updated", "issued", "modified"))
-
-
-def _date_text(item: etree._Element) -> str | None:
-    """The text of an item's first date (any namespace and case), for :func:`newest_end`."""
-    for child in item:
-        tag = child.tag
-        if tag.__class__ is str and tag.rpartition("}")[2].lower() in _DATE_NAMES:
-            return child.text
-    return None
 
 
 def _item_fields(
@@ -321,7 +310,7 @@ def _read_atom(feed: etree._Element, chain: str | None, base_url: str) -> Parsed
         entries = _wrapped(feed, ATOM_FEED, "entry")
     feed_link, default_base = feed_base(_atom_link(links, chain, base_url), chain or base_url)
     title = found.get("title")
-    entries, dropped = newest_end(entries, _date_text)
+    entries, dropped = newest_end(entries, date_text)
     return ParsedFeed(
         title=channel_title(atom_text(title)) if title is not None else None,
         link=feed_link,
