@@ -476,6 +476,31 @@ def test_s3_wrong_bucket_and_stopped_server_raise_object_store_error(s3_server: 
         assert time.monotonic() - started < 60, "did not hang"
 
 
+def test_a_sqlite_file_replaced_while_open_gets_no_stale_write_ahead_log(tmp_path: Path) -> None:
+    """``mv new.db collector.db`` while a collector runs: SQLite leaves the old file's
+    write-ahead log beside the new one, and the next process to open it applied those pages
+    to the new file (a corrupt database). Closing empties that log first."""
+    path = tmp_path / "collector.db"
+
+    async def scenario() -> None:
+        db = SQLiteDatabase(path)
+        await db.exec("CREATE TABLE t (v TEXT)")
+        insert = [Statement("INSERT INTO t VALUES (?)", ("x" * 500,))] * 400
+        await db.batch(insert)
+        await db.exec(f"VACUUM INTO '{tmp_path / 'copy.db'}'")
+        os.replace(tmp_path / "copy.db", path)
+        await db.batch(insert)  # the old file's WAL grows until the replacement is noticed
+        assert (tmp_path / "collector.db-wal").stat().st_size > 0
+        await db.close()
+
+    asyncio.run(scenario())
+    wal = tmp_path / "collector.db-wal"
+    assert not wal.exists() or wal.stat().st_size == 0
+    with sqlite3.connect(path) as reopened:
+        assert reopened.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        assert reopened.execute("SELECT COUNT(*) FROM t").fetchall() == [(400,)]
+
+
 def test_a_sqlite_file_locked_by_another_process_opens_and_reads_at_once(tmp_path: Path) -> None:
     """Commands that only read (``status``, ``items``, a dry run) open the file beside a
     writer without waiting: opening checked writability by taking the write lock, so they

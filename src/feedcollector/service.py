@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from . import retention, retention_daily, store
+from .backends.sqlite import file_identity
 from .claims import sync_feeds_file
 from .collector import STOP_PATIENCE, Collector, StopRequest, open_collector
 from .config import Settings
@@ -84,9 +85,9 @@ async def run_forever(collector: Collector) -> None:
     deleted or replaced under it is fatal."""
     feeds_file = FeedsFileWatch()
     database_file = _database_file(collector)
-    opened = _identity(database_file)
+    opened = file_identity(str(database_file)) if database_file else None
     while not collector.stopping.is_set():
-        if database_file is not None and _identity(database_file) != opened:
+        if database_file is not None and file_identity(str(database_file)) != opened:
             raise StorageError(
                 f"storage: the database file {database_file} was deleted or replaced "
                 "while run was running: what it collected went to the old file, which "
@@ -116,17 +117,6 @@ def _database_file(collector: Collector) -> Path | None:
     """The SQLite file ``run`` keeps open (None on D1)."""
     database = collector.settings.database
     return database.path if database.backend == "sqlite" else None
-
-
-def _identity(path: Path | None) -> tuple[int, int] | None:
-    """Which file ``path`` names now (device, inode), or None when there is none."""
-    if path is None:
-        return None
-    try:
-        found = path.stat()
-    except OSError:
-        return None
-    return found.st_dev, found.st_ino
 
 
 class FeedsFileWatch:

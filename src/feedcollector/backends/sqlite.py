@@ -62,6 +62,7 @@ class SQLiteDatabase:
                 self.path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
             )
             self._conn.row_factory = sqlite3.Row
+            self._opened = file_identity(self.path)
             self._conn.execute("PRAGMA foreign_keys = ON")
             # Statement journals in memory: a multi-row INSERT into a table with foreign keys
             # keeps one (it may fail halfway), and spilled to a temporary file past 64 KiB it
@@ -225,7 +226,36 @@ class SQLiteDatabase:
         )
 
     async def close(self) -> None:
+        """Close; if the file was replaced under the connection (``mv new.db collector.db``),
+        empty the write-ahead log first. SQLite leaves the log of a moved file in place, and
+        the next process to open the new file under that name applied the old file's pages
+        to it: a corrupt database."""
+        if file_identity(self.path) != self._opened:
+            try:
+                self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            except sqlite3.Error as exc:
+                log.error(
+                    "database: %s was replaced while open, and the write-ahead log beside it "
+                    "(%s-wal) could not be emptied (%s): delete %s-wal and %s-shm before "
+                    "anything opens the new file",
+                    self.path,
+                    self.path,
+                    exc,
+                    self.path,
+                    self.path,
+                )
         self._conn.close()
+
+
+def file_identity(path: str) -> tuple[int, int] | None:
+    """Which file ``path`` names now (device, inode); None in memory or when there is none."""
+    if path == ":memory:":
+        return None
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
 
 
 def _busy(exc: Exception) -> bool:
