@@ -545,7 +545,10 @@ def test_unresolvable_host_is_an_image_error_not_a_block() -> None:
 
 
 def download_all(
-    urls: list[str], guard: NetGuard, unreachable: Unreachable | None
+    urls: list[str],
+    guard: NetGuard,
+    unreachable: Unreachable | None,
+    limits: ImageLimits | None = None,
 ) -> list[DownloadedImage | ImageError]:
     """Each URL downloaded in turn through one client, sharing ``unreachable`` (or not)."""
 
@@ -559,7 +562,7 @@ def download_all(
                 try:
                     results.append(
                         await download_image(
-                            client, url, limits=ImageLimits(), unreachable=unreachable
+                            client, url, limits=limits or ImageLimits(), unreachable=unreachable
                         )
                     )
                 except ImageError as exc:
@@ -594,6 +597,28 @@ def test_an_unreachable_endpoint_is_tried_once_per_shared_memo(public_server: Fe
     assert isinstance(ok, DownloadedImage), "other hosts are not affected"
     assert dns.lookups.count("gone.test") == 1
     assert len(public_server.hits("/moved.png")) == 1
+
+
+def test_a_host_that_stops_answering_is_waited_for_once_per_shared_memo(
+    public_server: FeedServer,
+) -> None:
+    """A host that takes the connection and never answers cost each of its images the whole
+    timeout (200 images: two minutes with no feed fetched, at a 5 s timeout); the others
+    now wait for the next cycle, uncharged."""
+    public_server.route("/hang/a.png", body=PNG, delay_s=3.0)
+    public_server.route("/hang/b.png", body=PNG, delay_s=3.0)
+    guard, _ = guard_with({"slow.test": [[PUBLIC]]})
+    unreachable: Unreachable = {}
+    base = f"http://slow.test:{public_server.port}/hang"
+
+    urls = [f"{base}/a.png", f"{base}/b.png"]
+    first, second = download_all(urls, guard, unreachable, ImageLimits(timeout_s=0.5))
+    assert isinstance(first, ImageError)
+    assert not isinstance(first, ImageNotTried)
+    assert "timed out after 0.5 s waiting for data from" in str(first)
+    assert isinstance(second, ImageNotTried)
+    assert f"not tried: slow.test:{public_server.port} failed earlier in this cycle" in str(second)
+    assert len(public_server.hits("/hang/b.png")) == 0
 
 
 def test_without_a_shared_memo_every_download_tries_again(public_server: FeedServer) -> None:

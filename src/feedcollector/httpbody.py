@@ -30,7 +30,8 @@ class TransferError(Exception):
     """A failure at the HTTP edge, neutral so fetch and images can word it as their own error.
 
     ``unreachable`` names the endpoint (``host:port``) when no connection could be made to it
-    at all (no address, refused, connect timeout): every other URL there would fail alike.
+    at all (no address, refused, connect timeout), or, for images, the one made stopped
+    answering (a read or write timeout): every other URL there would fail alike.
     ``retry_after``: how long the endpoint asked everyone to wait (a 429's Retry-After), for
     the requests it keeps from being sent.
     """
@@ -84,7 +85,8 @@ def unreachable_endpoint(exc: BaseException, url: Located) -> str | None:
 
 Unreachable = dict[str, TransferError]
 """Endpoints (``host:port``) that took no connection in this cycle (or, for images, answered
-429), with the first failure: shared by a cycle's requests (feeds and images each keep one),
+429 or stopped answering: no data within the timeout), with the first failure: shared by a
+cycle's requests (feeds and images each keep one),
 so that a dead host's other URLs are not sent at all (they wait for the next cycle,
 uncharged) instead of each waiting out its own DNS or connect timeout."""
 NOT_TRIED = "not_tried"
@@ -122,8 +124,9 @@ def describe_http_error(exc: httpx.HTTPError, url: str, timeout_s: float | None)
             httpx.PoolTimeout: "waiting for a free connection to",
         }.get(type(exc), "talking to")
         after = f" after {timeout_s:g} s" if timeout_s else ""
-        connecting = isinstance(exc, httpx.ConnectTimeout)
-        unreachable = unreachable_endpoint(exc, parsed) if connecting else None
+        # No connection, or one that stopped answering: its other URLs would wait as long
+        stalled = isinstance(exc, httpx.ConnectTimeout | httpx.ReadTimeout | httpx.WriteTimeout)
+        unreachable = unreachable_endpoint(exc, parsed) if stalled else None
         return TransferError("timeout", f"timed out{after} {phase} {url}", unreachable=unreachable)
     if isinstance(exc, httpx.ConnectError):
         if caused_by(exc, socket.gaierror):
