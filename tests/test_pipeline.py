@@ -27,6 +27,7 @@ from feedcollector import parse as parse_module
 from feedcollector.breaker import STORAGE_TRIP_AFTER, StorageBreaker
 from feedcollector.collector import open_collector
 from feedcollector.config import load_settings
+from feedcollector.database import CountingDatabase
 from feedcollector.errors import TOO_LARGE
 from feedcollector.images import make_image_client
 from feedcollector.models import Feed
@@ -1021,6 +1022,7 @@ def test_a_collector_hands_back_the_feeds_it_still_holds_when_it_leaves(
 
     async def claim_answer_lost() -> None:
         async with open_collector(load_settings(p.config), clock=p.clock) as collector:
+            collector.claims_feeds = True  # as claiming marks it
             await collector.db.query(
                 "UPDATE feeds SET lease_owner = ?, lease_until = '2099-01-01T00:00:00Z'",
                 (collector.owner,),
@@ -1030,6 +1032,25 @@ def test_a_collector_hands_back_the_feeds_it_still_holds_when_it_leaves(
     assert p.rows("SELECT lease_owner, lease_until FROM feeds") == [
         {"lease_owner": None, "lease_until": None}
     ]
+
+
+def test_a_collector_that_claimed_nothing_leaves_without_a_write(
+    feed_server: FeedServer, project: Callable[..., Project]
+) -> None:
+    """``items`` and ``item`` only read, yet handed back leases they never took as they
+    closed: behind another process's write lock they waited for it, 30 s by default."""
+    p = project([feed_server.route("/feed", body=rss([Entry("a", guid="a")]))])
+    p.cycle()
+    counted: list[CountingDatabase] = []
+
+    async def read_only() -> None:
+        async with open_collector(load_settings(p.config), clock=p.clock) as collector:
+            collector.db = CountingDatabase(collector.db)
+            counted.append(collector.db)
+            await collector.db.query("SELECT guid FROM items")
+
+    asyncio.run(read_only())
+    assert counted[0].round_trips == 1
 
 
 def _ended_pid() -> int:

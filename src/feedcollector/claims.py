@@ -62,6 +62,7 @@ async def due_pages(
 ) -> AsyncIterator[list[Feed]]:
     """The feeds due by ``due_by``, claimed a page at a time for ``lease``, until none is left
     or the collector is stopping."""
+    collector.claims_feeds = True
     cursor = store.ClaimCursor()
     while not collector.stopping.is_set():
         page = await store.claim_due_feeds(
@@ -84,6 +85,7 @@ async def forced_pages(
 ) -> AsyncIterator[list[Feed]]:
     """A manual fetch: the feeds now, whatever their schedule, backoff or 410 (a running
     Retry-After still holds); a feed another collector is fetching right now is skipped."""
+    collector.claims_feeds = True
     ids = await store.active_feed_ids(collector.db, urls)
     report.feeds_due = len(ids)
     for start in range(0, len(ids), collector.page_size):

@@ -82,6 +82,9 @@ class Collector:
     """The ``[schedule]`` policy, built once: every feed asks for it."""
     cleanup_not_due_before: datetime | None = field(default=None, init=False)
     """When the daily cleanup is next due, as the last claim found it (None: ask each cycle)."""
+    claims_feeds: bool = field(default=False, init=False)
+    """Whether this collector has asked for feeds (so may hold some to hand back at the end):
+    a command that only reads must not wait for another process's write lock as it closes."""
     _image_http: httpx.AsyncClient | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -240,6 +243,8 @@ async def _let_go(collector: Collector) -> None:
     """Hand back the feeds this process still holds. A claim whose answer was lost (the
     database took it, the reply never came) otherwise kept its feed from every collector
     until the lease ran out, 15 minutes, and `fetch` blamed a killed process."""
+    if not collector.claims_feeds:
+        return
     try:
         await store_schedule.release_owned_feeds(collector.db, collector.owner)
     except StorageError as exc:
