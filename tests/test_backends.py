@@ -30,6 +30,7 @@ from feedcollector.backends.local import LocalObjectStore
 from feedcollector.backends.sqlite import SQLiteDatabase
 from feedcollector.config import load_settings
 from feedcollector.database import Database, Statement
+from feedcollector.dbbackup import backup_sqlite
 from feedcollector.errors import DatabaseError, ObjectNotFoundError, ObjectStoreError
 from feedcollector.objectstore import ListedObject, ObjectStore
 from feedcollector.schema import latest_version, migrate
@@ -474,6 +475,21 @@ def test_s3_wrong_bucket_and_stopped_server_raise_object_store_error(s3_server: 
             ):
                 store.run(step)
         assert time.monotonic() - started < 60, "did not hang"
+
+
+def test_a_failed_database_copy_leaves_no_file_behind(tmp_path: Path) -> None:
+    """On a full disk VACUUM INTO leaves its own journal beside the partial copy: a nightly
+    backup-db then left one stray file a night."""
+    source = tmp_path / "collector.db"
+    with sqlite3.connect(source) as conn:
+        conn.execute("CREATE TABLE t (v)")
+    partial = tmp_path / f".backup-db-{os.getpid()}.partial"
+    partial.mkdir()  # the copy cannot be written
+    (tmp_path / f"{partial.name}-journal").write_bytes(b"left by the failed copy")
+    with pytest.raises(DatabaseError, match="backup-db: cannot copy"):
+        backup_sqlite(source, tmp_path / "copy.db")
+    left = sorted(path.name for path in tmp_path.iterdir())
+    assert left == sorted(["collector.db", partial.name]), "the folder in its way stays"
 
 
 def test_a_sqlite_file_replaced_while_open_gets_no_stale_write_ahead_log(tmp_path: Path) -> None:

@@ -1219,6 +1219,26 @@ def test_items_beyond_the_per_feed_cap_are_dropped_with_a_warning(
     assert "25 more were not read" in warning
 
 
+def test_a_feeds_file_emptied_of_feeds_is_said_with_a_warning(
+    feed_server: FeedServer, project: Callable[..., Project], caplog: pytest.LogCaptureFixture
+) -> None:
+    """``feeds: []`` while run runs unsubscribed every feed with an INFO line, where an
+    empty or deleted file is an ERROR that keeps them: an editor's slip as often as a wish."""
+    url = feed_server.route("/feed", body=rss([Entry("a", guid="a")]))
+    p = project([url])
+    p.cycle()
+    (p.folder / "feeds.yaml").write_text("feeds: []\n")
+    p.clock.advance(hours=1)
+    with caplog.at_level(logging.INFO, logger="feedcollector"):
+        assert p.cycle().feeds == 0
+    (warning,) = [r for r in caplog.records if "lists no feeds now" in r.getMessage()]
+    assert warning.levelno == logging.WARNING
+    assert "all 1 feeds were removed from the schedule" in warning.getMessage()
+    assert p.rows("SELECT active, (SELECT COUNT(*) FROM items) AS items FROM feeds") == [
+        {"active": 0, "items": 1}
+    ]
+
+
 def test_an_unchanged_feeds_file_is_not_synced_again(
     feed_server: FeedServer, project: Callable[..., Project]
 ) -> None:

@@ -40,8 +40,17 @@ async def sync_feeds_file(collector: Collector, now: datetime) -> None:
     digest = feeds_file_digest(path)
     if digest is not None and digest == await store.synced_feeds_digest(collector.db):
         return
-    sync = await store.sync_feeds(collector.db, load_feeds(path), now)
-    if sync.added or sync.removed or sync.reactivated:
+    specs = load_feeds(path)
+    sync = await store.sync_feeds(collector.db, specs, now)
+    if sync.removed and not specs:  # an editor's slip as often as a wish: said louder
+        log.warning(
+            "schedule: the feeds file %s lists no feeds now: all %d feeds were removed from "
+            "the schedule (their items, images and backups are kept; put them back to fetch "
+            "them again)",
+            path,
+            sync.removed,
+        )
+    elif sync.added or sync.removed or sync.reactivated:
         log.info(
             "schedule: feeds file synced: %d added, %d reactivated, "
             "%d removed (kept, not scheduled)",

@@ -54,8 +54,12 @@ def backup_sqlite(source: Path, target: Path) -> int:
             "permissions and free space."
         ) from exc
     finally:
-        with contextlib.suppress(OSError):
-            partial.unlink(missing_ok=True)
+        for leftover in (
+            partial,
+            *(partial.with_name(partial.name + end) for end in SQLITE_COMPANIONS),
+        ):
+            with contextlib.suppress(OSError):
+                leftover.unlink(missing_ok=True)  # VACUUM INTO's own journal too, on a full disk
     return target.stat().st_size
 
 
