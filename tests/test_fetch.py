@@ -497,19 +497,21 @@ def with_cause(error: httpx.HTTPError, cause: BaseException) -> httpx.HTTPError:
             "https://cdn.example/a.png",
             None,
         ),
-        (httpx.ReadTimeout("slow body"), "https://cdn.example/a.png", None),
+        (httpx.ReadTimeout("no data"), "https://cdn.example/a.png", "cdn.example:443"),
+        (httpx.WriteTimeout("no room"), "http://cdn.example/a.png", "cdn.example:80"),
         (httpx.PoolTimeout("busy"), "https://cdn.example/a.png", None),
         (httpx.ReadError("reset"), "https://cdn.example/a.png", None),
         (httpx.RemoteProtocolError("garbage"), "https://cdn.example/a.png", None),
     ],
 )
-def test_only_a_failure_to_connect_names_the_endpoint_unreachable(
+def test_only_a_failure_to_connect_or_a_stalled_host_names_the_endpoint_unreachable(
     error: httpx.HTTPError, url: str, unreachable: str | None
 ) -> None:
     """The image stage skips the other images of an unreachable endpoint for the cycle: only
-    an endpoint that took no connection at all may be named (a TLS or a body failure is about
-    that answer, and the host's other images may well load; running out of file descriptors
-    is this machine's trouble)."""
+    an endpoint that took no connection at all, or stopped answering (no data within the
+    timeout: its other images would wait as long), may be named (a TLS or a broken body is
+    about that answer, and the host's other images may well load; running out of file
+    descriptors or of pool connections is this machine's trouble)."""
     assert describe_http_error(error, url, 30).unreachable == unreachable
 
 
@@ -627,7 +629,7 @@ def test_dripping_server_hits_the_deadline(feed_server: FeedServer) -> None:
     url = feed_server.route("/feed", handler=dripping)
     started = time.monotonic()
     error = fetch_error(url, limits=FetchLimits(timeout_s=1.0, deadline_s=0.6))
-    assert error.kind == "deadline"
+    assert (error.kind, error.status) == ("deadline", 200), "it answered, then dripped"
     assert url in str(error)
     assert time.monotonic() - started < 10, "the deadline did not stop the fetch"
 
@@ -660,9 +662,11 @@ def test_body_over_the_cap_declared_by_content_length(feed_server: FeedServer) -
 
 
 def test_body_over_the_cap_without_content_length(feed_server: FeedServer) -> None:
+    """The server answered 200: the failure keeps that status (the feed's line said "no
+    response", and status showed none)."""
     url = feed_server.route("/feed", handler=chunked(50_000))
     error = fetch_error(url, limits=FetchLimits(max_body_bytes=20_000))
-    assert error.kind == "too_large"
+    assert (error.kind, error.status) == ("too_large", 200)
 
 
 def test_chunked_body_under_the_cap_is_read_whole(feed_server: FeedServer) -> None:

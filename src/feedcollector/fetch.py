@@ -90,6 +90,8 @@ async def fetch_feed(
         headers["User-Agent"] = limits.user_agent
     started = time.monotonic()
     hops: list[tuple[int, str]] = []
+    answered: int | None = None
+    """The status of an answer whose body then failed: the server did answer."""
     try:
         async with asyncio.timeout(limits.deadline_s):
             response = await open_feed_response(
@@ -101,6 +103,7 @@ async def fetch_feed(
                 on_redirect=lambda status, target: hops.append((status, target)),
                 check_url=lambda hop: refuse_unreachable(dead, hop),
             )
+            answered = response.status
             try:
                 return await _read_feed_response(
                     response,
@@ -118,10 +121,12 @@ async def fetch_feed(
             f"fetch: {url} did not finish within the {limits.deadline_s:g} s deadline "
             "(the server is too slow)",
             kind="deadline",
+            status=answered,
         ) from exc
     except TransferError as exc:
         remember_unreachable(dead, exc)
-        raise FetchError(f"fetch: {exc.detail}", kind=exc.kind, status=exc.status) from exc
+        status = exc.status or answered
+        raise FetchError(f"fetch: {exc.detail}", kind=exc.kind, status=status) from exc
 
 
 async def _read_feed_response(
