@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import socket
 import sqlite3
+import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -57,6 +59,8 @@ FEED_KEYS = {
     "images_retry_at",
     "gone_at",
     "moved_to",
+    "held_by",
+    "held_until",
 }
 
 
@@ -292,6 +296,27 @@ def test_status_command_table_and_json(feed_server: FeedServer, tmp_path: Path) 
     chosen = json.loads(only.stdout)
     assert [feed["url"] for feed in chosen["feeds"]] == [urls["failing"]]
     assert chosen["totals"]["feeds"] == 6, "totals count every feed"
+
+
+def test_a_feed_held_by_a_killed_collector_says_so(feed_server: FeedServer, tmp_path: Path) -> None:
+    """A collector killed mid-cycle leaves its feeds leased, and the next cycles skip them
+    until the lease runs out without a word: status says who holds them and until when."""
+    config, urls = fill(feed_server, tmp_path)
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    killed = f"{socket.gethostname()}:{ended.pid}:0f0f0f0f"
+    with sqlite3.connect(tmp_path / "collector.db") as conn:
+        conn.execute(
+            "UPDATE feeds SET lease_owner = ?, lease_until = '2099-01-01T00:00:00Z' WHERE url = ?",
+            (killed, urls["ok"]),
+        )
+    table = feedcollector("--config", str(config), "status", cwd=tmp_path)
+    (row,) = [line for line in table.stdout.splitlines() if urls["ok"] in line]
+    assert "skipped until 2099-01-01T00:00:00Z: held by a stopped collector" in row
+    listed = feedcollector("--config", str(config), "status", "--json", cwd=tmp_path)
+    document = json.loads(listed.stdout)
+    (held,) = [feed for feed in document["feeds"] if feed["held_by"]]
+    assert (held["url"], held["held_until"]) == (urls["ok"], "2099-01-01T00:00:00Z")
 
 
 def test_feeds_not_fetched_have_no_next_fetch_in_json_either(

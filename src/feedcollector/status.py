@@ -53,6 +53,10 @@ class FeedStatus:
     tried again; None when none waits."""
     gone_at: str | None = None
     moved_to: str | None = None
+    held_by: str | None = None
+    """The collector whose lease on the feed runs now (fetching it, or stopped before it let
+    go: a killed one's feeds are skipped until ``held_until``)."""
+    held_until: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -70,6 +74,8 @@ class FeedStatus:
             "images_retry_at": self.images_retry_at,
             "gone_at": self.gone_at,
             "moved_to": self.moved_to,
+            "held_by": self.held_by,
+            "held_until": self.held_until,
         }
 
 
@@ -173,6 +179,8 @@ def build_status(
                 images_retry_at=retries.get(feed_id),
                 gone_at=row["gone_at"],
                 moved_to=row["moved_to"],
+                held_by=row.get("held_by"),
+                held_until=row.get("held_until"),
             )
         )
     for spec in plan.added if plan else ():
@@ -206,7 +214,10 @@ async def read_status(
     feed_rows = await db.query(
         "SELECT id, url, COALESCE(config_title, title) AS title, "
         f"{FEED_STATE_SQL} AS state, last_fetched_at, next_fetch_at, consecutive_failures, "
-        "last_error, last_status, gone_at, moved_to FROM feeds"
+        "last_error, last_status, gone_at, moved_to, "
+        "CASE WHEN lease_until > ? THEN lease_owner END AS held_by, "
+        "CASE WHEN lease_until > ? THEN lease_until END AS held_until FROM feeds",
+        (generated_at, generated_at),
     )
     item_rows = await db.query("SELECT feed_id, COUNT(*) AS n FROM items GROUP BY feed_id")
     open_rows = await db.query(

@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..backends import open_database
+from ..collector import owner_has_stopped
 from ..config import Settings, load_feeds
 from ..database import Database
 from ..errors import ConfigError
@@ -161,7 +162,7 @@ def _cells(feed: FeedStatus, now: datetime) -> tuple[str, ...]:
         _images_cell(feed, now),
         one_line(feed.title or ""),
         feed.url,
-        one_line(_hint(feed.state, feed.last_error, feed.moved_to)),
+        one_line(_hint(feed)),
     )
 
 
@@ -241,14 +242,21 @@ def _fitted(cell: str, width: int, *, right: bool) -> str:
     return padding + cell if right else cell + padding
 
 
-def _hint(state: str, error: str | None, moved_to: str | None) -> str:
-    if moved_to:
-        return f"moved to {moved_to}: put that URL in the feeds file"
-    if state == "gone":
+def _hint(feed: FeedStatus) -> str:
+    if feed.moved_to:
+        return f"moved to {feed.moved_to}: put that URL in the feeds file"
+    if feed.state == "gone":
         return "gone for good: remove it from the feeds file"
-    if state == "new":
+    if feed.state == "new":
         return "registered by the next cycle"
-    return " ".join((error or "").split())
+    error = " ".join((feed.last_error or "").split())
+    if feed.held_by is not None and owner_has_stopped(feed.held_by):
+        held = (
+            f"skipped until {feed.held_until}: held by a stopped collector of this machine "
+            f"(killed?), {feed.held_by}"
+        )
+        return f"{held}; {error}" if error else held
+    return error
 
 
 def relative(stamp: str | None, now: datetime) -> str:
