@@ -453,11 +453,14 @@ def test_run_stops_cleanly_on_sigterm_after_in_flight_feeds(
             time.sleep(0.05)
         assert feed_server.hits("/slow"), "the scheduler never fetched the feed"
         process.send_signal(signal.SIGTERM)
+        time.sleep(0.2)
+        process.send_signal(signal.SIGTERM)  # a service manager asking again: still clean
         _, stderr = process.communicate(timeout=60)
     finally:
         process.kill()
     assert process.returncode == 0, stderr
     assert "stopped cleanly" in stderr
+    assert stderr.count("run: stopping after in-flight feeds finish") == 1
     assert count(tmp_path / "collector.db", "SELECT COUNT(*) FROM items") == 1, (
         "the in-flight feed finished"
     )

@@ -320,6 +320,8 @@ def _stop_on_signals(stop: StopRequest) -> Callable[[], None]:
             stop.stop_waiting(timedelta(0))
             main_task.cancel()
             return
+        if stop.stopping.is_set():  # a second SIGTERM: the stop is under way, said once
+            return
         stop.stopping.set()
         stop.stop_waiting(STOP_PATIENCE)
         waits_for = "in-flight feeds finish" if stop.started else "the start-up step at hand"
