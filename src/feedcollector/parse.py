@@ -268,16 +268,49 @@ def _parse_strict(body: bytes) -> etree._Element | None:
 
     A body that may hold a text node over :data:`LXML_TEXT_LIMIT` is tried again without that
     limit when the first parse fails; the body is already within ``[fetch] max_body_bytes``,
-    and entities, DTDs and the network stay off."""
+    and external entities, DTDs and the network stay off. A document whose own DTD declares
+    entities (``<!ENTITY author "Jane Doe">``) is parsed again with those resolved, by libxml2
+    and within its amplification guard, unless that fails (it also uses entities its DTD does
+    not declare, an external DTD's, which stay as written)."""
+    huge = False
     try:
-        return etree.fromstring(body, _strict_parser())
+        root = etree.fromstring(body, _strict_parser())
     except (etree.LxmlError, ValueError):
         if len(body) <= LXML_TEXT_LIMIT:
             return None
-    try:
-        return etree.fromstring(body, _strict_parser(huge_tree=True))
-    except (etree.LxmlError, ValueError):
-        return None
+        huge = True
+    if huge:
+        try:
+            root = etree.fromstring(body, _strict_parser(huge_tree=True))
+        except (etree.LxmlError, ValueError):
+            return None
+    if _declares_entities(root):
+        try:
+            return etree.fromstring(body, _internal_entities_parser(huge_tree=huge))
+        except (etree.LxmlError, ValueError):
+            pass
+    return root
+
+
+def _declares_entities(root: etree._Element) -> bool:
+    subset = root.getroottree().docinfo.internalDTD
+    if subset is None:
+        return False
+    return next(iter(subset.iterentities()), None) is not None  # type: ignore[attr-defined]
+
+
+def _internal_entities_parser(*, huge_tree: bool) -> etree.XMLParser:
+    """The strict parser's settings, with the document's own entities resolved (rare: made
+    when needed)."""
+    return etree.XMLParser(
+        encoding="utf-8",
+        resolve_entities="internal",  # type: ignore[arg-type]  # lxml-stubs: bool only
+        no_network=True,
+        load_dtd=False,
+        huge_tree=huge_tree,
+        collect_ids=False,
+        ns_clean=True,
+    )
 
 
 def _strict_parser(*, huge_tree: bool = False) -> etree.XMLParser:

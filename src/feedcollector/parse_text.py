@@ -97,29 +97,9 @@ def xhtml_container(element: etree._Element) -> etree._Element:
 
 
 def entity_value(entity: etree._Element) -> str:
-    """An entity lxml left unresolved (the parser resolves none: no external entity may be
-    read): its text when the document's own DTD declares it as plain text (``<!ENTITY author
-    "Jane Doe">``), else its HTML character if it has one, else ``&name;``."""
+    """An entity lxml left unresolved: its HTML character if it has one, else ``&name;``."""
     name = str(entity.text or "").strip("&;")
-    declared = _declared_text(entity, name)
-    if declared is not None:
-        return declared
     return html5.get(f"{name};", f"&{name};")
-
-
-def _declared_text(entity: etree._Element, name: str) -> str | None:
-    """The replacement text the internal DTD subset gives ``name``, when it is plain text
-    (no markup, no references: nothing to expand, so nothing to amplify)."""
-    subset = entity.getroottree().docinfo.internalDTD
-    if subset is None:
-        return None
-    for declared in subset.iterentities():  # type: ignore[attr-defined]  # not in lxml-stubs
-        if declared.name == name:
-            text = declared.content
-            if text is None or declared.system_url or "&" in text or "<" in text:
-                return None
-            return str(text)
-    return None
 
 
 def atom_text(element: etree._Element) -> str:
