@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import random
 import re
@@ -25,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from feedcollector.backends import open_database, open_object_store
+from feedcollector.backends import sqlite as sqlite_backend
 from feedcollector.backends.d1 import D1Database
 from feedcollector.backends.local import LocalObjectStore
 from feedcollector.backends.sqlite import SQLiteDatabase
@@ -515,6 +517,35 @@ def test_a_sqlite_file_replaced_while_open_gets_no_stale_write_ahead_log(tmp_pat
     with sqlite3.connect(path) as reopened:
         assert reopened.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
         assert reopened.execute("SELECT COUNT(*) FROM t").fetchall() == [(400,)]
+
+
+def test_a_replaced_file_whose_log_a_reader_holds_says_what_to_delete(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A reader of the old file keeps its write-ahead log from being emptied (SQLite says so
+    in the checkpoint's result, raising nothing): the ERROR says what to do by hand."""
+    monkeypatch.setattr(sqlite_backend, "WAL_EMPTYING_PATIENCE_MS", 50)
+    path = tmp_path / "collector.db"
+
+    async def scenario() -> None:
+        db = SQLiteDatabase(path)
+        await db.exec("CREATE TABLE t (v TEXT)")
+        await db.batch([Statement("INSERT INTO t VALUES ('x')")] * 50)
+        reader = sqlite3.connect(path, isolation_level=None)
+        reader.execute("BEGIN")
+        reader.execute("SELECT COUNT(*) FROM t").fetchall()  # a read transaction on the old file
+        await db.exec(f"VACUUM INTO '{tmp_path / 'copy.db'}'")
+        os.replace(tmp_path / "copy.db", path)
+        await db.batch([Statement("INSERT INTO t VALUES ('y')")] * 50)
+        try:
+            await db.close()
+        finally:
+            reader.close()
+
+    with caplog.at_level(logging.ERROR, logger="feedcollector"):
+        asyncio.run(scenario())
+    assert "was replaced while open, and the write-ahead log beside it could not be" in caplog.text
+    assert f"delete {path}-wal and {path}-shm" in caplog.text
 
 
 def test_a_sqlite_file_locked_by_another_process_opens_and_reads_at_once(tmp_path: Path) -> None:

@@ -39,6 +39,9 @@ LONGEST_BUSY_PAUSE_S = 0.05
 """Pauses between tries while another process holds the write lock double from the first to
 the longest: its batches take milliseconds, a shell's transaction may take minutes."""
 
+WAL_EMPTYING_PATIENCE_MS = 5000
+"""How long closing a replaced file waits for the old file's readers to let its log go."""
+
 T = TypeVar("T")
 log = logging.getLogger("feedcollector")
 
@@ -231,16 +234,19 @@ class SQLiteDatabase:
         the next process to open the new file under that name applied the old file's pages
         to it: a corrupt database."""
         if file_identity(self.path) != self._opened:
-            try:
-                self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            try:  # a reader of the old file holds the log back: wait for it a little
+                self._conn.execute(f"PRAGMA busy_timeout = {WAL_EMPTYING_PATIENCE_MS}")
+                busy = self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+                problem = "another connection to the old file still reads it" if busy else None
             except sqlite3.Error as exc:
+                problem = str(exc)
+            if problem is not None:
                 log.error(
                     "database: %s was replaced while open, and the write-ahead log beside it "
-                    "(%s-wal) could not be emptied (%s): delete %s-wal and %s-shm before "
-                    "anything opens the new file",
+                    "could not be emptied (%s): stop every process using it, then delete "
+                    "%s-wal and %s-shm before anything opens the new file",
                     self.path,
-                    self.path,
-                    exc,
+                    problem,
                     self.path,
                     self.path,
                 )

@@ -162,7 +162,7 @@ def _cells(feed: FeedStatus, now: datetime) -> tuple[str, ...]:
         _images_cell(feed, now),
         one_line(feed.title or ""),
         feed.url,
-        one_line(_hint(feed)),
+        one_line(_hint(feed, now)),
     )
 
 
@@ -242,7 +242,7 @@ def _fitted(cell: str, width: int, *, right: bool) -> str:
     return padding + cell if right else cell + padding
 
 
-def _hint(feed: FeedStatus) -> str:
+def _hint(feed: FeedStatus, now: datetime) -> str:
     if feed.moved_to:
         return f"moved to {feed.moved_to}: put that URL in the feeds file"
     if feed.state == "gone":
@@ -252,8 +252,8 @@ def _hint(feed: FeedStatus) -> str:
     error = " ".join((feed.last_error or "").split())
     if feed.held_by is not None and owner_has_stopped(feed.held_by):
         held = (
-            f"skipped until {feed.held_until}: held by a stopped collector of this machine "
-            f"(killed?), {feed.held_by}"
+            f"skipped until {relative(feed.held_until, now)}: held by a stopped collector of "
+            f"this machine (killed?), {feed.held_by}"
         )
         return f"{held}; {error}" if error else held
     return error
