@@ -486,6 +486,12 @@ def replay(pair: Pair, url: str, *bodies: bytes, first_at: datetime = START) -> 
     return pair.run(go())
 
 
+def just_before_the_images() -> datetime:
+    """A time for backups taken just before the archived images were written: those images
+    were downloaded in the cycle that fetched them."""
+    return datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=1)
+
+
 def after_the_images() -> datetime:
     """A time for backups taken after the archived images were written: those images were
     downloaded for an item listed by an older backup, expired since."""
@@ -568,7 +574,7 @@ def test_images_downloaded_after_the_first_backup_are_linked_though_one_failed(
     archive_images(pair, feed_id, "urn:x", 1)
     archive_images(pair, feed_id, "urn:more", 3)  # more objects than the row has images
     body = rss([images_of("urn:x", "kept", "dead"), images_of("urn:more", "a", "b")])
-    report = replay(pair, url, body)
+    report = replay(pair, url, body, first_at=just_before_the_images())
     assert (report.items_recovered, report.images_relinked) == (2, 1)
     assert image_tasks(pair) == [
         ("urn:more", "a.png", "pending", None),
@@ -576,6 +582,17 @@ def test_images_downloaded_after_the_first_backup_are_linked_though_one_failed(
         ("urn:x", "kept.png", "success", object_key(feed_id, "urn:x", 0, "png")),
         ("urn:x", "dead.png", "pending", None),
     ]
+
+
+def test_images_written_long_after_the_first_backup_may_be_retries_for_an_older_version(
+    pair: Pair,
+) -> None:
+    """Written more than an hour after the first backup replayed, an item's objects may be
+    retries (an hour, a day later) for a version whose backup expired: not trusted."""
+    url = "https://blog.example.org/feed.xml"
+    archive_images(pair, feed_id_for(url), "urn:x", 1)
+    report = replay(pair, url, rss([images_of("urn:x", "new", "a")]))  # backups in March
+    assert (report.items_recovered, report.images_relinked) == (1, 0)
 
 
 def test_an_item_new_after_an_unreadable_backup_is_not_trusted(pair: Pair) -> None:

@@ -9,7 +9,7 @@ row is as the one its images were downloaded for: see :func:`positions_trusted`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import NamedTuple
 
 from .database import Database, Statement
@@ -60,19 +60,29 @@ async def stored_with_pending_images(
     return found
 
 
+FIRST_DOWNLOAD_WINDOW = timedelta(hours=1)
+"""How soon after a fetch its new items' images are downloaded: in the same cycle, minutes
+later at most, while a failed image is tried again an hour later at the soonest."""
+
+
 def positions_trusted(archived: Sequence[Archived], count: int, stored_at: datetime) -> bool:
     """Whether an uncertain item's archived objects sit at the positions of its row's ``count``
     images. Its row came from the first backup that lists it, but the item may have been
     stored at first from an older version whose backup has expired, and an image inserted
     before the others shifts every position. Trusted when the objects are exactly positions
     0..n-1 (the count is the same), or when every one of them is within the count and was
-    written at or after ``stored_at``: downloaded after that version was fetched, so for it
-    (an image that failed for good, such as a dead tracking pixel, leaves a position out).
-    An edit that keeps the count can still link an image to another image of the item."""
+    written within :data:`FIRST_DOWNLOAD_WINDOW` after ``stored_at``: downloaded in the cycle
+    that fetched that version, so for it (an image that failed for good, such as a dead
+    tracking pixel, leaves a position out). Written later, they may be retries for an older
+    version; written before, they were. An edit that keeps the count can still link an image
+    to another image of the item."""
     positions = {entry.position for entry in archived}
     if positions == set(range(count)):
         return True
-    return positions <= set(range(count)) and all(entry.written >= stored_at for entry in archived)
+    window_ends = stored_at + FIRST_DOWNLOAD_WINDOW
+    return positions <= set(range(count)) and all(
+        stored_at <= entry.written < window_ends for entry in archived
+    )
 
 
 async def relink_images(
