@@ -116,6 +116,8 @@ NOT_DATES = [
     "Mon, 02 Mar 2026 09:00:00 +2400",  # feedparser shifted it a day, which its guard allowed
     "2026-03-02T09:00:00+24:00",
     "2026年3月",  # no day
+    "2026年3月2日 凌晨3点",  # a marker not known: unreadable (the fetch time), not midnight
+    "2026年3月2日 下午",  # an afternoon without its hour
     "32 Jan 2024",
     "01/02/2024",  # day/month order unknowable
     "2024/01-02",  # mixed separators
@@ -147,6 +149,10 @@ def test_garbage_and_out_of_range_give_none(text: str) -> None:
         ("2026年3月2日 星期一 9时5分", "2026-03-02T09:05:00Z"),
         ("2026年03月02日(月) 09:00:30", "2026-03-02T09:00:30Z"),
         ("2026年3月2日 09:00 +0800", "2026-03-02T01:00:00Z"),
+        ("2026年3月2日 下午3:00", "2026-03-02T15:00:00Z"),
+        ("2026年3月2日 午後3時5分", "2026-03-02T15:05:00Z"),
+        ("2026年3月2日 上午12:30", "2026-03-02T00:30:00Z"),
+        ("2026年3月2日 15時", "2026-03-02T15:00:00Z"),
     ],
 )
 def test_chinese_and_japanese_dates_are_read(text: str, expected: str) -> None:
