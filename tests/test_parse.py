@@ -1010,6 +1010,14 @@ ATOM_TEXT = "if a &lt; b &amp;&amp; c &gt; d then &lt;script&gt;alert(1)&lt;/scr
             "<b>not bold</b>",
         ),
         ("<summary>&lt;p&gt;HTML, untyped&lt;/p&gt;</summary>", "<p>HTML, untyped</p>", None),
+        ("<summary>one&lt;br&gt;two</summary>", "one<br>two", None),
+        (
+            '<summary>&lt;iframe src="https://v.example/1"&gt;&lt;/iframe&gt;&lt;ruby&gt;漢'
+            "&lt;rt&gt;kan&lt;/rt&gt;&lt;/ruby&gt;&lt;o:p&gt;&lt;/o:p&gt;</summary>",
+            '<iframe src="https://v.example/1"></iframe><ruby>漢',
+            None,
+        ),
+        ("<summary>a &lt; b, and c &gt; d</summary>", "a &lt; b, and c &gt; d", None),
         ("<summary>Tom &amp;amp; Jerry</summary>", "Tom &amp; Jerry", None),
         (
             '<summary type="html">&lt;p&gt;a &amp;amp; b&lt;/p&gt;</summary>',
@@ -1028,6 +1036,9 @@ ATOM_TEXT = "if a &lt; b &amp;&amp; c &gt; d then &lt;script&gt;alert(1)&lt;/scr
         "untyped",
         "typed-text-with-tags",
         "untyped-html",
+        "untyped-br",
+        "untyped-embed",
+        "untyped-comparison",
         "untyped-entity",
         "html",
         "media",

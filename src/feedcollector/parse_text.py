@@ -140,27 +140,21 @@ def text_html(value: str, *, typed: bool) -> str:
 TEXT_TYPES = frozenset(("text", "text/plain", "plain"))
 """Atom's, Atom 0.3's and Media RSS's names for plain text."""
 
-_CLOSING_TAG_OR_ENTITY_RE = re.compile(r"</\w+>|&#?\w+;")
+_HTML_SIGN_RE = re.compile(r"</\w+>|&#?\w+;|<(?:br|hr|img)\b[^<>]*>", re.IGNORECASE)
 _TAG_NAME_RE = re.compile(r"</?(\w+)")
-_HTML_ELEMENT_NAMES = """
-a abbr acronym address area article aside audio b bdi bdo big blockquote br button caption
-center cite code col colgroup dd del details dfn dir div dl dt em fieldset figcaption figure
-font footer h1 h2 h3 h4 h5 h6 header hr i img ins kbd label legend li main map mark menu
-meter nav ol optgroup option p picture pre q s samp section small source span strike strong
-sub summary sup table tbody td tfoot th thead time tr tt u ul var video wbr
-"""
-_HTML_ELEMENTS = frozenset(_HTML_ELEMENT_NAMES.split())
-"""Elements an article's HTML is made of (no script, style, form or frame)."""
+_CODE_TAGS = frozenset(("script", "style"))
+"""Tags that make a text of unknown type text: one written about (a tutorial's
+``<script>alert(1)</script>``) more often than one meant to run."""
 
 
 def looks_like_html(value: str) -> bool:
-    """Whether a text of unknown type is HTML: it has a closing tag or an entity, every tag
-    is an article's element and every named entity an HTML one (feedparser's test). Plain
-    text with a stray ``<`` or ``&``, or with a ``<script>``, is not."""
+    """Whether a text of unknown type is HTML: it has a closing tag, an entity or a line
+    break or image (feedparser's test, which wants the first two), no script or style, and
+    every named entity is an HTML one. Plain text with a stray ``<`` or ``&`` is not."""
     if "<" not in value and "&" not in value:
         return False
-    if _CLOSING_TAG_OR_ENTITY_RE.search(value) is None:
+    if _HTML_SIGN_RE.search(value) is None:
         return False
-    if any(name.lower() not in _HTML_ELEMENTS for name in _TAG_NAME_RE.findall(value)):
+    if any(name.lower() in _CODE_TAGS for name in _TAG_NAME_RE.findall(value)):
         return False
     return all(f"{name};" in html5 for name in re.findall(r"&(\w+);", value))
