@@ -268,6 +268,22 @@ def test_html_instead_of_an_image_is_refused(feed_server: FeedServer) -> None:
     assert "text/html, not an image" in str(refused(url))
 
 
+@pytest.mark.parametrize("declared", ["video/mp4", "audio/mpeg", "font/woff2"])
+def test_a_video_sound_or_font_is_refused_unread(feed_server: FeedServer, declared: str) -> None:
+    """Only its type is needed: the body (up to the size limit) is not downloaded."""
+
+    def endless(request: BaseHTTPRequestHandler) -> None:
+        request.send_response(200)
+        request.send_header("Content-Type", declared)
+        request.end_headers()
+        with contextlib.suppress(OSError):
+            for _ in range(10_000):
+                request.wfile.write(b"\0" * 65536)
+
+    url = feed_server.route("/media", handler=endless)
+    assert f"{declared}, not an image" in str(refused(url))
+
+
 def test_octet_stream_that_sniffs_as_png_is_accepted(feed_server: FeedServer) -> None:
     url = feed_server.route("/blob", body=PNG, headers={"Content-Type": "application/octet-stream"})
     image = download(url)

@@ -49,10 +49,20 @@ EXTENSION_BY_SUFFIX: dict[str, str] = {
     "heif": "heif",
     "jxl": "jxl",
 }
-PAGE_MEDIA_TYPES = frozenset({"text/html", "application/xhtml+xml"})
-"""Web pages (an error page, a login wall): refused unread. An answer of any other type is
-read, and its bytes decide: images are served as ``text/plain`` or ``application/xml`` by
-misconfigured servers, and a signature or an SVG root proves them."""
+NOT_IMAGE_TYPES = frozenset({"text/html", "application/xhtml+xml"})
+"""Web pages (an error page, a login wall): refused unread, as are videos, sounds and fonts
+(:func:`surely_not_an_image`). An answer of any other type is read, and its bytes decide:
+images are served as ``text/plain`` or ``application/xml`` by misconfigured servers, and a
+signature or an SVG root proves them."""
+_NOT_IMAGE_KINDS = ("video/", "audio/", "font/")
+
+
+def surely_not_an_image(declared: str) -> bool:
+    """Whether a media type rules an image out before its body is read (up to the size
+    limit: a video is not downloaded to be refused)."""
+    return declared in NOT_IMAGE_TYPES or declared.startswith(_NOT_IMAGE_KINDS)
+
+
 SIGNED_IMAGE_TYPES = frozenset(
     {
         "image/jpeg",

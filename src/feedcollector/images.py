@@ -31,12 +31,12 @@ from .httpbody import (
     remember_unreachable,
 )
 from .image_types import (
-    PAGE_MEDIA_TYPES,
     cut_short,
     extension_for,
     media_type,
     settle_image_type,
     sniff_image_type,
+    surely_not_an_image,
 )
 from .netguard import IMAGE_ACCEPT, NetGuard
 from .netguard import make_image_client as make_image_client
@@ -194,7 +194,7 @@ async def _accept_image(
             raise ImageRetryLater(f"{refused} (the server asks to wait {seconds} s)", wait)
         raise ImageError(refused)
     declared = media_type(response.headers.get("Content-Type"))
-    if declared in PAGE_MEDIA_TYPES:
+    if surely_not_an_image(declared):
         raise ImageError(f"image: {final_url} answered with {declared}, not an image")
     data = await read_body(response, max_bytes=limits.max_bytes)
     if not data:

@@ -20,6 +20,7 @@ from .app import (
     app,
     guard,
     load_command_settings,
+    say_warning,
     since_option,
     text_argument,
     with_collector,
@@ -80,7 +81,9 @@ def cleanup(
             display.close()
         typer.echo(report.summary())
         samples = report.samples()
-        if swept is not None:
+        if swept is not None and swept.refusal is not None and not dry_run:
+            say_warning(swept.summary())  # on stderr, where cron jobs keep what went wrong
+        elif swept is not None:
             typer.echo(swept.summary())
             samples.append(("orphaned objects", swept.samples))
         for label, keys in samples if dry_run else ():
