@@ -40,6 +40,7 @@ from feedcollector.timestamps import format_timestamp, parse_timestamp
 from .feedserver import FeedServer
 from .samples import Clock, Entry, rss, write_project
 from .scheduling import execute, polite_project, stamp
+from .test_cli import feedcollector
 from .test_pipeline import Project
 
 HANG_S = 120.0
@@ -129,13 +130,7 @@ def test_run_once_exits_1_when_a_locked_database_kept_it_from_claiming_feeds(
     holder = sqlite3.connect(tmp_path / "collector.db", isolation_level=None)
     try:
         holder.execute("BEGIN IMMEDIATE")
-        done = subprocess.run(
-            [sys.executable, "-m", "feedcollector", "--config", str(p.config), "run", "--once"],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=HANG_S,
-        )
+        done = feedcollector("--config", str(p.config), "run", "--once", cwd=tmp_path)
     finally:
         holder.close()
     assert done.returncode == 1, done.stderr
@@ -153,13 +148,7 @@ def test_fetch_all_with_storage_failing_requests_a_few_feeds_and_exits_1(
     p = polite_project(tmp_path, urls, host_gap="0s", concurrency=1)
     (tmp_path / "objects").mkdir()
     (tmp_path / "objects" / "backups").write_text("a file where the backups folder goes")
-    done = subprocess.run(
-        [sys.executable, "-m", "feedcollector", "--config", str(p.config), "fetch", "--all"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=HANG_S,
-    )
+    done = feedcollector("--config", str(p.config), "fetch", "--all", cwd=tmp_path)
     assert done.returncode == 1, done.stderr
     sent = sum(len(feed_server.hits(f"/f{n}")) for n in range(8))
     assert sent == STORAGE_TRIP_AFTER
