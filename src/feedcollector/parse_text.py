@@ -5,9 +5,10 @@ DTD is not loaded, e.g. RSS 0.91's) becomes its HTML character when it has one a
 ``&name;`` otherwise: characters are never dropped. Markup values (content, description,
 summary) are the element's text, i.e. the raw HTML for CDATA or escaped HTML; when the element
 holds real child elements (inline XHTML, Atom ``type="xhtml"``) they are serialized back, without
-the XHTML namespace declarations lxml would otherwise repeat on every top-level element. Markup
-values come repaired (:mod:`.text_repair`); titles, links and GUIDs are repaired later, by
-:func:`.parse_common.finish_values`.
+the XHTML namespace declarations lxml would otherwise repeat on every top-level element; a text
+construct (Atom ``type="text"``, Media RSS ``plain``) is escaped into HTML
+(:func:`typed_markup`). Markup values come repaired (:mod:`.text_repair`); titles, links and
+GUIDs are repaired later, by :func:`.parse_common.finish_values`.
 """
 
 from __future__ import annotations
