@@ -286,7 +286,7 @@ def _parse_strict(body: bytes) -> etree._Element | None:
             return None
     if _declares_entities(root):
         try:
-            return etree.fromstring(body, _internal_entities_parser(huge_tree=huge))
+            return etree.fromstring(body, _xml_parser(huge_tree=huge, entities="internal"))
         except (etree.LxmlError, ValueError):
             pass
     return root
@@ -299,12 +299,13 @@ def _declares_entities(root: etree._Element) -> bool:
     return next(iter(subset.iterentities()), None) is not None  # type: ignore[attr-defined]
 
 
-def _internal_entities_parser(*, huge_tree: bool) -> etree.XMLParser:
-    """The strict parser's settings, with the document's own entities resolved (rare: made
-    when needed)."""
+def _xml_parser(*, huge_tree: bool, entities: bool | str) -> etree.XMLParser:
+    """UTF-8 in, no external entity, DTD or network, no id table, no repeated namespace
+    declarations (see :func:`_strict_parser`); ``entities``: False, or ``"internal"`` for a
+    document whose own DTD declares some (rare: such a parser is made when needed)."""
     return etree.XMLParser(
         encoding="utf-8",
-        resolve_entities="internal",  # type: ignore[arg-type]  # lxml-stubs: bool only
+        resolve_entities=entities,  # type: ignore[arg-type]  # lxml-stubs: bool only
         no_network=True,
         load_dtd=False,
         huge_tree=huge_tree,
@@ -323,15 +324,7 @@ def _strict_parser(*, huge_tree: bool = False) -> etree.XMLParser:
     name = "huge_parser" if huge_tree else "parser"
     parser: etree.XMLParser | None = getattr(_local, name, None)
     if parser is None:
-        parser = etree.XMLParser(
-            encoding="utf-8",
-            resolve_entities=False,
-            no_network=True,
-            load_dtd=False,
-            huge_tree=huge_tree,
-            collect_ids=False,
-            ns_clean=True,
-        )
+        parser = _xml_parser(huge_tree=huge_tree, entities=False)
         setattr(_local, name, parser)
     return parser
 
