@@ -151,18 +151,19 @@ def guard(action: Callable[[], T]) -> T:
 
 def say_error(message: str) -> None:
     """``error: message`` on stderr, or an ERROR log line when the logs are JSON."""
-    if logging_as_json():
-        log.error("%s", message)
-    else:
-        typer.echo(f"error: {message}", err=True)
+    _say(logging.ERROR, message)
 
 
 def say_warning(message: str) -> None:
     """``warning: message`` on stderr, or a WARNING log line when the logs are JSON."""
+    _say(logging.WARNING, message)
+
+
+def _say(level: int, message: str) -> None:
     if logging_as_json():
-        log.warning("%s", message)
+        log.log(level, "%s", message)
     else:
-        typer.echo(f"warning: {message}", err=True)
+        typer.echo(f"{logging.getLevelName(level).lower()}: {message}", err=True)
 
 
 def require_feeds_file(settings: Settings) -> None:
