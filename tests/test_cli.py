@@ -7,6 +7,7 @@ import os
 import re
 import resource
 import shlex
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -229,6 +230,35 @@ def test_retry_images_waiting_tries_the_waiting_images_at_the_next_run(
     db = tmp_path / "collector.db"
     assert count(db, "SELECT COUNT(*) FROM image_tasks WHERE status = 'success'") == 1
     assert count(db, "SELECT attempts FROM image_tasks") == 2, "its first attempt still counts"
+
+
+def test_retry_images_missing_downloads_again_the_images_whose_objects_were_lost(
+    feed_server: FeedServer, tmp_path: Path
+) -> None:
+    """Objects deleted by hand left ``success`` rows naming nothing, which no command found;
+    ``--missing`` finds them and the next run stores them again from their sources."""
+    image = png()
+    a_png = feed_server.route("/a.png", body=image, headers={"Content-Type": "image/png"})
+    feed = feed_server.route(
+        "/a.xml", body=rss([Entry("a", guid="a", content=f'<img src="{a_png}">')])
+    )
+    config = str(write_project(tmp_path, [feed]))
+    assert feedcollector("--config", config, "run", "--once", cwd=tmp_path).returncode == 0
+    db = tmp_path / "collector.db"
+    with sqlite3.connect(db) as conn:  # stored a while ago, not in the second the check begins
+        conn.execute("UPDATE image_tasks SET updated_at = '2026-01-01T00:00:00Z'")
+    shutil.rmtree(tmp_path / "objects" / "images")
+
+    found = feedcollector("--config", config, "retry-images", "--missing", cwd=tmp_path)
+
+    assert found.returncode == 0, found.stderr
+    assert "of 1 stored images, 1 missing from the object store, e.g. images/" in found.stdout
+    assert "1 tasks queued again" in found.stdout
+    assert feedcollector("--config", config, "run", "--once", cwd=tmp_path).returncode == 0
+    (key,) = [path for path in (tmp_path / "objects" / "images").rglob("*.png")]
+    assert key.read_bytes() == image
+    assert count(db, "SELECT COUNT(*) FROM image_tasks WHERE status = 'success'") == 1
+    assert len(feed_server.hits("/a.png")) == 2
 
 
 def test_hints_carry_the_config_they_were_given_so_they_work_from_any_folder(

@@ -1,5 +1,5 @@
 """Image tasks: ``retry-images`` queues the images that failed for good again (and, asked,
-makes those waiting for their next try due)."""
+makes those waiting for their next try due, or queues again those whose object is gone)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from ..collector import Collector
+from ..missing_images import requeue_missing_images
 from ..store_images import hasten_waiting_images, requeue_failed_images
 from .app import app, feeds_named, load_command_settings, text_argument, with_collector
 
@@ -27,12 +28,23 @@ def retry_images(
             "or their host's Retry-After): due at once, their attempts kept.",
         ),
     ] = False,
+    missing: Annotated[
+        bool,
+        typer.Option(
+            "--missing",
+            help="Also the images stored whose object is gone from the object store (deleted "
+            "by hand, a lost volume or bucket): the store is listed and each missing one "
+            "downloaded again from its source.",
+        ),
+    ] = False,
 ) -> None:
     """Queue the images that failed for good (3 attempts) again; the next cycle downloads them.
 
     For an image host that was down longer than the retries waited (an hour, then a day):
     the tasks start over, pending with no attempt counted. With --waiting, for a host known
-    to be back, the images still waiting to be tried again do not wait any longer.
+    to be back, the images still waiting to be tried again do not wait any longer. With
+    --missing, after objects were lost: the stored images whose object the store no longer
+    holds are queued again, while their sources may still have them.
     """
     settings = load_command_settings(ctx)
     feed = None if feed is None else text_argument(feed, "retry-images: --feed")
@@ -48,6 +60,15 @@ def retry_images(
         if waiting:
             due = await hasten_waiting_images(collector.db, now=now, feed_urls=urls)
             hastened = f", {due} waiting images due now"
+        if missing:
+            found = await requeue_missing_images(
+                collector.db, collector.objects, now=now, feed_urls=urls
+            )
+            examples = f", e.g. {', '.join(found.samples)}" if found.samples else ""
+            hastened += (
+                f"; of {found.checked} stored images, {found.missing} missing from the object "
+                f"store{examples}: {found.requeued} tasks queued again"
+            )
         typer.echo(
             f"retry-images: {count} failed images{of} queued again{hastened}; the next cycle "
             "downloads them"
