@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import re
 import socket
 import sqlite3
 import subprocess
@@ -22,7 +23,7 @@ import pytest
 
 from feedcollector import collector as collector_module
 from feedcollector import fetch as fetch_module
-from feedcollector import image_stage, store_images
+from feedcollector import image_stage, pipeline, store_images
 from feedcollector import parse as parse_module
 from feedcollector.breaker import STORAGE_TRIP_AFTER, StorageBreaker
 from feedcollector.collector import open_collector
@@ -689,6 +690,39 @@ def test_image_tasks_stay_leased_for_as_long_as_their_page_may_take(
     assert p.rows("SELECT status, lease_until FROM image_tasks") == [
         {"status": "success", "lease_until": None}
     ]
+
+
+def test_a_running_service_stops_its_image_stage_between_pages_once_feeds_fell_due(
+    feed_server: FeedServer,
+    project: Callable[..., Project],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Thousands of slow images held every feed back until they were all tried. Past its
+    share (as long as the feeds took, 30 s at least: none here) the stage claims no page once
+    a feed fell due; the next cycle fetches it, then goes on with the images left. ``run
+    --once`` (no ``images_yield``) still downloads them all."""
+    monkeypatch.setattr(pipeline, "images_share", lambda feeds_took: timedelta(0))
+
+    def first_image(request: Any) -> None:
+        p.clock.advance(minutes=10)  # while the first page downloads, the feeds fall due
+        send_ok(request, png(), "image/png")
+
+    sources = [feed_server.route("/img/0.png", Route(handler=first_image))]
+    image = {"body": png(), "headers": {"Content-Type": "image/png"}}
+    sources += [feed_server.route(f"/img/{n}.png", **image) for n in range(1, 60)]
+    html = "".join(f'<img src="{src}">' for src in sources)
+    url = feed_server.route("/feed", body=rss([Entry("pics", guid="p", content=html)]))
+    p = project([{"url": url, "interval": "5m"}], extra_toml="concurrency = 1\n")
+
+    with caplog.at_level(logging.INFO, logger="feedcollector"):
+        p.cycle(images_yield=True)
+
+    states = p.rows("SELECT status, COUNT(*) AS n FROM image_tasks GROUP BY status")
+    assert states == [{"status": "pending", "n": 10}, {"status": "success", "n": 50}]
+    assert re.search(r"images: feeds fell due after \d+s of image downloads", caplog.text)
+    p.cycle()
+    assert p.rows("SELECT COUNT(*) AS n FROM image_tasks WHERE status = 'success'") == [{"n": 60}]
 
 
 def test_an_unreachable_image_host_is_tried_once_a_cycle(

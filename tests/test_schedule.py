@@ -18,6 +18,7 @@ from feedcollector.schedule import (
     deferred_until,
     feed_id_for,
     feed_interval,
+    images_share,
     jitter_share,
     jittered,
     next_fetch_after_answer,
@@ -229,3 +230,8 @@ def test_deferral_is_the_later_live_retry_after() -> None:
     assert deferred_until(NOW + hours(1), None, NOW) == NOW + hours(1)
     assert deferred_until(NOW + hours(1), NOW + hours(2), NOW) == NOW + hours(2)
     assert deferred_until(None, NOW + hours(2), NOW) == NOW + hours(2)
+
+
+def test_the_image_stage_of_a_service_runs_as_long_as_the_feeds_took_30_s_at_least() -> None:
+    assert images_share(timedelta(seconds=2)) == timedelta(seconds=30)
+    assert images_share(timedelta(minutes=4)) == timedelta(minutes=4)

@@ -23,14 +23,15 @@ import time
 from asyncio import FIRST_COMPLETED
 from datetime import datetime, timedelta
 
-from . import store_images
+from . import store, store_images
 from .collector import Collector
+from .config_values import format_duration
 from .errors import ImageError, ImageNotTried, StorageError
 from .httpbody import Unreachable
 from .images import ImageRetryLater, download_image
 from .models import ImageTask
 from .report import CycleReport
-from .timestamps import format_timestamp
+from .timestamps import format_timestamp, parse_timestamp
 
 log = logging.getLogger("feedcollector")
 
@@ -59,8 +60,14 @@ def image_lease(page: int, concurrency: int, deadline: timedelta) -> timedelta:
     return max(IMAGE_LEASE, 2 * rounds * deadline)
 
 
-async def download_pending_images(collector: Collector, report: CycleReport) -> None:
-    """Work through the pending tasks (new and retries) page by page, each task once a cycle."""
+async def download_pending_images(
+    collector: Collector, report: CycleReport, share: timedelta | None = None
+) -> None:
+    """Work through the pending tasks (new and retries) page by page, each task once a cycle.
+
+    With a ``share`` (a running service), no page is claimed once the stage ran that long
+    and a feed fell due since the cycle began: the next cycle goes on with the rest."""
+    began = time.monotonic()
     settings = collector.settings.images
     limit = asyncio.Semaphore(settings.concurrency)
     page = max(50, settings.concurrency * 8)
@@ -71,6 +78,8 @@ async def download_pending_images(collector: Collector, report: CycleReport) -> 
     try:
         while not collector.stopping.is_set():
             now = collector.clock()
+            if share is not None and await _feeds_waiting(collector, report, began, share):
+                return
             tasks = await store_images.claim_image_tasks(
                 collector.db, now=now, lease=lease, limit=page, after=cursor
             )
@@ -86,6 +95,23 @@ async def download_pending_images(collector: Collector, report: CycleReport) -> 
             "(the next one resumes)",
             exc,
         )
+
+
+async def _feeds_waiting(
+    collector: Collector, report: CycleReport, began: float, share: timedelta
+) -> bool:
+    ran = timedelta(seconds=time.monotonic() - began)
+    if ran < share:
+        return False
+    due = await store.next_due_at(collector.db, after=report.started)
+    if due is None or parse_timestamp(due) > collector.clock():
+        return False
+    log.info(
+        "images: feeds fell due after %s of image downloads: the next cycle fetches them, "
+        "then goes on with the images left",
+        format_duration(timedelta(seconds=round(ran.total_seconds()))),
+    )
+    return True
 
 
 async def _download_page(

@@ -48,6 +48,7 @@ from .safe_text import QUOTED_CHARS, one_line
 from .schedule import (
     MAX_STORED_SECONDS,
     deferred_until,
+    images_share,
     posting_stats,
 )
 from .spill import plan_batch_spill, spilled_records
@@ -83,9 +84,12 @@ async def run_cycle(
     urls: Sequence[str] | None = None,
     force: bool = False,
     sync: bool = True,
+    images_yield: bool = False,
 ) -> CycleReport:
     """One collection cycle: sync the feeds file (unless the caller did), refresh due (or
-    forced) feeds, then images."""
+    forced) feeds, then images. ``images_yield`` (a running service): the image stage stops
+    between pages once a feed fell due and it ran as long as the feeds did, 30 s at least
+    (:func:`.schedule.images_share`); the next cycle goes on with the rest."""
     report = CycleReport(started=collector.clock(), observer=collector.observer)
     began = time.monotonic()
     if sync:
@@ -102,7 +106,8 @@ async def run_cycle(
     )
     await _refresh_all(collector, pages, report)
     if collector.settings.images.enabled and not collector.stopping.is_set():
-        await download_pending_images(collector, report)
+        share = images_share(timedelta(seconds=time.monotonic() - began))
+        await download_pending_images(collector, report, share if images_yield else None)
     report.elapsed_s = time.monotonic() - began
     log.log(report.summary_level(asked=force), "cycle: %s", report.summary())
     if collector.observer is not None:

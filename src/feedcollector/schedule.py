@@ -44,6 +44,16 @@ def next_fetch_after_failure(now: datetime, consecutive_failures: int) -> dateti
     return now + backoff_delay(consecutive_failures)
 
 
+IMAGES_AT_LEAST = timedelta(seconds=30)
+
+
+def images_share(feeds_took: timedelta) -> timedelta:
+    """How long a running service's image stage goes on once a feed has fallen due: as long
+    as the cycle's feeds took, 30 s at least. Thousands of slow images no longer hold the
+    feeds back for an hour, and a cycle a minute of due feeds does not starve the images."""
+    return max(IMAGES_AT_LEAST, feeds_took)
+
+
 def feed_interval(interval_seconds: int | None, default: timedelta) -> timedelta:
     """The feed's own interval from the feeds file, else the configured default."""
     return timedelta(seconds=interval_seconds) if interval_seconds else default

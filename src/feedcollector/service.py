@@ -98,7 +98,7 @@ async def run_forever(collector: Collector) -> None:
         report: CycleReport | None = None
         try:
             await feeds_file.sync(collector, started)
-            report = await run_cycle(collector, sync=False)
+            report = await run_cycle(collector, sync=False, images_yield=True)
             started = report.started
         except StorageError as exc:
             log.error("%s (this cycle skipped; the next cycle retries)", exc)
