@@ -598,8 +598,23 @@ def test_duplicate_urls_name_both_lines(tmp_path: Path) -> None:
     )
     message = feeds_error(path)
     assert message.startswith(f"config: {path} line 4: ")
-    assert "on line 4 is already listed on line 2" in message
+    assert 'on line 4 is already listed on line 2 as "https://example.com/a.xml" (the scheme' in (
+        message
+    )
     assert "Remove one of the two entries." in message
+
+
+def test_an_address_with_a_fragment_repeats_the_one_without(tmp_path: Path) -> None:
+    """No request carries a #fragment: both entries fetched the same document into two
+    feeds, every item stored twice."""
+    path = write(
+        tmp_path,
+        "feeds.yaml",
+        "feeds:\n  - https://example.com/a.xml\n  - https://example.com/a.xml#news\n",
+    )
+    message = feeds_error(path)
+    assert "on line 3 is already listed on line 2" in message
+    assert "no #fragment: it is never sent" in message
 
 
 def test_duplicate_urls_in_json_name_both_lines(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from feedcollector import maintenance_leases as leases
+from feedcollector import orphans
 from feedcollector.backends.local import LocalObjectStore
 from feedcollector.backends.sqlite import SQLiteDatabase
 from feedcollector.backups import backup_key
@@ -69,43 +70,50 @@ def embedded(tmp_path: Path) -> Iterator[Pair]:
 
 
 def test_objects_no_row_names_go_once_old_and_named_ones_and_backups_stay(pair: Pair) -> None:
-    """An item's image and spilled HTML stay; the image of a task whose process died before
-    recording it, an image and HTML of items the database no longer has go, once old."""
+    """An item's image and spilled HTML stay; an image and HTML of items the database no
+    longer has go, once old. Unnamed images in the folder of an item still stored stay too:
+    the image of a task whose process died before recording it (downloaded again to that
+    key), one a restore could not place (the only copy once the source is gone)."""
     pair.run(add_feed(pair.db))
     pair.run(add_item(pair, "kept", NOW, images=(True,), spilled=True))
     pair.run(add_item(pair, "pending", NOW, images=(False,)))
     named = [object_key(FEED_ID, "kept", 0, "png"), content_key(FEED_ID, "kept")]
-    orphans = {
+    owned = {
         object_key(FEED_ID, "pending", 0, "png"): b"uploaded, never recorded",
+        object_key(FEED_ID, "kept", 1, "jpg"): b"archived, not placed by a restore",
+        object_key(FEED_ID, "kept", 0, "gif", full=True): b"in its full-md5 folder",
+    }
+    orphans = {
         object_key(FEED_ID, "restored-without", 1, "jpg"): b"jpeg",
         content_key(FEED_ID, "dropped"): b"<p>spilled before a failed batch</p>",
     }
     backups = [backup_key(FEED_ID, NOW - timedelta(days=400)), f"backups/{FEED_ID}/notes.txt"]
-    for key, data in orphans.items():
+    for key, data in {**owned, **orphans}.items():
         pair.run(pair.objects.put(key, data))
     for key in backups:
         pair.run(pair.objects.put(key, b"<rss/>"))
     everything = every_key(pair)
 
     young = sweep(pair)
-    assert (young.objects, young.young, young.images, young.content) == (5, 5, 0, 0)
+    assert (young.objects, young.young, young.images, young.content) == (7, 7, 0, 0)
     assert every_key(pair) == everything, "objects younger than a day are left alone"
 
     later = datetime.now(UTC) + LATER
     dry = sweep(pair, now=later, dry_run=True)
-    assert (dry.objects, dry.young, dry.images, dry.content) == (5, 0, 2, 1)
+    assert (dry.objects, dry.young, dry.images, dry.content, dry.owned) == (7, 0, 1, 1, 3)
     assert dry.orphan_bytes == sum(len(data) for data in orphans.values())
     assert sorted(dry.samples) == sorted(orphans)
     assert every_key(pair) == everything, "a dry run deletes nothing"
-    assert "would delete 2 image objects and 1 content objects" in dry.summary()
+    assert "would delete 1 image objects and 1 content objects" in dry.summary()
+    assert "3 unnamed image objects kept in the folders of items still stored" in dry.summary()
 
     done = sweep(pair, now=later)
-    assert (done.images, done.content, done.orphan_bytes) == (2, 1, dry.orphan_bytes)
-    assert every_key(pair) == sorted([*named, *backups])
-    assert "deleted 2 image objects" in done.summary()
+    assert (done.images, done.content, done.orphan_bytes) == (1, 1, dry.orphan_bytes)
+    assert every_key(pair) == sorted([*named, *owned, *backups])
+    assert "deleted 1 image objects" in done.summary()
     assert pair.run(pair.objects.get(content_key(FEED_ID, "kept"))) == b"<p>big</p>"
     again = sweep(pair, now=later)
-    assert (again.objects, again.images, again.content) == (2, 0, 0)
+    assert (again.objects, again.images, again.content, again.owned) == (5, 0, 0, 3)
 
 
 def test_references_are_asked_in_statements_d1_accepts(pair: Pair) -> None:
@@ -132,6 +140,25 @@ def test_references_are_asked_in_statements_d1_accepts(pair: Pair) -> None:
     report = sweep(pair, now=datetime.now(UTC) + LATER, chunk_size=250)
     assert (report.objects, report.images) == (400, 100)
     assert pair.keys("images/") == sorted(named)
+
+
+def test_a_feed_with_more_items_than_a_page_of_guids_keeps_each_items_folder(
+    embedded: Pair, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(orphans, "GUID_PAGE", 2)
+    pair = embedded
+    pair.run(add_feed(pair.db))
+    for n in range(5):
+        pair.run(add_item(pair, f"item{n}", NOW))
+    kept = [object_key(FEED_ID, f"item{n}", 0, "png") for n in range(5)]
+    gone = object_key(FEED_ID, "expired", 0, "png")
+    for key in [*kept, gone]:
+        pair.run(pair.objects.put(key, b"png"))
+
+    done = sweep(pair, now=datetime.now(UTC) + LATER)
+
+    assert (done.images, done.owned) == (1, 5)
+    assert every_key(pair) == sorted(kept)
 
 
 def test_a_young_orphan_stays_beside_an_old_one(embedded: Pair, tmp_path: Path) -> None:

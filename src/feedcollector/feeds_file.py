@@ -255,38 +255,44 @@ def _feed_specs(
         what = f'"feeds" must be a list of feeds, got {describe_value(feeds.value)}'
         problems.append(Problem(what, f"Write it like this:{example}", line=feeds.line))
     specs: list[FeedSpec] = []
-    first_line: dict[str, int] = {}
+    first: dict[str, tuple[int, str]] = {}
     for entry in entries:
         spec = _entry_spec(entry, problems, default_interval)
         if spec is None:
             continue
         key = feed_url_key(spec.url)
-        if key in first_line:
-            what = (
-                f'the feed "{spec.url}" on line {entry.line} is already listed on line '
-                f"{first_line[key]}"
-            )
-            if entry.line == first_line[key]:  # YAML places an alias (*x) at its anchor (&x)
+        if key in first:
+            line, url = first[key]
+            what = f'the feed "{spec.url}" on line {entry.line} is already listed on line {line}'
+            if url != spec.url:
+                what += f' as "{url}" ({_SAME_ADDRESS})'
+            if entry.line == line:  # YAML places an alias (*x) at its anchor (&x)
                 what = f'the feed "{spec.url}" on line {entry.line} is listed again by an alias'
             problems.append(Problem(what, "Remove one of the two entries.", line=entry.line))
             continue
-        first_line[key] = entry.line
+        first[key] = (entry.line, spec.url)
         specs.append(spec)
     if problems:
         raise config_error(display, problems)
     return specs
 
 
+_SAME_ADDRESS = "the scheme and host in any case, and no #fragment: it is never sent"
+
+
 def feed_url_key(url: str) -> str:
     """How the feeds file compares addresses: scheme and host ignore case
-    ("HTTPS://Example.com/x" repeats "https://example.com/x"). Text urllib cannot split (a
-    bracket left open, as a typed command argument may have) is compared as written: the file
-    lists no such address."""
+    ("HTTPS://Example.com/x" repeats "https://example.com/x"), and a fragment is left out
+    ("/feed.xml#news" is "/feed.xml": no request carries it, both fetch the same document).
+    Text urllib cannot split (a bracket left open, as a typed command argument may have) is
+    compared as written: the file lists no such address."""
     try:
         parts = urlsplit(url)
     except ValueError:
         return url
-    return parts._replace(scheme=parts.scheme.lower(), netloc=parts.netloc.lower()).geturl()
+    return parts._replace(
+        scheme=parts.scheme.lower(), netloc=parts.netloc.lower(), fragment=""
+    ).geturl()
 
 
 _URL_FIX = "Write the feed's full address, e.g. https://example.com/feed.xml."

@@ -7,7 +7,11 @@ then fail, use another extension, or its item expires first), HTML spilled befor
 batch that then failed and whose item the feed later dropped, the objects of items a
 ``restore`` after a database loss could not bring back. This sweep lists ``images/`` and
 ``content/`` and deletes every object that no row names and that is older than
-:data:`ORPHAN_MIN_AGE`. Backups are never listed.
+:data:`ORPHAN_MIN_AGE`. Backups are never listed. An image in the folder of an item the
+database still holds is kept all the same: it is that item's, archived before a restore that
+could not place it (the item's images changed since its first backup, which has expired), or
+left by a retry under another extension; once its source is gone it is the only copy. It goes
+with its item.
 
 The listing streams, a chunk of at most :data:`MAX_KEYS_PER_DELETE` objects at a time: one
 database round trip asks which of the chunk's keys a row names (statements of at most
@@ -38,7 +42,7 @@ from .config import command_line
 from .config_values import format_duration
 from .database import Database
 from .errors import ConfigError, StorageError
-from .images import IMAGE_PREFIX
+from .images import IMAGE_PREFIX, guid_digest
 from .maintenance_leases import Lease
 from .objectstore import MAX_KEYS_PER_DELETE, ListedObject, ObjectStore
 from .retention import keep_samples
@@ -47,6 +51,8 @@ from .store import keys_found
 
 log = logging.getLogger("feedcollector")
 
+GUID_PAGE = 5000
+"""GUIDs read per round trip while the sweep learns a feed's items."""
 ORPHAN_MIN_AGE = timedelta(days=1)
 """An unnamed object younger than this is left alone. Every writer puts its object before the
 row that names it (an image before its task's ``r2_key``, spilled HTML before its item's
@@ -85,6 +91,10 @@ class OrphanReport:
     content: int = 0
     """Orphaned spilled-HTML objects."""
     orphan_bytes: int = 0
+    owned: int = 0
+    """Unnamed image objects kept in the folder of an item still stored: its own archive,
+    which a restore could not place (the item's images changed since) or a retry left under
+    another extension; they go once the item does."""
     progress: Callable[[OrphanReport], None] | None = None
     samples: list[str] = field(default_factory=list)
     refusal: str | None = None
@@ -97,13 +107,19 @@ class OrphanReport:
         if self.refusal is not None:
             verb = "found"
             refused = f". `cleanup --orphans` would refuse (exit 2) and delete none: {self.refusal}"
+        owned = ""
+        if self.owned:
+            owned = (
+                f"; {self.owned} unnamed image objects kept in the folders of items still "
+                "stored (their own images; they go with the item)"
+            )
         return (
             f"cleanup{' (dry run)' if self.dry_run else ''}: orphans: {verb} "
             f"{self.images} image objects and {self.content} content objects that no row names "
             f"({self.orphan_bytes / 2**20:.1f} MiB), of {self.objects} objects under "
             f"{IMAGE_PREFIX} and {CONTENT_PREFIX}; {self.young} younger than "
             f"{format_duration(self.min_age)} "
-            f"left alone (their rows may be on the way){refused}"
+            f"left alone (their rows may be on the way){owned}{refused}"
         )
 
 
@@ -192,6 +208,9 @@ class _Sweep:
     """The ``orphans`` lease, checked before every delete (None: a dry run)."""
     command: Callable[..., str]
     database_checked: bool = False
+    digests_of: str | None = None
+    """The feed whose items' GUID digests :attr:`digests` holds."""
+    digests: set[str] = field(default_factory=set)
 
     async def prefix(self, prefix: str, chunk_size: int) -> None:
         born_before = self.report.now - self.report.min_age
@@ -213,6 +232,10 @@ class _Sweep:
         named = await keys_found(self.db, NAMING_COLUMNS[prefix], [listed.key for listed in chunk])
         orphans = [listed for listed in chunk if listed.key not in named]
         report = self.report
+        if prefix == IMAGE_PREFIX:
+            owned = {listed.key for listed in orphans if await self._item_folder(listed.key)}
+            report.owned += len(owned)
+            orphans = [listed for listed in orphans if listed.key not in owned]
         if orphans:
             await self._mind_an_empty_database()
         if orphans and not report.dry_run:
@@ -227,6 +250,30 @@ class _Sweep:
         keep_samples(report.samples, [listed.key for listed in orphans])
         if report.progress is not None:
             report.progress(report)
+
+    async def _item_folder(self, key: str) -> bool:
+        """Whether ``key`` lies in the folder of an item the database holds
+        (``images/{feed_id}/{md5(guid)[:8] or all 32}/``). The GUID digests of one feed are
+        kept at a time: the listing comes feed by feed."""
+        parts = key.split("/")
+        if len(parts) != 4:
+            return False
+        if parts[1] != self.digests_of:
+            self.digests_of = parts[1]
+            self.digests = set()
+            after = ""
+            while True:
+                rows = await self.db.query(
+                    "SELECT guid FROM items WHERE feed_id = ? AND guid > ? ORDER BY guid LIMIT ?",
+                    (parts[1], after, GUID_PAGE),
+                )
+                for row in rows:
+                    full = guid_digest(row["guid"], full=True)
+                    self.digests.update((full, full[:8]))
+                if len(rows) < GUID_PAGE:
+                    break
+                after = rows[-1]["guid"]
+        return parts[2] in self.digests
 
     async def _mind_an_empty_database(self) -> None:
         """A database without items names no object, so every image and HTML would go
