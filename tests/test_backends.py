@@ -22,6 +22,7 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -763,6 +764,37 @@ def test_the_local_store_makes_missing_folders_again(tmp_path: Path) -> None:
     asyncio.run(objects.put("backups/feed/two.xml", b"2"))
     assert (root / "backups" / "feed" / "two.xml").read_bytes() == b"2"
     assert list((root / ".partial").iterdir()) == []
+
+
+def test_the_local_store_removes_the_folders_deletes_leave_empty(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Expired items left their folders behind, empty, forever; a write whose new folder a
+    delete (of another process) removed meanwhile makes it again."""
+    root = tmp_path / "objects"
+    objects = LocalObjectStore(root)
+    keys = ["images/f/aa/0.png", "images/f/aa/1.png", "images/f/bb/0.png", "backups/f/1.xml"]
+    for key in keys:
+        asyncio.run(objects.put(key, b"x"))
+    asyncio.run(objects.delete_many(["images/f/aa/0.png", "images/f/aa/1.png"]))
+    assert not (root / "images/f/aa").exists()
+    assert (root / "images/f/bb/0.png").exists()
+    asyncio.run(objects.delete_many(["images/f/bb/0.png", "backups/f/1.xml", "images/none.png"]))
+    assert sorted(path.name for path in root.iterdir()) == [".partial"]
+
+    real_mkdir = Path.mkdir
+
+    def made_then_removed(path: Path, *args: Any, **kwargs: Any) -> None:
+        real_mkdir(path, *args, **kwargs)
+        if path.name == "cc" and not made:
+            made.append(path)
+            path.rmdir()  # a delete of the folder's last object, between mkdir and rename
+
+    made: list[Path] = []
+    monkeypatch.setattr(Path, "mkdir", made_then_removed)
+    asyncio.run(objects.put("images/f/cc/0.png", b"png"))
+    assert (root / "images/f/cc/0.png").read_bytes() == b"png"
+    assert made
 
 
 def test_the_s3_request_bound_is_the_storage_timeout_setting(tmp_path: Path) -> None:

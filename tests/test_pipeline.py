@@ -603,28 +603,31 @@ def test_image_results_are_written_while_a_slow_image_of_the_page_downloads(
 
 
 def test_missing_images_are_retried_an_hour_then_a_day_later_and_fail_at_three(
-    feed_server: FeedServer, project: Callable[..., Project]
+    feed_server: FeedServer, project: Callable[..., Project], caplog: pytest.LogCaptureFixture
 ) -> None:
+    """The third failure gives up, and says what to do: queue it again once its server serves
+    it, or, for an image over ``[images] max_bytes``, raise the limit first (the server was
+    never the trouble)."""
+    html = '<img src="/missing.png"><img src="/page"><img src="/big.png">'
     url = feed_server.route(
-        "/feed",
-        body=rss(
-            [Entry("Pic", guid="p", content='<img src="/missing.png"><img src="/page">')],
-            link=feed_server.url("/"),
-        ),
+        "/feed", body=rss([Entry("Pic", guid="p", content=html)], link=feed_server.url("/"))
     )
     feed_server.route(
         "/page", body=b"<html>not an image</html>", headers={"Content-Type": "text/html"}
     )
-    p = project([url])
+    feed_server.route("/big.png", body=png() + b"\0" * 2048, headers={"Content-Type": "image/png"})
+    p = project([url], extra_toml='max_bytes = "1KiB"\n')
     for attempt in (1, 2, 3):
-        p.cycle()
+        with caplog.at_level(logging.INFO, logger="feedcollector"):
+            p.cycle()
         rows = p.rows(
             "SELECT position, status, attempts, last_error FROM image_tasks ORDER BY position"
         )
-        assert [r["attempts"] for r in rows] == [attempt, attempt]
-        assert [r["status"] for r in rows] == ["pending"] * 2 if attempt < 3 else ["failed"] * 2
+        assert [r["attempts"] for r in rows] == [attempt] * 3
+        assert [r["status"] for r in rows] == ["pending"] * 3 if attempt < 3 else ["failed"] * 3
         assert "404" in rows[0]["last_error"]
         assert "image" in rows[1]["last_error"].lower()
+        assert "byte limit" in rows[2]["last_error"]
         p.clock.advance(minutes=1)
         p.cycle()
         assert len(feed_server.hits("/missing.png")) == attempt, "not again a minute later"
@@ -632,6 +635,10 @@ def test_missing_images_are_retried_an_hour_then_a_day_later_and_fail_at_three(
             p.clock.advance(seconds=store_images.RETRY_DELAYS[attempt - 1].total_seconds())
     assert len(feed_server.hits("/missing.png")) == 3, "a failed task is not tried again"
     assert p.rows("SELECT COUNT(*) AS n FROM items")[0]["n"] == 1
+    given_up = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(given_up) == 3
+    assert "Once its server serves it again, queue it again with" in given_up[0]
+    assert "raise [images] max_bytes in the config, then queue it again" in given_up[2]
 
 
 def test_an_unreachable_feed_host_is_tried_once_a_cycle(

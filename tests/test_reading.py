@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -343,6 +344,9 @@ def test_items_and_item_commands(collected: Collected) -> None:
     assert "title:      N1" in shown.stdout
     assert "image 0:    success" in shown.stdout
     assert "image 1:    pending" in shown.stdout
+    why = re.search(r"image 1: .*missing\.png - \((.*)\)$", shown.stdout, re.MULTILINE)
+    assert why is not None, shown.stdout
+    assert re.fullmatch(r"\d failed attempts?; tried again from \S+Z; last: .*404.*", why[1])
     assert shown.stdout.rstrip().endswith(first["content_html"])
     rendered = feedcollector(
         "--config",

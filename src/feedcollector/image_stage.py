@@ -326,15 +326,22 @@ class _Page:
             task = self.by_id[counted.task_id]
             attempt = task.attempts + 1
             if counted.failed:
+                error = errors.get(task.id) or ""
+                retry = self.collector.settings.command("retry-images", "--feed", task.feed_url)
+                advice = f"Once its server serves it again, queue it again with `{retry}`"
+                if "byte limit" in error:
+                    advice = (
+                        "To keep images this big, raise [images] max_bytes in the config, then "
+                        f"queue it again with `{retry}`"
+                    )
                 log.warning(
                     "images: %s of feed %s failed for good after %d attempts (last: %s); "
-                    "readers keep its original URL. Once its server serves it again, queue it "
-                    "again with `%s`",
+                    "readers keep its original URL. %s",
                     task.original_url,
                     task.feed_url,
                     attempt,
-                    errors.get(task.id),
-                    self.collector.settings.command("retry-images", "--feed", task.feed_url),
+                    error,
+                    advice,
                 )
             else:
                 log.info(

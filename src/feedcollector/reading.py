@@ -59,6 +59,10 @@ class StoredImage:
     original_url: str
     status: str
     r2_key: str | None
+    attempts: int = 0
+    last_error: str | None = None
+    retry_at: str = ""
+    """When a pending task is tried again after a failed attempt ('' = due now)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -350,13 +354,22 @@ async def items_images(db: Database, item_ids: Sequence[str]) -> dict[str, tuple
     found: dict[str, list[StoredImage]] = {}
     for chunk in chunked(item_ids, MAX_PARAMS):
         rows = await db.query(
-            "SELECT item_id, position, original_url, status, r2_key FROM image_tasks "  # noqa: S608
+            "SELECT item_id, position, original_url, status, r2_key, attempts, last_error, "  # noqa: S608
+            "retry_at FROM image_tasks "
             f"WHERE item_id IN ({placeholders(len(chunk))}) ORDER BY item_id, position",
             tuple(chunk),
         )
         for row in rows:
             found.setdefault(row["item_id"], []).append(
-                StoredImage(row["position"], row["original_url"], row["status"], row["r2_key"])
+                StoredImage(
+                    row["position"],
+                    row["original_url"],
+                    row["status"],
+                    row["r2_key"],
+                    row["attempts"],
+                    row["last_error"],
+                    row["retry_at"],
+                )
             )
     return {item_id: tuple(images) for item_id, images in found.items()}
 

@@ -124,11 +124,22 @@ def item(
             for image in found.images:
                 where = image.r2_key or "-"
                 shown_url = one_line(image.original_url)
-                typer.echo(f"image {image.position}:    {image.status} {shown_url} {where}")
+                line = f"image {image.position}:    {image.status} {shown_url} {where}"
+                typer.echo(line + image_attempts(image))
             typer.echo("")
         typer.echo(shown)
 
     with_collector(settings, work)
+
+
+def image_attempts(image: StoredImage) -> str:
+    """Why an image is not archived (yet): its failed attempts, the last error, when next."""
+    if image.status == "success" or not image.attempts:
+        return ""
+    noun = "attempt" if image.attempts == 1 else "attempts"
+    when = f"; tried again from {image.retry_at}" if image.retry_at else ""
+    last = f"; last: {one_line(image.last_error)}" if image.last_error else ""
+    return f" ({image.attempts} failed {noun}{when}{last})"
 
 
 def item_fields(item: StoredItem) -> list[tuple[str, str | None]]:
