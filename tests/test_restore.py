@@ -272,6 +272,24 @@ def test_a_second_run_links_what_an_interrupted_one_left_unlinked(drill: Drill) 
     assert third.images_relinked == 0
 
 
+def test_a_database_copy_gets_the_images_archived_since_it_was_taken_linked(
+    drill: Drill,
+) -> None:
+    """A copy of the database (``backup-db``) put back after a loss: an image that had failed
+    for good when the copy was taken, and was archived later (``retry-images``), stayed
+    ``failed`` beside its object, which ``cleanup --orphans`` then deleted."""
+    key = next(k for (k,) in drill.rows("SELECT r2_key FROM image_tasks") if k)
+    with sqlite3.connect(drill.database) as conn:  # as the copy has it
+        conn.execute(
+            "UPDATE image_tasks SET status = 'failed', attempts = 3, r2_key = NULL, "
+            "last_error = 'image: HTTP 404' WHERE r2_key = ?",
+            (key,),
+        )
+    report, _ = drill.restore()
+    assert (report.items_recovered, report.images_relinked) == (0, 1)
+    assert drill.rows(f"SELECT status FROM image_tasks WHERE r2_key = '{key}'") == [("success",)]
+
+
 def test_restore_targets() -> None:
     specs = [FeedSpec("https://a.example/feed"), FeedSpec("https://b.example/feed")]
     known = {"https://b.example/feed": "b-id", "https://old.example/feed": "old-id"}

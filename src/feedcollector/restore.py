@@ -43,7 +43,7 @@ from .maintenance_leases import Lease
 from .models import FeedSpec
 from .objectstore import ObjectStore
 from .pipeline import read_feed_body
-from .restore_images import Uncertain, relink_images, stored_with_pending_images
+from .restore_images import Uncertain, relink_images, stored_with_unlinked_images
 from .schedule import feed_id_for, interval_seconds_of
 from .spill import plan_batch_spill, spilled_records
 from .store_items import inserted_ids, item_statements
@@ -297,8 +297,8 @@ async def _restore_feed(
         earlier = [r for r in stored if r.id not in new_ids and r.image_urls]
         certain = recovered if follows_replayed else []
         uncertain = [] if follows_replayed else [Uncertain(r, taken) for r in recovered]
-        if earlier:  # stored before this run: an interrupted restore left their images unlinked
-            uncertain += await stored_with_pending_images(db, target.feed_id, earlier)
+        if earlier:  # stored before this run (an interrupted restore, a database copy put back)
+            uncertain += await stored_with_unlinked_images(db, target.feed_id, earlier)
         report.images_relinked += await relink_images(
             db, objects, target.feed_id, certain, uncertain, taken, lease
         )

@@ -35,20 +35,22 @@ class Uncertain(NamedTuple):
     stored_at: datetime
 
 
-async def stored_with_pending_images(
+async def stored_with_unlinked_images(
     db: Database, feed_id: str, records: Sequence[ItemRecord]
 ) -> list[Uncertain]:
-    """Those of ``records`` already stored whose image tasks are still pending, with their
-    stored ids: a restore stopped between an items batch and its relinking (or a download
-    stored but not recorded) left archived images unlinked, which a second run now links
-    instead of downloading them anew. Each GUID is looked at once a run (its first backup)."""
+    """Those of ``records`` already stored with image tasks not ``success``, with their stored
+    ids: a restore stopped between an items batch and its relinking (or a download stored but
+    not recorded) left archived images unlinked, which a second run now links instead of
+    downloading them anew; a database copy put back after a loss has tasks ``failed`` whose
+    images were archived after the copy was taken. Each GUID is looked at once a run (its
+    first backup)."""
     by_guid = {record.guid: record for record in records}
     found: list[Uncertain] = []
     for chunk in chunked(list(by_guid), MAX_PARAMS - 1):
         rows = await db.query(
             "SELECT i.id, i.guid, i.created_at FROM items i "  # noqa: S608 (placeholders)
             f"WHERE i.feed_id = ? AND i.guid IN ({placeholders(len(chunk))}) AND EXISTS "
-            "(SELECT 1 FROM image_tasks t WHERE t.item_id = i.id AND t.status = 'pending')",
+            "(SELECT 1 FROM image_tasks t WHERE t.item_id = i.id AND t.status <> 'success')",
             (feed_id, *chunk),
         )
         found += [
@@ -94,8 +96,8 @@ async def relink_images(
     taken: datetime,
     lease: Lease,
 ) -> int:
-    """Mark the new tasks whose image is already archived as ``success`` with that key; how
-    many were.
+    """Mark the tasks not ``success`` whose image is already archived as ``success`` with
+    that key; how many were.
 
     ``certain`` items were absent from the previous backup replayed, so this very body was
     stored at fetch time: all their archived objects are linked. ``uncertain`` ones (from the
@@ -123,7 +125,7 @@ async def relink_images(
             statements.append(
                 Statement(
                     "UPDATE image_tasks SET status = 'success', r2_key = ?, updated_at = ? "
-                    "WHERE item_id = ? AND position = ? AND status = 'pending' "
+                    "WHERE item_id = ? AND position = ? AND status <> 'success' "
                     "AND NOT EXISTS (SELECT 1 FROM image_tasks o WHERE o.r2_key = ? "
                     "AND o.item_id <> ?) RETURNING id",
                     (key, stamp, record.id, position, key, record.id),
