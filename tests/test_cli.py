@@ -148,7 +148,7 @@ def test_fetch_items_and_restore_take_a_feed_url_whose_scheme_and_host_case_diff
     fetched = feedcollector("--config", config, "fetch", shouted, shouted, cwd=tmp_path)
     assert fetched.returncode == 0, fetched.stderr
     assert len(feed_server.hits("/rss.xml")) == 1, "once, though named twice"
-    assert f"feed {url}: HTTP 200, 1 new of 1 items" in fetched.stderr, "the file's spelling"
+    assert f"feed {url}: HTTP 200, 1 new of 1 item" in fetched.stderr, "the file's spelling"
     listed = feedcollector("--config", config, "items", "--feed", shouted, cwd=tmp_path)
     assert listed.returncode == 0, listed.stderr
     assert f"<{url}>" in listed.stdout
@@ -192,7 +192,7 @@ def test_retry_images_queues_failed_images_again_for_the_next_run(
     shouted = feed.replace("http://", "HTTP://")
     queued = feedcollector("--config", config, "retry-images", "--feed", shouted, cwd=tmp_path)
     assert queued.returncode == 0, queued.stderr
-    assert f"retry-images: 1 failed images of {feed} queued again" in queued.stdout
+    assert f"retry-images: 1 failed image of {feed} queued again" in queued.stdout
     unknown = feed_server.url("/nope.xml")
     refused = feedcollector("--config", config, "retry-images", "--feed", unknown, cwd=tmp_path)
     assert refused.returncode == 2
@@ -203,7 +203,7 @@ def test_retry_images_queues_failed_images_again_for_the_next_run(
     assert count(db, "SELECT COUNT(*) FROM image_tasks WHERE status = 'success'") == 1
     assert len(feed_server.hits("/b.png")) == 1, "the other feed's image stayed failed"
     everything = feedcollector("--config", config, "retry-images", cwd=tmp_path)
-    assert "retry-images: 1 failed images queued again" in everything.stdout
+    assert "retry-images: 1 failed image queued again" in everything.stdout
 
 
 def test_retry_images_waiting_tries_the_waiting_images_at_the_next_run(
@@ -223,7 +223,7 @@ def test_retry_images_waiting_tries_the_waiting_images_at_the_next_run(
 
     hastened = feedcollector("--config", config, "retry-images", "--waiting", cwd=tmp_path)
     assert hastened.returncode == 0, hastened.stderr
-    assert "retry-images: 0 failed images queued again, 1 waiting images due now" in (
+    assert "retry-images: 0 failed images queued again, 1 waiting image due now" in (
         hastened.stdout
     )
     assert feedcollector("--config", config, "run", "--once", cwd=tmp_path).returncode == 0
@@ -252,8 +252,8 @@ def test_retry_images_missing_downloads_again_the_images_whose_objects_were_lost
     found = feedcollector("--config", config, "retry-images", "--missing", cwd=tmp_path)
 
     assert found.returncode == 0, found.stderr
-    assert "of 1 stored images, 1 missing from the object store, e.g. images/" in found.stdout
-    assert "1 tasks queued again" in found.stdout
+    assert "of 1 stored image, 1 missing from the object store, e.g. images/" in found.stdout
+    assert "1 task queued again" in found.stdout
     assert feedcollector("--config", config, "run", "--once", cwd=tmp_path).returncode == 0
     (key,) = [path for path in (tmp_path / "objects" / "images").rglob("*.png")]
     assert key.read_bytes() == image

@@ -479,7 +479,7 @@ def test_sigterm_while_another_process_holds_the_write_lock_stops_in_bounded_tim
     project.config.write_text(text.replace("[database]\n", '[database]\ntimeout = "1h"\n'))
     process = project.start("run")
     ready = time.monotonic() + EXIT_LIMIT_S
-    while "cycle: 1 feeds" not in project.log() and time.monotonic() < ready:
+    while "cycle: 1 feed" not in project.log() and time.monotonic() < ready:
         time.sleep(0.02)
     holder = sqlite3.connect(project.db, isolation_level=None)
     try:
@@ -491,7 +491,7 @@ def test_sigterm_while_another_process_holds_the_write_lock_stops_in_bounded_tim
 
     log = project.log()
     assert code == 0, log
-    assert "cycle: 1 feeds (1 updated" in log
+    assert "cycle: 1 feed (1 updated" in log
     assert "database: stopping, gave up waiting for another process's write lock" in log
     assert project.rows("SELECT COUNT(*) AS n FROM items") == [{"n": 2}]
 

@@ -224,8 +224,8 @@ def test_cleanup_command_dry_run_then_for_real(feed_server: FeedServer, tmp_path
 
     dry = feedcollector("--config", str(config), "cleanup", "--dry-run", cwd=tmp_path)
     assert dry.returncode == 0, dry.stderr
-    assert "cleanup (dry run): would delete 1 backups" in dry.stdout
-    assert "1 items created before" in dry.stdout
+    assert "cleanup (dry run): would delete 1 backup" in dry.stdout
+    assert "1 item created before" in dry.stdout
     assert f"backups/{feed_id_for(url)}/2020-01-01T00:00:00Z.xml" in dry.stdout
     assert f"{feed_id_for(url)} a" in dry.stdout
     assert old_backup.exists()
@@ -234,7 +234,7 @@ def test_cleanup_command_dry_run_then_for_real(feed_server: FeedServer, tmp_path
 
     real = feedcollector("--config", str(config), "cleanup", cwd=tmp_path)
     assert real.returncode == 0, real.stderr
-    assert "cleanup: deleted 1 backups" in real.stdout
+    assert "cleanup: deleted 1 backup" in real.stdout
     assert not old_backup.exists()
     assert sqlite_rows(database, "SELECT guid FROM items") == [("b",)]
     assert sqlite_rows(database, "SELECT guid FROM item_tombstones") == [("a",)]
@@ -259,7 +259,7 @@ def test_run_once_runs_the_daily_cleanup_and_records_it(
     old_backup.write_bytes(b"<rss/>")
     result = feedcollector("--config", str(config), "run", "--once", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert "cleanup: deleted 1 backups" in result.stderr
+    assert "cleanup: deleted 1 backup" in result.stderr
     assert not old_backup.exists()
     (done,) = sqlite_rows(tmp_path / "collector.db", "SELECT last_done_at FROM maintenance")
     again = feedcollector("--config", str(config), "run", "--once", cwd=tmp_path)
@@ -309,12 +309,12 @@ def test_cleanup_by_hand_is_refused_while_the_daily_one_holds_the_lease(
 
     dry = feedcollector("--config", str(config), "cleanup", "--dry-run", cwd=tmp_path)
     assert dry.returncode == 0, dry.stderr
-    assert "would delete 1 backups" in dry.stdout
+    assert "would delete 1 backup" in dry.stdout
 
     hold_lease(database, "cleanup", None, until)  # that daily run failed: it waits an hour
     done = feedcollector("--config", str(config), "cleanup", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert "cleanup: deleted 1 backups" in done.stdout
+    assert "cleanup: deleted 1 backup" in done.stdout
     assert not old_backup.exists()
     ((last, owner, lease_until),) = sqlite_rows(
         database, "SELECT last_done_at, lease_owner, lease_until FROM maintenance"

@@ -20,6 +20,12 @@ from .timestamps import format_timestamp, parse_timestamp
 
 log = logging.getLogger("feedcollector")
 
+
+def counted(count: int, noun: str) -> str:
+    """``1 feed``, ``2 feeds``: the number and its noun, plural unless it is one."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
 ANSWERED = frozenset({"stored", "not_modified", "unchanged"})
 """States of a feed whose server answered with its feed (new or not)."""
 
@@ -109,7 +115,7 @@ class FeedOutcome:
     def describe(self) -> str:
         status = f"HTTP {self.http_status}" if self.http_status else "no response"
         if self.state == "stored":
-            what = f"{self.new_items} new of {self.items} items"
+            what = f"{self.new_items} new of {counted(self.items, 'item')}"
         elif self.state == "not_modified":
             what = "not modified"
         elif self.state == "unchanged":
@@ -246,11 +252,14 @@ class CycleReport:
             if count
         )
         same = f", {self.unchanged} sent the same body again" if self.unchanged else ""
-        left = f", {self.left} feeds left for the next cycle (storage failing)" if self.left else ""
+        left = ""
+        if self.left:
+            left = f", {counted(self.left, 'feed')} left for the next cycle (storage failing)"
         return (
-            f"{self.feeds} feeds ({self.stored} updated, {self.not_modified} not modified{same}, "
-            f"{self.failed} failed, {self.aborted} aborted by storage errors{polite}){left}, "
-            f"{self.new_items} new items, {self.bytes / 1024:.1f} KiB; images: "
+            f"{counted(self.feeds, 'feed')} ({self.stored} updated, {self.not_modified} not "
+            f"modified{same}, {self.failed} failed, {self.aborted} aborted by storage "
+            f"errors{polite}){left}, {counted(self.new_items, 'new item')}, "
+            f"{self.bytes / 1024:.1f} KiB; images: "
             f"{self.images_stored} stored, {self.images_retry_later} to retry, "
             f"{self.images_failed} failed for good; {self.elapsed_s:.2f} s"
         )

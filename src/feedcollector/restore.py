@@ -43,6 +43,7 @@ from .maintenance_leases import Lease
 from .models import FeedSpec
 from .objectstore import ObjectStore
 from .pipeline import read_feed_body
+from .report import counted
 from .restore_images import Uncertain, relink_images, stored_with_unlinked_images
 from .schedule import feed_id_for, interval_seconds_of
 from .spill import plan_batch_spill, spilled_records
@@ -79,10 +80,11 @@ class RestoreReport:
 
     def summary(self) -> str:
         text = (
-            f"restore: {self.items_recovered} items recovered from {self.backups} backups of "
-            f"{self.feeds} feeds ({self.backups_unchanged} identical to the previous one, "
-            f"{self.backups_unreadable} unreadable); {self.images_relinked} images linked to "
-            f"their archived objects; {self.feeds_created} feed rows created"
+            f"restore: {counted(self.items_recovered, 'item')} recovered from "
+            f"{counted(self.backups, 'backup')} of {counted(self.feeds, 'feed')} "
+            f"({self.backups_unchanged} identical to the previous one, "
+            f"{self.backups_unreadable} unreadable); {counted(self.images_relinked, 'image')} "
+            f"linked to their archived objects; {counted(self.feeds_created, 'feed row')} created"
         )
         if self.backups_before:
             text += (

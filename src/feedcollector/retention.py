@@ -31,6 +31,7 @@ from .backups import PREFIX as BACKUP_PREFIX
 from .database import Database, SqlValue, Statement
 from .maintenance_leases import Lease
 from .objectstore import MAX_KEYS_PER_DELETE, ObjectStore
+from .report import counted
 from .retention_daily import CLEANUP_LEASE, CLEANUP_TASK
 from .store import MAX_PARAMS, chunked, placeholders
 from .timestamps import format_timestamp
@@ -162,10 +163,12 @@ class CleanupReport:
         verb = "would delete" if self.dry_run else "deleted"
         cut = self.cutoffs
         return (
-            f"cleanup{' (dry run)' if self.dry_run else ''}: {verb} {self.backups} backups "
-            f"older than {format_timestamp(cut.backups_before)}, {self.items} items created "
-            f"before {cut.items_before} with {self.image_objects} image objects and "
-            f"{self.content_objects} content objects; tombstones: {self.tombstones_dropped} "
+            f"cleanup{' (dry run)' if self.dry_run else ''}: {verb} "
+            f"{counted(self.backups, 'backup')} older than "
+            f"{format_timestamp(cut.backups_before)}, {counted(self.items, 'item')} created "
+            f"before {cut.items_before} with {counted(self.image_objects, 'image object')} and "
+            f"{counted(self.content_objects, 'content object')}; tombstones: "
+            f"{self.tombstones_dropped} "
             f"{'to drop' if self.dry_run else 'dropped'}, {self.tombstones_kept} kept "
             "(their feed may still list the item)"
         )

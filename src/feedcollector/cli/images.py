@@ -9,6 +9,7 @@ import typer
 
 from ..collector import Collector
 from ..missing_images import requeue_missing_images
+from ..report import counted
 from ..store_images import hasten_waiting_images, requeue_failed_images
 from .app import app, feeds_named, load_command_settings, text_argument, with_collector
 
@@ -59,19 +60,19 @@ def retry_images(
         hastened = ""
         if waiting:
             due = await hasten_waiting_images(collector.db, now=now, feed_urls=urls)
-            hastened = f", {due} waiting images due now"
+            hastened = f", {counted(due, 'waiting image')} due now"
         if missing:
             found = await requeue_missing_images(
                 collector.db, collector.objects, now=now, feed_urls=urls
             )
             examples = f", e.g. {', '.join(found.samples)}" if found.samples else ""
             hastened += (
-                f"; of {found.checked} stored images, {found.missing} missing from the object "
-                f"store{examples}: {found.requeued} tasks queued again"
+                f"; of {counted(found.checked, 'stored image')}, {found.missing} missing from "
+                f"the object store{examples}: {counted(found.requeued, 'task')} queued again"
             )
         typer.echo(
-            f"retry-images: {count} failed images{of} queued again{hastened}; the next cycle "
-            "downloads them"
+            f"retry-images: {counted(count, 'failed image')}{of} queued again{hastened}; the next "
+            "cycle downloads them"
         )
 
     with_collector(settings, work)

@@ -22,6 +22,7 @@ from ..database import Database
 from ..errors import ConfigError
 from ..feeds_file import feeds_file_digest
 from ..models import FeedSpec
+from ..report import counted
 from ..safe_text import one_line
 from ..schema import migrate
 from ..status import FeedStatus, StatusReport, build_status, read_status, select_feeds
@@ -145,7 +146,8 @@ def _print_table(report: StatusReport, now: datetime) -> None:
     states = ", ".join(f"{count} {name}" for name, count in totals.feeds.items())
     tasks = totals.image_tasks
     console.print(
-        f"{totals.feed_count} feeds ({states}); {totals.items} items; image tasks: "
+        f"{counted(totals.feed_count, 'feed')} ({states}); {counted(totals.items, 'item')}; "
+        "image tasks: "
         f"{tasks.get('pending', 0)} pending, {tasks.get('success', 0)} stored, "
         f"{tasks.get('failed', 0)} failed"
     )
