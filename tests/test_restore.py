@@ -290,6 +290,23 @@ def test_a_database_copy_gets_the_images_archived_since_it_was_taken_linked(
     assert drill.rows(f"SELECT status FROM image_tasks WHERE r2_key = '{key}'") == [("success",)]
 
 
+def test_spilled_html_gone_from_the_store_is_written_again_from_the_backups(
+    drill: Drill,
+) -> None:
+    """The item stayed in the database, its HTML object went (a folder deleted by hand): no
+    run put it back, though every backup since holds it."""
+    ((key,),) = drill.rows("SELECT content_key FROM items WHERE content_key IS NOT NULL")
+    stored = drill.folder / "objects" / key
+    original = stored.read_bytes()
+    stored.unlink()
+    report, _ = drill.restore()
+    assert (report.items_recovered, report.contents_rewritten) == (0, 1)
+    assert "the spilled HTML of 1 item, gone from the object store" in report.summary()
+    assert stored.read_bytes() == original
+    again, _ = drill.restore()
+    assert again.contents_rewritten == 0
+
+
 def test_restore_targets() -> None:
     specs = [FeedSpec("https://a.example/feed"), FeedSpec("https://b.example/feed")]
     known = {"https://b.example/feed": "b-id", "https://old.example/feed": "old-id"}

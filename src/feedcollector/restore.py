@@ -40,13 +40,15 @@ from .database import Database, Statement
 from .errors import TOO_LARGE, ConfigError, DatabaseError, ObjectStoreError, ParseError
 from .feeds_file import feed_url_key
 from .maintenance_leases import Lease
-from .models import FeedSpec
+from .missing_objects import missing_content
+from .models import FeedSpec, ItemRecord
 from .objectstore import ObjectStore
 from .pipeline import read_feed_body
 from .report import counted
 from .restore_images import Uncertain, relink_images, stored_with_unlinked_images
+from .safe_text import QUOTED_CHARS, one_line
 from .schedule import feed_id_for, interval_seconds_of
-from .spill import plan_batch_spill, spilled_records
+from .spill import CONTENT_TYPE, plan_batch_spill, spilled_records
 from .store_items import inserted_ids, item_statements
 from .timestamps import format_timestamp
 
@@ -72,6 +74,8 @@ class RestoreReport:
     backups_unreadable: int = 0
     items_recovered: int = 0
     images_relinked: int = 0
+    contents_rewritten: int = 0
+    """Spilled HTML objects gone from the store, written again from a backup."""
     unknown_feed_folders: int = 0
     backups_before: int = 0
     """Backups taken before ``replayed_from``, not replayed."""
@@ -86,6 +90,11 @@ class RestoreReport:
             f"{self.backups_unreadable} unreadable); {counted(self.images_relinked, 'image')} "
             f"linked to their archived objects; {counted(self.feeds_created, 'feed row')} created"
         )
+        if self.contents_rewritten:
+            text += (
+                f"; the spilled HTML of {counted(self.contents_rewritten, 'item')}, gone from "
+                "the object store, written again from the backups"
+            )
         if self.backups_before:
             text += (
                 f"; {self.backups_before} backups taken before {self.replayed_from} were not "
@@ -230,6 +239,7 @@ async def _restore_feed(
     # The backup before this one was replayed here: an item it lacked was first stored from
     # this body, so its archived images sit at this body's positions (see restore_images).
     follows_replayed = False
+    lost_html = await missing_content(db, objects, target.feed_id) if target.in_database else {}
     async for backup in feed_backups(objects, target.feed_id):
         taken, key = backup.taken, backup.key
         if since is not None and taken < since:
@@ -265,6 +275,8 @@ async def _restore_feed(
             tick()
             continue
         fresh = [record for record in records if record.guid not in replayed]
+        if lost_html:
+            report.contents_rewritten += await _write_lost_html(objects, fresh, lost_html, key)
         plan = await plan_batch_spill(db, target.feed_id, fresh)
         try:
             async with spilled_records(objects, db, target.feed_id, target.url, plan) as stored:
@@ -306,6 +318,30 @@ async def _restore_feed(
         )
         follows_replayed = True
         tick()
+
+
+async def _write_lost_html(
+    objects: ObjectStore, records: Sequence[ItemRecord], lost: dict[str, str], backup: str
+) -> int:
+    """Put the HTML of the stored items among ``records`` whose spilled object is gone
+    (``lost``: GUID -> key) under that key again, from this backup, the first replayed that
+    lists them (the item's stored version, unless the publisher edited it before then)."""
+    written = 0
+    for record in records:
+        key = lost.get(record.guid)
+        if key is None or not record.content_html:
+            continue
+        await objects.put(key, record.content_html.encode("utf-8"), CONTENT_TYPE)
+        del lost[record.guid]
+        written += 1
+        log.warning(
+            "restore: the HTML of item %r was gone from the object store; written again to %s "
+            "from %s",
+            one_line(record.title or record.guid, QUOTED_CHARS),
+            key,
+            backup,
+        )
+    return written
 
 
 async def _backup_feed_ids(objects: ObjectStore) -> set[str]:

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from ..collector import Collector
-from ..missing_images import requeue_missing_images
+from ..missing_objects import requeue_missing_images
 from ..report import counted
 from ..store_images import hasten_waiting_images, requeue_failed_images
 from .app import app, feeds_named, load_command_settings, text_argument, with_collector

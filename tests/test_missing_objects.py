@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 
 from feedcollector.images import object_key
-from feedcollector.missing_images import MissingReport, requeue_missing_images
+from feedcollector.missing_objects import MissingReport, requeue_missing_images
 from feedcollector.schedule import feed_id_for
 from feedcollector.timestamps import format_timestamp
 
