@@ -1306,6 +1306,42 @@ def test_an_unchanged_feeds_file_is_not_synced_again(
     assert p.rows(state)[0]["value"] != digest
 
 
+def test_collectors_with_different_feeds_files_on_one_database_switch_no_feed_off(
+    feed_server: FeedServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each removed the feeds only the other's file listed and put its own back: a feed was
+    switched off and on every minute and fetched at each switch (a 410 Gone one too). Feeds
+    another live collector's file lists now stay scheduled, with one WARNING."""
+    one = feed_server.route("/one", body=rss([Entry("1", guid="1")]))
+    two = feed_server.route("/two", body=rss([Entry("2", guid="2")]))
+    clock = Clock()
+    collectors = []
+    for name, feeds in (("laptop", [one, two]), ("server", [one])):
+        folder = tmp_path / name
+        folder.mkdir()
+        config = write_project(folder, feeds)
+        shared = config.read_text().replace('path = "', 'path = "../')
+        config.write_text(shared)
+        collectors.append(Project(folder, config, clock))
+    laptop, server = collectors
+    with caplog.at_level(logging.INFO, logger="feedcollector"):
+        for _ in range(3):
+            laptop.cycle()
+            server.cycle()
+            clock.advance(minutes=1)
+    with sqlite3.connect(tmp_path / "collector.db") as conn:
+        assert conn.execute("SELECT url, active FROM feeds ORDER BY url").fetchall() == [
+            (one, 1),
+            (two, 1),
+        ]
+    assert len(feed_server.hits("/two")) == 1
+    kept = [r.getMessage() for r in caplog.records if "another collector" in r.getMessage()]
+    assert kept, caplog.text
+    assert "the feeds only its file lists stay scheduled (1 now, not in " in kept[0]
+    synced = [r.getMessage() for r in caplog.records if "synced" in r.getMessage()]
+    assert not [line for line in synced if "0 removed" not in line]
+
+
 def test_fetch_concurrency_above_twenty_is_real(project: Callable[..., Project]) -> None:
     """``[fetch] concurrency`` allows 1 to 1000 workers, and each needs a connection of its
     own: a pool of 20 held the rest back (and their wait counted as connect time)."""

@@ -107,6 +107,47 @@ def test_sync_inserts_new_feeds_due_now_and_keeps_removed_ones(db: Database) -> 
     assert run(db.query("SELECT COUNT(*) AS n FROM feeds"))[0]["n"] == 2
 
 
+def test_a_shorter_interval_in_the_file_brings_the_next_fetch_forward(
+    any_db: Live[Database],
+) -> None:
+    """Only the interval changed: the next fetch stayed where the old interval put it (24h cut
+    to 15m waited up to a day). Not sooner than a Retry-After; a feed in backoff keeps it; a
+    longer interval waits for the next fetch to apply."""
+    db = any_db.backend
+    urls = [f"https://{name}.example/" for name in ("a", "b", "c", "d")]
+    any_db.run(
+        store.sync_feeds(db, [FeedSpec(url, interval=timedelta(days=1)) for url in urls], NOW)
+    )
+    fetched, tomorrow = format_timestamp(NOW), format_timestamp(NOW + timedelta(days=1))
+    any_db.run(
+        db.query("UPDATE feeds SET last_fetched_at = ?, next_fetch_at = ?", (fetched, tomorrow))
+    )
+    any_db.run(db.query("UPDATE feeds SET consecutive_failures = 2 WHERE url = ?", (urls[1],)))
+    asked = format_timestamp(NOW + timedelta(hours=2))
+    any_db.run(db.query("UPDATE feeds SET retry_after_until = ? WHERE url = ?", (asked, urls[2])))
+    shorter = [FeedSpec(url, interval=timedelta(minutes=15)) for url in urls[:3]]
+    report = any_db.run(
+        store.sync_feeds(db, [*shorter, FeedSpec(urls[3], interval=timedelta(days=2))], NOW)
+    )
+    assert report.changed == 4
+    rows = any_db.run(
+        db.query("SELECT url, interval_seconds, next_fetch_at FROM feeds ORDER BY url")
+    )
+    assert [(r["interval_seconds"], r["next_fetch_at"]) for r in rows] == [
+        (900, "2026-03-01T12:15:00Z"),
+        (900, tomorrow),
+        (900, asked),
+        (172800, tomorrow),
+    ]
+
+
+def test_feeds_another_collectors_file_lists_stay_scheduled_when_asked(db: Database) -> None:
+    run(store.sync_feeds(db, [FeedSpec("https://a.example/"), FeedSpec("https://b.example/")], NOW))
+    report = run(store.sync_feeds(db, [FeedSpec("https://a.example/")], NOW, keep_unlisted=True))
+    assert (report.removed, report.kept) == (0, 1)
+    assert sorted(f.url for f in claim(db)) == ["https://a.example/", "https://b.example/"]
+
+
 def test_a_feed_back_in_the_file_is_due_again(db: Database) -> None:
     run(store.sync_feeds(db, [FeedSpec("https://a.example/")], NOW))
     run(store.sync_feeds(db, [], NOW))

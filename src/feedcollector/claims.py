@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from . import store, store_schedule
 from .collector import Collector, owner_has_stopped
 from .config import load_feeds
+from .database import Database, Statement
 from .feeds_file import feeds_file_digest
 from .models import Feed
 from .report import CycleReport
+from .timestamps import format_timestamp, parse_timestamp
 
 log = logging.getLogger("feedcollector")
 
@@ -29,19 +32,102 @@ def feed_lease(collector: Collector) -> timedelta:
     return max(FEED_LEASE, 2 * collector.settings.fetch.deadline)
 
 
+FEEDS_FILE_DIGEST = "feeds_file_sha256"
+FEEDS_FILE_SYNCED_BY = "feeds_file_synced_by"
+"""The collector that last synced the feeds file (``collector_state`` keys)."""
+ANOTHER_FILE_WINDOW = timedelta(minutes=10)
+"""How lately another live collector must have synced a different feeds file for this one to
+leave the feeds only that file lists scheduled."""
+
+
+@dataclass(frozen=True, slots=True)
+class LastSync:
+    digest: str | None
+    owner: str | None
+    """The collector that synced it (``host:pid:nonce``)."""
+    file: str | None
+    """The feeds file it synced, as that collector's path."""
+    at: str | None
+
+
+async def last_feeds_sync(db: Database) -> LastSync:
+    """The feeds file last synced into this database, by which collector, when."""
+    rows = await db.query(
+        "SELECT key, value, updated_at FROM collector_state WHERE key IN (?, ?)",
+        (FEEDS_FILE_DIGEST, FEEDS_FILE_SYNCED_BY),
+    )
+    found = {row["key"]: row for row in rows}
+    digest, synced_by = found.get(FEEDS_FILE_DIGEST), found.get(FEEDS_FILE_SYNCED_BY)
+    owner = file = at = None
+    if synced_by is not None:
+        owner, _, file = str(synced_by["value"]).partition(" ")
+        at = str(synced_by["updated_at"])
+    return LastSync(None if digest is None else str(digest["value"]), owner, file, at)
+
+
+async def record_feeds_sync(
+    db: Database, digest: str, owner: str, file: str, now: datetime
+) -> None:
+    upsert = (
+        "INSERT INTO collector_state (key, value, updated_at) VALUES (?, ?, ?) "
+        "ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at"
+    )
+    stamp = format_timestamp(now)
+    await db.batch(
+        [
+            Statement(upsert, (FEEDS_FILE_DIGEST, digest, stamp)),
+            Statement(upsert, (FEEDS_FILE_SYNCED_BY, f"{owner} {file}", stamp)),
+        ]
+    )
+
+
+def another_feeds_file(
+    last: LastSync, digest: str | None, owner: str, file: str, now: datetime
+) -> bool:
+    """Whether another collector, still running, synced a different feeds file into this
+    database lately: two files, two truths. Each removing the feeds only the other lists made
+    them flip every minute, fetched (also a 410 Gone one) at every flip. The same file of the
+    same machine is one truth, edited since (a ``fetch`` beside ``run``)."""
+    if last.owner is None or last.at is None or last.owner == owner or last.digest == digest:
+        return False
+    if (_host(last.owner), last.file) == (_host(owner), file):
+        return False
+    if owner_has_stopped(last.owner):
+        return False
+    return now - parse_timestamp(last.at) < ANOTHER_FILE_WINDOW
+
+
+def _host(owner: str) -> str:
+    return owner.partition(":")[0]
+
+
 async def sync_feeds_file(collector: Collector, now: datetime) -> None:
     """Make the ``feeds`` table follow the feeds file; an unchanged file is not even parsed.
 
     The file's SHA-256 is kept in the database after each sync, so the usual cycle costs one
     hash and one query instead of a YAML parse and a read of every feed row (about 80-130 us
-    per feed). A file that cannot be read is left to :func:`load_feeds` to explain.
+    per feed). A file that cannot be read is left to :func:`load_feeds` to explain. While
+    another collector syncs a different file into the database (:func:`another_feeds_file`),
+    the feeds only that file lists stay scheduled, and a WARNING says so once a process.
     """
     path = collector.settings.feeds_file
     digest = feeds_file_digest(path)
-    if digest is not None and digest == await store.synced_feeds_digest(collector.db):
+    last = await last_feeds_sync(collector.db)
+    if digest is not None and digest == last.digest:
         return
     specs = load_feeds(path)
-    sync = await store.sync_feeds(collector.db, specs, now)
+    shared = another_feeds_file(last, digest, collector.owner, str(path), now)
+    sync = await store.sync_feeds(collector.db, specs, now, keep_unlisted=shared)
+    if sync.kept and not collector.warned_of_another_file:
+        collector.warned_of_another_file = True
+        log.warning(
+            "schedule: another collector (%s) syncs a different feeds file into this "
+            "database: the feeds only its file lists stay scheduled (%d now, not in %s). "
+            "Give every collector sharing a database the same feeds file",
+            last.owner,
+            sync.kept,
+            path,
+        )
     if sync.removed and not specs:  # an editor's slip as often as a wish: said louder
         log.warning(
             "schedule: the feeds file %s lists no feeds now: all %d feeds were removed from "
@@ -50,12 +136,13 @@ async def sync_feeds_file(collector: Collector, now: datetime) -> None:
             path,
             sync.removed,
         )
-    elif sync.added or sync.removed or sync.reactivated:
+    elif sync.added or sync.removed or sync.reactivated or sync.changed:
         log.info(
-            "schedule: feeds file synced: %d added, %d reactivated, "
-            "%d removed (kept, not scheduled)",
+            "schedule: feeds file synced: %d added, %d reactivated, %d changed (title or "
+            "interval), %d removed (kept, not scheduled)",
             sync.added,
             sync.reactivated,
+            sync.changed,
             sync.removed,
         )
     for old, new in sync.renamed:
@@ -63,7 +150,7 @@ async def sync_feeds_file(collector: Collector, now: datetime) -> None:
             "schedule: %s is now listed at %s, where it had moved: same feed and items", old, new
         )
     if digest is not None:
-        await store.record_feeds_digest(collector.db, digest, now)
+        await record_feeds_sync(collector.db, digest, collector.owner, str(path), now)
 
 
 async def due_pages(

@@ -82,6 +82,8 @@ class Collector:
     """The ``[schedule]`` policy, built once: every feed asks for it."""
     cleanup_not_due_before: datetime | None = field(default=None, init=False)
     """When the daily cleanup is next due, as the last claim found it (None: ask each cycle)."""
+    warned_of_another_file: bool = field(default=False, init=False)
+    """Whether the WARNING that another collector syncs a different feeds file was given."""
     claims_feeds: bool = field(default=False, init=False)
     """Whether this collector has asked for feeds (so may hold some to hand back at the end):
     a command that only reads must not wait for another process's write lock as it closes."""

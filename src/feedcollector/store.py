@@ -90,6 +90,8 @@ class SyncReport:
     removed: int
     renamed: tuple[tuple[str, str], ...] = ()
     """``(old URL, new URL)`` of moved feeds now listed at their new URL (ids carried over)."""
+    kept: int = 0
+    """Feeds the file no longer lists, left scheduled (``keep_unlisted``)."""
 
 
 _TITLES = "config_title = ?, title = COALESCE(?, channel_title, title)"
@@ -103,8 +105,22 @@ _READ_AGAIN_FOR_ITS_TITLE = (
 ``channel_title`` was): its next fetch reads a whole body again, which names it."""
 
 
-async def sync_feeds(db: Database, specs: Sequence[FeedSpec], now: datetime) -> SyncReport:
-    """Make the ``feeds`` table follow the feeds file (one batch, only when something changed)."""
+_SOONER_FOR_A_SHORTER_INTERVAL = (
+    "next_fetch_at = CASE WHEN ? IS NULL OR last_fetched_at IS NULL OR consecutive_failures > 0 "
+    "THEN next_fetch_at ELSE MIN(next_fetch_at, MAX(strftime('%Y-%m-%dT%H:%M:%SZ', "
+    "last_fetched_at, ?), COALESCE(retry_after_until, ''))) END"
+)
+"""A feed whose pinned interval was shortened is due that long after its last fetch, not when
+the old interval said (24h cut to 15m waited up to a day); never sooner than a Retry-After,
+and a feed in backoff keeps it."""
+
+
+async def sync_feeds(
+    db: Database, specs: Sequence[FeedSpec], now: datetime, *, keep_unlisted: bool = False
+) -> SyncReport:
+    """Make the ``feeds`` table follow the feeds file (one batch, only when something changed).
+    ``keep_unlisted``: feeds the file does not list stay scheduled (another collector's file
+    lists them, see :func:`.claims.sync_feeds_file`)."""
     rows = await db.query(
         "SELECT id, url, active, interval_seconds, config_title, moved_to FROM feeds"
     )
@@ -149,45 +165,35 @@ async def sync_feeds(db: Database, specs: Sequence[FeedSpec], now: datetime) -> 
     ]
     statements += [
         Statement(
-            f"UPDATE feeds SET {_TITLES}, interval_seconds = ? WHERE url = ?",
-            (s.title, s.title, interval_seconds_of(s), s.url),
+            f"UPDATE feeds SET {_TITLES}, interval_seconds = ?, "
+            f"{_SOONER_FOR_A_SHORTER_INTERVAL} WHERE url = ?",
+            (s.title, s.title, seconds, seconds, f"+{seconds} seconds", s.url),
         )
         for s in plan.changed
+        for seconds in [interval_seconds_of(s)]
     ]
     statements += [
         Statement(_READ_AGAIN_FOR_ITS_TITLE, (s.url,))
         for s in (*plan.reactivated, *plan.changed)
         if s.title is None and known[s.url].config_title is not None
     ]
-    statements += [
-        Statement("UPDATE feeds SET active = 0 WHERE id = ?", (row.id,)) for row in plan.removed
-    ]
-    await db.batch(statements)
+    if not keep_unlisted:
+        statements += [
+            Statement("UPDATE feeds SET active = 0 WHERE id = ?", (row.id,)) for row in plan.removed
+        ]
+    if statements:
+        await db.batch(statements)
     return SyncReport(
         len(plan.added),
         len(plan.reactivated),
         len(plan.changed),
-        len(plan.removed),
+        0 if keep_unlisted else len(plan.removed),
         tuple((row.url, s.url) for row, s in plan.renamed),
+        len(plan.removed) if keep_unlisted else 0,
     )
 
 
-FEEDS_FILE_DIGEST = "feeds_file_sha256"
 """``collector_state`` key: the SHA-256 of the feeds file the ``feeds`` table last followed."""
-
-
-async def synced_feeds_digest(db: Database) -> str | None:
-    """The digest of the feeds file last synced, by any collector sharing this database."""
-    rows = await db.query("SELECT value FROM collector_state WHERE key = ?", (FEEDS_FILE_DIGEST,))
-    return str(rows[0]["value"]) if rows else None
-
-
-async def record_feeds_digest(db: Database, digest: str, now: datetime) -> None:
-    await db.query(
-        "INSERT INTO collector_state (key, value, updated_at) VALUES (?, ?, ?) "
-        "ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
-        (FEEDS_FILE_DIGEST, digest, format_timestamp(now)),
-    )
 
 
 # --- claiming feeds -----------------------------------------------------------------------

@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..backends import open_database
+from ..claims import last_feeds_sync
 from ..collector import owner_has_stopped
 from ..config import Settings, load_feeds
 from ..database import Database
@@ -26,7 +27,6 @@ from ..report import counted
 from ..safe_text import one_line
 from ..schema import migrate
 from ..status import FeedStatus, StatusReport, build_status, read_status, select_feeds
-from ..store import synced_feeds_digest
 from ..timestamps import format_timestamp, parse_timestamp, utc_now
 from .app import app, load_command_settings, run_async, say_warning
 
@@ -93,7 +93,7 @@ async def _synced(db: Database, settings: Settings) -> bool:
     """Whether the feeds file is the one the ``feeds`` table last followed: then it holds no
     new feed, and its titles are in the table, so it need not be parsed (4 s for 30k feeds)."""
     digest = feeds_file_digest(settings.feeds_file)
-    return digest is not None and digest == await synced_feeds_digest(db)
+    return digest is not None and digest == (await last_feeds_sync(db)).digest
 
 
 def _feeds_file(settings: Settings) -> list[FeedSpec] | None:
