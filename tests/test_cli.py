@@ -466,9 +466,18 @@ def test_with_json_logs_the_commands_errors_and_warnings_are_json_lines(tmp_path
         assert [(line["level"], words in line["message"]) for line in lines] == [(level, True)]
 
 
+def _hangup_as_a_terminal_leaves_it() -> None:
+    """A child of a shell started without ``nohup``: SIGHUP does what it does by default (the
+    test runner itself may have been started to ignore it)."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGHUP])
 def test_run_stops_cleanly_on_sigterm_after_in_flight_feeds(
-    feed_server: FeedServer, tmp_path: Path
+    feed_server: FeedServer, tmp_path: Path, stop: signal.Signals
 ) -> None:
+    """SIGHUP (a closed terminal, an ssh session gone) killed the process mid-fetch, its
+    feeds then skipped by the next run until their lease ran out: it stops like SIGTERM."""
     slow = feed_server.route("/slow", Route(body=rss([Entry("slow", guid="s")]), delay_s=1.5))
     config = write_project(tmp_path, [slow])
     process = subprocess.Popen(
@@ -476,15 +485,16 @@ def test_run_stops_cleanly_on_sigterm_after_in_flight_feeds(
         cwd=tmp_path,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_hangup_as_a_terminal_leaves_it,
     )
     try:
         deadline = time.monotonic() + 60
         while not feed_server.hits("/slow") and time.monotonic() < deadline:
             time.sleep(0.05)
         assert feed_server.hits("/slow"), "the scheduler never fetched the feed"
-        process.send_signal(signal.SIGTERM)
+        process.send_signal(stop)
         time.sleep(0.2)
-        process.send_signal(signal.SIGTERM)  # a service manager asking again: still clean
+        process.send_signal(stop)  # a service manager asking again: still clean
         _, stderr = process.communicate(timeout=60)
     finally:
         process.kill()

@@ -868,6 +868,16 @@ def feed_hits(feed_server: FeedServer) -> int:
     return sum(len(feed_server.hits(f"/f{n}")) for n in range(10))
 
 
+def test_a_cycle_that_could_claim_no_feed_says_storage_failed() -> None:
+    """A database locked past its timeout read "0 feeds (... 0 aborted by storage errors)",
+    as if nothing had been due."""
+    report = CycleReport(started=START)
+    report.storage_failing = "database: locked"
+    assert "cycle" not in report.summary()
+    assert report.summary().startswith("0 feeds (0 updated")
+    assert "), no feed claimed (storage failing, see above), 0 new items" in report.summary()
+
+
 @pytest.mark.parametrize("concurrency", [1, 4])
 def test_storage_failing_stops_the_cycle_after_a_few_aborts_and_leaves_the_rest_untouched(
     feed_server: FeedServer,

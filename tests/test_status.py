@@ -5,12 +5,14 @@ table and its documented ``--json``."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import io
 import json
 import socket
 import sqlite3
 import subprocess
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -566,3 +568,22 @@ def test_status_does_not_parse_the_feeds_file_the_table_follows(
     states = {f["url"]: f["state"] for f in json.loads(result.stdout)["feeds"]}
     assert states == {"https://a.example/feed": "active", "https://b.example/feed": "new"}
     assert parsed == [settings.feeds_file]
+
+
+def test_a_moved_feed_that_fails_shows_its_error_beside_the_hint() -> None:
+    """Only the hint to put the new URL in the feeds file was shown, also when the new
+    address itself failed (404): the error said why nothing came any more."""
+    moved = FeedStatus(
+        "http://a.example/old.xml",
+        "failing",
+        consecutive_failures=2,
+        last_error="fetch: HTTP 404 Not Found from http://a.example/new.xml",
+        moved_to="http://a.example/new.xml",
+    )
+    now = datetime(2026, 3, 2, tzinfo=UTC)
+    assert cli_status._hint(moved, now) == (
+        "moved to http://a.example/new.xml: put that URL in the feeds file; "
+        "fetch: HTTP 404 Not Found from http://a.example/new.xml"
+    )
+    quiet = dataclasses.replace(moved, state="active", consecutive_failures=0)
+    assert cli_status._hint(quiet, now).endswith("put that URL in the feeds file")

@@ -76,7 +76,8 @@ async def defer(
     outcome.state = "deferred"
     outcome.next_fetch_at = until
     outcome.error = why or (
-        f"not requested: the server asked (Retry-After) to wait until {format_timestamp(until)}"
+        f"not requested: the server asked to wait until {format_timestamp(until)} (a "
+        "Retry-After, or a 429 Too Many Requests from its host: then a minute at least)"
     )
     await store_schedule.defer_feed(
         collector.db, outcome.feed.id, until=until, owner=collector.owner

@@ -127,7 +127,8 @@ class FeedOutcome:
         else:
             what = f"{self.state}: {self.error}"
         if self.recovered:
-            what += f", answering again after {self.feed.consecutive_failures} failures in a row"
+            failures = counted(self.feed.consecutive_failures, "failure")
+            what += f", answering again after {failures} in a row"
         size = f"{self.bytes / 1024:.1f} KiB" if self.bytes else "0 KiB"
         return f"feed {self.feed.url}: {status}, {what}, {size}, {self.elapsed_s:.2f} s"
 
@@ -255,6 +256,8 @@ class CycleReport:
         left = ""
         if self.left:
             left = f", {counted(self.left, 'feed')} left for the next cycle (storage failing)"
+        elif self.storage_failing is not None and not self.feeds:
+            left = ", no feed claimed (storage failing, see above)"
         return (
             f"{counted(self.feeds, 'feed')} ({self.stored} updated, {self.not_modified} not "
             f"modified{same}, {self.failed} failed, {self.aborted} aborted by storage "

@@ -305,8 +305,19 @@ def _until(moment: datetime, now: datetime) -> timedelta:
     return max(moment - now, timedelta(0))
 
 
+def _stop_signals() -> list[int]:
+    """SIGINT, SIGTERM, and SIGHUP (a closed terminal, an ssh session gone: it killed the
+    process mid-fetch, its feeds then skipped by the next one until their lease ran out),
+    unless the process was started to ignore it (``nohup``)."""
+    signals: list[int] = [signal.SIGINT, signal.SIGTERM]
+    hangup = getattr(signal, "SIGHUP", None)
+    if hangup is not None and signal.getsignal(hangup) is signal.SIG_DFL:
+        signals.append(hangup)
+    return signals
+
+
 def _stop_on_signals(stop: StopRequest) -> Callable[[], None]:
-    """First SIGINT/SIGTERM: finish in-flight work (the feeds, or while starting the step at
+    """First SIGINT/SIGTERM/SIGHUP: finish in-flight work (the feeds, or while starting the step at
     hand), waiting for the database ``STOP_PATIENCE`` at most in all (a hung D1 Worker held
     each request of the stop for the whole ``[database] timeout``, one after another); second
     SIGINT: exit now, without waiting for the database at all (handing back the leases was
@@ -328,7 +339,7 @@ def _stop_on_signals(stop: StopRequest) -> Callable[[], None]:
         log.info("run: stopping after %s (Ctrl-C again to exit at once)", waits_for)
 
     handled = []
-    for signum in (signal.SIGINT, signal.SIGTERM):
+    for signum in _stop_signals():
         try:
             loop.add_signal_handler(signum, request_stop, signum)
         except (NotImplementedError, RuntimeError):

@@ -245,13 +245,14 @@ def _fitted(cell: str, width: int, *, right: bool) -> str:
 
 
 def _hint(feed: FeedStatus, now: datetime) -> str:
+    error = " ".join((feed.last_error or "").split())
     if feed.moved_to:
-        return f"moved to {feed.moved_to}: put that URL in the feeds file"
+        moved = f"moved to {feed.moved_to}: put that URL in the feeds file"
+        return f"{moved}; {error}" if error and feed.state == "failing" else moved
     if feed.state == "gone":
         return "gone for good: remove it from the feeds file"
     if feed.state == "new":
         return "registered by the next cycle"
-    error = " ".join((feed.last_error or "").split())
     if feed.held_by is not None and owner_has_stopped(feed.held_by):
         held = (
             f"skipped until {relative(feed.held_until, now)}: held by a stopped collector of "
