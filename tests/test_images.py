@@ -1095,15 +1095,20 @@ def test_a_429_rests_the_whole_image_host_for_the_cycle_and_charges_one_image(
     feed_server: FeedServer, tmp_path: Path
 ) -> None:
     """A rate-limited host was asked for every image of the page, each 429 charging its
-    image an attempt: the host's other images now wait for the next cycle, uncharged."""
+    image an attempt: the host's other images now wait, uncharged, ten minutes (no
+    Retry-After says how long)."""
     images = {"a": refusing(429), "b": send_png, "c": send_png}
     stage = Stage(tmp_path, image_feed(feed_server, images))
     stage.cycle()
     assert [len(feed_server.hits(f"/{name}.png")) for name in images] == [1, 0, 0]
     (charged, *rested) = retry_states(stage)
     assert charged[:2] == ("pending", 1)
-    assert rested == [("pending", 0, ""), ("pending", 0, "")]
+    until = format_timestamp(stage.clock.now + image_stage.HOST_REST)
+    assert rested == [("pending", 0, until), ("pending", 0, until)]
     stage.clock.advance(minutes=1)
+    stage.cycle()
+    assert [len(feed_server.hits(f"/{name}.png")) for name in images] == [1, 0, 0]
+    stage.clock.advance(minutes=9)
     stage.cycle()
     assert [status for status, _, _ in retry_states(stage)] == ["pending", "success", "success"]
 
