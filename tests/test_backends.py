@@ -431,6 +431,28 @@ def test_s3_delete_many_sends_one_delete_objects_per_1000_keys(s3_server: S3Buck
 
 
 @pytest.mark.cloud
+def test_s3_listing_a_key_starts_at_it_not_at_its_folders_start(s3_server: S3Bucket) -> None:
+    """Whether a spilled item's HTML exists was asked by listing its whole folder from the
+    start: slower as a feed's folder grew, a paid list request per 1,000 keys on R2 (a
+    9,000-item feed: 21 min on the cloud shape against 16 s locally)."""
+    keys = [f"content/f/{n:04d}.html" for n in range(1200)]
+    with live("s3", s3_server.store) as store:
+        for key in keys:
+            store.run(store.backend.put(key, b"<p>x</p>"))
+        before = len(s3_server.server.requests)
+        assert store.run(collect(store.backend.list("content/f/1150.html"))) == [keys[1150]]
+        assert store.run(collect(store.backend.list("content/f/115"))) == keys[1150:1160]
+        assert store.run(collect(store.backend.list("content/f/"))) == keys
+    lists = [r for r in s3_server.server.requests[before:] if r.method == "GET"]
+    assert [r.query.get("start-after") for r in lists] == [
+        ["content/f/1150.htm"],
+        ["content/f/11"],
+        None,
+        None,
+    ]
+
+
+@pytest.mark.cloud
 def test_s3_public_url_and_content_type(s3_server: S3Bucket) -> None:
     with live("s3", lambda: s3_server.store(public_base_url="https://img.example.com/")) as store:
         assert (

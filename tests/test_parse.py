@@ -17,8 +17,10 @@ from hypothesis import strategies as st
 from feedcollector.errors import LenientParseNeeded, ParseError
 from feedcollector.html import absolutize, resolve_url
 from feedcollector.models import ParsedFeed, ParsedItem
+from feedcollector.normalize import item_records
 from feedcollector.parse import FEED_SIGNS, LENIENT_PARSE_LIMIT, parse_feed
-from feedcollector.parse_fallback import item_pieces, whole_items
+from feedcollector.parse_common import MAX_FIELD_CHARS
+from feedcollector.parse_fallback import item_pieces, parse_with_feedparser, whole_items
 from feedcollector.text_repair import readable
 from feedcollector.timestamps import format_timestamp
 
@@ -213,6 +215,31 @@ def test_guid_chain_rss() -> None:
     assert item.guid == md5("Hello" + raw)
     item = only_item(rss("<item><title>No date</title></item>"))
     assert item.guid == md5("No date")
+
+
+def test_megabytes_long_titles_guids_and_links_are_bounded_alike_on_every_path() -> None:
+    """D1 refuses a value of about 2 MB, and a feed's items go in one batch: one such title
+    failed the whole feed on the cloud shape (SQLite stored it). Every shape now stores the
+    same bounded values; the backup keeps the whole text."""
+    huge = "x" * 2_500_000
+    long_link = "http://site.example/" + "p" * MAX_FIELD_CHARS
+    body = rss(
+        f"<item><title>{huge}</title><guid>{huge}</guid><link>{long_link}</link>"
+        f'<description>&lt;img src="http://img.example/{huge}.png"&gt;'
+        '&lt;img src="http://img.example/ok.png"&gt;</description></item>'
+        "<item><title>next</title><link>http://site.example/next</link></item>"
+    )
+    for parsed in (parse_feed(body, BASE_URL), parse_with_feedparser(body, BASE_URL)):
+        first, second = parsed.items
+        assert first.guid == "sha256:" + hashlib.sha256(huge.encode()).hexdigest()
+        assert first.title == "x" * (MAX_FIELD_CHARS - 1) + "…"
+        assert first.link is None
+        assert second.guid == "http://site.example/next"
+        (record,), _ = item_records([first], datetime(2026, 3, 2, tzinfo=UTC))
+        assert record.image_urls == ("http://img.example/ok.png",)
+    (no_guid,) = parse_feed(rss(f"<item><link>{long_link}</link></item>"), BASE_URL).items
+    assert no_guid.guid == "sha256:" + hashlib.sha256(long_link.encode()).hexdigest()
+    assert no_guid.link is None
 
 
 def test_md5_fallback_uses_the_raw_date_text_even_when_unreadable() -> None:

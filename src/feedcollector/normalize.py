@@ -20,6 +20,7 @@ from typing import TypeGuard
 
 from .html_images import image_sources, image_sources_of_items
 from .models import ItemRecord, ParsedItem
+from .parse_common import MAX_FIELD_CHARS
 from .timestamps import format_timestamp
 
 DOWNLOADABLE_SCHEMES = ("http://", "https://")
@@ -101,5 +102,9 @@ def _may_hold_images(content_html: str | None) -> TypeGuard[str]:
 
 
 def _downloadable(sources: list[str]) -> tuple[str, ...]:
-    downloadable = (url for url in sources if url.lower().startswith(DOWNLOADABLE_SCHEMES))
+    downloadable = (
+        url
+        for url in sources
+        if url.lower().startswith(DOWNLOADABLE_SCHEMES) and len(url) <= MAX_FIELD_CHARS
+    )
     return tuple(itertools.islice(downloadable, MAX_IMAGES_PER_ITEM))

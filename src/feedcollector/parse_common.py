@@ -127,8 +127,29 @@ def finish_values(
         html = html_base = None
     if guid is None:
         guid = link or fallback_guid(title, raw_pub_date, html)
+    if len(guid) > MAX_FIELD_CHARS or (title and len(title) > MAX_FIELD_CHARS):
+        guid, title = bounded(guid, title)
+    if link is not None and len(link) > MAX_FIELD_CHARS:
+        link = None
     content_html = None if html is None else absolutize(html, html_base or base)
     return ParsedItem(guid, link, title, content_html, pub_date, raw_pub_date)  # positional: faster
+
+
+MAX_FIELD_CHARS = 16_384
+"""The longest GUID, title, link or image URL stored. D1 refuses a value of about 2 MB and
+a feed's items travel in one batch, so one item with a megabytes-long title failed its whole
+feed on the cloud shape (stored on SQLite): every shape now stores the same bounded values.
+The raw XML backup keeps the whole text."""
+
+
+def bounded(guid: str, title: str | None) -> tuple[str, str | None]:
+    """A GUID too long to store becomes ``sha256:`` and its digest (unique all the same); a
+    title is cut, with an ellipsis."""
+    if len(guid) > MAX_FIELD_CHARS:
+        guid = "sha256:" + hashlib.sha256(guid.encode("utf-8", "surrogatepass")).hexdigest()
+    if title is not None and len(title) > MAX_FIELD_CHARS:
+        title = title[: MAX_FIELD_CHARS - 1] + "…"
+    return guid, title
 
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")

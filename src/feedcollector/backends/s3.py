@@ -9,6 +9,7 @@ whole or not at all.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, timedelta
 from typing import TYPE_CHECKING
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from obstore.store import ClientConfig, RetryConfig
 
 _OBSTORE_ERRORS = (BaseError, FileNotFoundError, ValueError)
+CLOSE_GRACE_S = 0.1
 """obstore raises its own classes plus builtin FileNotFoundError (404) and ValueError (bad path)."""
 
 
@@ -115,8 +117,11 @@ class S3ObjectStore:
         # so list the enclosing folder, filter, and stop once past the prefix (S3 and R2 list
         # in UTF-8 byte order, which is Python's string order).
         folder = prefix.rpartition("/")[0] or None
+        name = prefix[len(folder) + 1 :] if folder else prefix
+        # S3 starts after the offset: a key's existence is one request, not the whole folder
+        offset = prefix[:-1] if len(name) > 1 else None
         try:
-            async for batch in obstore.list(self._store, folder, chunk_size=1000):
+            async for batch in obstore.list(self._store, folder, offset=offset, chunk_size=1000):
                 for meta in batch:
                     key = meta["path"]
                     if key.startswith(prefix):
@@ -141,7 +146,11 @@ class S3ObjectStore:
         return public_url_under(self.public_base_url, key)
 
     async def close(self) -> None:
-        return None
+        """Give obstore's runtime threads a moment to hand their last answers to this event
+        loop: one still calling into Python as the interpreter exits aborts the process
+        (SIGABRT after the output was printed: 7 of 50 dry-run orphan sweeps, none of 60
+        with this wait)."""
+        await asyncio.sleep(CLOSE_GRACE_S)
 
     def _error(self, action: str, what: str, exc: BaseException) -> ObjectStoreError:
         detail = " ".join(str(exc).split("Debug source:")[0].split())
