@@ -35,6 +35,7 @@ from feedcollector.collector import open_collector
 from feedcollector.config import Settings, load_settings
 from feedcollector.errors import DatabaseError
 from feedcollector.models import FeedSpec, ItemRecord
+from feedcollector.parse_common import MAX_FIELD_CHARS
 from feedcollector.pipeline import run_cycle
 from feedcollector.report import CycleReport
 from feedcollector.schedule import feed_id_for
@@ -881,16 +882,21 @@ def assert_refused_then_backed_off(s: Shape, feed_server: FeedServer, url: str, 
 
 
 @pytest.mark.cloud
-def test_a_row_too_big_for_d1_backs_off_the_feed_instead_of_retrying_every_cycle(
+def test_a_title_over_d1s_value_limit_is_stored_cut_with_the_feeds_other_items(
     feed_server: FeedServer, cloud_shape: Callable[..., Shape]
 ) -> None:
-    """A title over D1's row limit fails the feed's batch with SQLITE_TOOBIG whatever the
-    retry: it was taken for an outage (aborted, nothing counted), so the feed was fetched
-    and refused again on every cycle, forever."""
+    """A title over D1's value limit failed the feed's whole batch with SQLITE_TOOBIG on
+    every fetch (SQLite stored it): values are bounded on every shape now, and the feed's
+    items are stored, the spilled one too."""
     spilled = Entry("spilled", guid="b", content="<p>" + "x" * INLINE_CONTENT_LIMIT + "</p>")
     body = rss([Entry("small", guid="a"), spilled, Entry("T" * 3_000_000, guid="huge")])
     url = feed_server.route("/feed", body=body)
-    assert_refused_then_backed_off(cloud_shape([url]), feed_server, url, "SQLITE_TOOBIG")
+    s = cloud_shape([url])
+    report = s.cycle()
+    assert (report.stored, report.failed, report.new_items) == (1, 0, 3)
+    (title,) = s.rows("SELECT title FROM items WHERE guid = 'huge'")
+    assert title["title"] == "T" * (MAX_FIELD_CHARS - 1) + "…"
+    assert len(s.keys("content/")) == 1
 
 
 @pytest.mark.cloud

@@ -148,6 +148,19 @@ def test_feeds_another_collectors_file_lists_stay_scheduled_when_asked(db: Datab
     assert sorted(f.url for f in claim(db)) == ["https://a.example/", "https://b.example/"]
 
 
+def test_a_collector_takes_again_a_feed_its_own_lease_holds(db: Database) -> None:
+    """Its release did not reach the database (the Worker restarting): the feed was skipped
+    for the whole lease by the very collector that held it; another still waits."""
+    run(store.sync_feeds(db, [FeedSpec("https://a.example/")], NOW))
+    assert [f.url for f in claim(db, owner="a")] == ["https://a.example/"]
+    assert claim(db, owner="b") == []
+    assert [f.url for f in claim(db, owner="a")] == ["https://a.example/"]
+    (feed,) = run(db.query("SELECT id FROM feeds"))
+    forced = run(store.claim_feeds_by_id(db, [feed["id"]], now=NOW, owner="a", lease=LEASE))
+    assert [f.url for f in forced] == ["https://a.example/"]
+    assert run(store.claim_feeds_by_id(db, [feed["id"]], now=NOW, owner="b", lease=LEASE)) == []
+
+
 def test_a_feed_back_in_the_file_is_due_again(db: Database) -> None:
     run(store.sync_feeds(db, [FeedSpec("https://a.example/")], NOW))
     run(store.sync_feeds(db, [], NOW))

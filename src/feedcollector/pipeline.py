@@ -211,8 +211,8 @@ async def refresh_feed(
         if isinstance(exc, DatabaseError) and exc.kind == TOO_LARGE:
             return await outcomes.refused_as_too_large(collector, outcome, exc, began)
         log.error(
-            "%s; work on feed %s aborted for this cycle (last_fetched_at untouched, "
-            "the next cycle retries)",
+            "%s; work on feed %s aborted for this cycle (last_fetched_at untouched; the next "
+            "cycle that finds it due retries it)",
             exc,
             feed.url,
         )

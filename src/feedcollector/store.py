@@ -219,6 +219,10 @@ async def claim_due_feeds(
 ) -> list[Feed]:
     """Lease up to ``limit`` active feeds due by ``due_by``, in due order, past ``after``.
 
+    A feed this collector holds already is its own to take again: its work was aborted and
+    the release did not reach the database (a Worker restarting), and it waited out the
+    whole lease, 15 minutes, skipped by the very process that held it.
+
     A feed that answered 410 Gone (``gone_at``) is not scheduled any more. The cursor is a
     row value, which SQLite reads as one range of ``feeds_due (active, next_fetch_at, id)``:
     every feed registered by one sync is due at the same second, and a page found its start
@@ -226,7 +230,7 @@ async def claim_due_feeds(
     rows = await db.query(
         "UPDATE feeds SET lease_owner = ?, lease_until = ? WHERE id IN ("
         " SELECT id FROM feeds WHERE active = 1 AND gone_at IS NULL AND next_fetch_at <= ?"
-        " AND (lease_until IS NULL OR lease_until <= ?)"
+        " AND (lease_until IS NULL OR lease_until <= ? OR lease_owner = ?)"
         " AND (next_fetch_at, id) > (?, ?)"
         " ORDER BY next_fetch_at, id LIMIT ?)"
         f" RETURNING {_FEED_COLUMNS}",
@@ -235,6 +239,7 @@ async def claim_due_feeds(
             format_timestamp(now + lease),
             format_timestamp(due_by),
             format_timestamp(now),
+            owner,
             after.next_fetch_at,
             after.id,
             limit,
@@ -272,9 +277,9 @@ async def claim_feeds_by_id(
         rows += await db.query(
             "UPDATE feeds SET lease_owner = ?, lease_until = ? "
             f"WHERE id IN ({placeholders(len(chunk))}) "
-            "AND (lease_until IS NULL OR lease_until <= ?) "
+            "AND (lease_until IS NULL OR lease_until <= ? OR lease_owner = ?) "
             f"RETURNING {_FEED_COLUMNS}",
-            (owner, format_timestamp(now + lease), *chunk, format_timestamp(now)),
+            (owner, format_timestamp(now + lease), *chunk, format_timestamp(now), owner),
         )
     return sorted((_feed(row) for row in rows), key=lambda f: f.url)
 
