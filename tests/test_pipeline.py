@@ -1349,9 +1349,20 @@ def test_collectors_with_different_feeds_files_on_one_database_switch_no_feed_of
     assert len(feed_server.hits("/two")) == 1
     kept = [r.getMessage() for r in caplog.records if "another collector" in r.getMessage()]
     assert kept, caplog.text
-    assert "the feeds only its file lists stay scheduled (1 now, not in " in kept[0]
+    assert "does not list stay scheduled (1) until no other file is in the way" in kept[0]
     synced = [r.getMessage() for r in caplog.records if "synced" in r.getMessage()]
     assert not [line for line in synced if "0 removed" not in line]
+
+    (tmp_path / "laptop" / "feeds.yaml").write_bytes(
+        (tmp_path / "server" / "feeds.yaml").read_bytes()
+    )
+    laptop.cycle()  # both files alike now: the feed neither lists leaves the schedule
+    server.cycle()
+    with sqlite3.connect(tmp_path / "collector.db") as conn:
+        assert conn.execute("SELECT url, active FROM feeds ORDER BY url").fetchall() == [
+            (one, 1),
+            (two, 0),
+        ]
 
 
 def test_fetch_concurrency_above_twenty_is_real(project: Callable[..., Project]) -> None:

@@ -376,6 +376,19 @@ def test_signals_off_the_main_thread_keep_pythons_handling(
     assert [message.split()[1] for message in kept] == expected
 
 
+def test_sighup_stops_run_unless_the_process_was_started_to_ignore_it() -> None:
+    """``nohup`` sets SIGHUP to be ignored, so a closed terminal does not stop the process:
+    a handler would undo that. Otherwise SIGHUP stops it like SIGTERM."""
+    before = signal.getsignal(signal.SIGHUP)
+    try:
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        assert service._stop_signals() == [signal.SIGINT, signal.SIGTERM, signal.SIGHUP]
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        assert service._stop_signals() == [signal.SIGINT, signal.SIGTERM]
+    finally:
+        signal.signal(signal.SIGHUP, before)
+
+
 # --- the daily cleanup's failures: what the log says, what its lease is left as -------------------
 
 T = TypeVar("T")

@@ -111,25 +111,31 @@ def test_a_shorter_interval_in_the_file_brings_the_next_fetch_forward(
     any_db: Live[Database],
 ) -> None:
     """Only the interval changed: the next fetch stayed where the old interval put it (24h cut
-    to 15m waited up to a day). Not sooner than a Retry-After; a feed in backoff keeps it; a
-    longer interval waits for the next fetch to apply."""
+    to 15m waited up to a day). Not sooner than a Retry-After or the feed's own ``<ttl>``; a
+    feed in backoff keeps it; a longer interval, or a title changed alone, leaves it be."""
     db = any_db.backend
-    urls = [f"https://{name}.example/" for name in ("a", "b", "c", "d")]
-    any_db.run(
-        store.sync_feeds(db, [FeedSpec(url, interval=timedelta(days=1)) for url in urls], NOW)
-    )
-    fetched, tomorrow = format_timestamp(NOW), format_timestamp(NOW + timedelta(days=1))
+    urls = [f"https://{name}.example/" for name in "abcdef"]
+    day = timedelta(days=1)
+    any_db.run(store.sync_feeds(db, [FeedSpec(url, interval=day) for url in urls], NOW))
+    fetched, tomorrow = format_timestamp(NOW), format_timestamp(NOW + day)
     any_db.run(
         db.query("UPDATE feeds SET last_fetched_at = ?, next_fetch_at = ?", (fetched, tomorrow))
     )
     any_db.run(db.query("UPDATE feeds SET consecutive_failures = 2 WHERE url = ?", (urls[1],)))
     asked = format_timestamp(NOW + timedelta(hours=2))
     any_db.run(db.query("UPDATE feeds SET retry_after_until = ? WHERE url = ?", (asked, urls[2])))
-    shorter = [FeedSpec(url, interval=timedelta(minutes=15)) for url in urls[:3]]
-    report = any_db.run(
-        store.sync_feeds(db, [*shorter, FeedSpec(urls[3], interval=timedelta(days=2))], NOW)
-    )
-    assert report.changed == 4
+    any_db.run(db.query("UPDATE feeds SET feed_ttl_seconds = 21600 WHERE url = ?", (urls[5],)))
+    shorter = timedelta(minutes=15)
+    specs = [
+        FeedSpec(urls[0], interval=shorter),
+        FeedSpec(urls[1], interval=shorter),
+        FeedSpec(urls[2], interval=shorter),
+        FeedSpec(urls[3], interval=timedelta(days=2)),
+        FeedSpec(urls[4], interval=day, title="renamed"),
+        FeedSpec(urls[5], interval=shorter),
+    ]
+    report = any_db.run(store.sync_feeds(db, specs, NOW))
+    assert report.changed == 6
     rows = any_db.run(
         db.query("SELECT url, interval_seconds, next_fetch_at FROM feeds ORDER BY url")
     )
@@ -138,6 +144,8 @@ def test_a_shorter_interval_in_the_file_brings_the_next_fetch_forward(
         (900, tomorrow),
         (900, asked),
         (172800, tomorrow),
+        (86400, tomorrow),
+        (900, "2026-03-01T18:00:00Z"),
     ]
 
 

@@ -35,6 +35,10 @@ def feed_lease(collector: Collector) -> timedelta:
 FEEDS_FILE_DIGEST = "feeds_file_sha256"
 FEEDS_FILE_SYNCED_BY = "feeds_file_synced_by"
 """The collector that last synced the feeds file (``collector_state`` keys)."""
+PARTLY = "partly:"
+"""Before a digest whose file was synced without taking feeds off (another collector's file
+lists feeds this one does not): the next collector with that file syncs it again, whole once
+no other file is in the way."""
 ANOTHER_FILE_WINDOW = timedelta(minutes=10)
 """How lately another live collector must have synced a different feeds file for this one to
 leave the feeds only that file lists scheduled."""
@@ -88,7 +92,9 @@ def another_feeds_file(
     database lately: two files, two truths. Each removing the feeds only the other lists made
     them flip every minute, fetched (also a 410 Gone one) at every flip. The same file of the
     same machine is one truth, edited since (a ``fetch`` beside ``run``)."""
-    if last.owner is None or last.at is None or last.owner == owner or last.digest == digest:
+    if last.owner is None or last.at is None or last.owner == owner:
+        return False
+    if last.digest is not None and last.digest.removeprefix(PARTLY) == digest:
         return False
     if (_host(last.owner), last.file) == (_host(owner), file):
         return False
@@ -122,11 +128,11 @@ async def sync_feeds_file(collector: Collector, now: datetime) -> None:
         collector.warned_of_another_file = True
         log.warning(
             "schedule: another collector (%s) syncs a different feeds file into this "
-            "database: the feeds only its file lists stay scheduled (%d now, not in %s). "
-            "Give every collector sharing a database the same feeds file",
+            "database: feeds %s does not list stay scheduled (%d) until no other file is in "
+            "the way. Give every collector sharing a database the same feeds file",
             last.owner,
-            sync.kept,
             path,
+            sync.kept,
         )
     if sync.removed and not specs:  # an editor's slip as often as a wish: said louder
         log.warning(
@@ -150,7 +156,8 @@ async def sync_feeds_file(collector: Collector, now: datetime) -> None:
             "schedule: %s is now listed at %s, where it had moved: same feed and items", old, new
         )
     if digest is not None:
-        await record_feeds_sync(collector.db, digest, collector.owner, str(path), now)
+        synced = PARTLY + digest if sync.kept else digest
+        await record_feeds_sync(collector.db, synced, collector.owner, str(path), now)
 
 
 async def due_pages(

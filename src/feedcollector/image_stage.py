@@ -368,9 +368,10 @@ async def _attempt(
     reserved: dict[str, str],
     unreachable: Unreachable,
 ) -> Outcome:
-    """The task's result; a StorageError to stop the stage; None if not tried (shutdown, or
-    its host unreachable or rate-limited this cycle): handed back uncharged; a moment if not
-    tried because its host asked to wait until then (429 with Retry-After)."""
+    """The task's result; a StorageError to stop the stage; None if not tried because of a
+    stop: handed back uncharged, due at once; a moment if not tried because its host took
+    no connection or answered 429 this cycle: handed back uncharged until then (its
+    Retry-After, else :data:`HOST_REST`)."""
     async with limit:
         if collector.stopping.is_set():
             return None

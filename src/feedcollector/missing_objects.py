@@ -42,7 +42,7 @@ _STORED_KEYS = (
 )
 _SPILLED = (
     "SELECT content_key AS k, guid FROM items WHERE content_key IS NOT NULL AND content_key > ? "
-    "AND content_key < ? ORDER BY content_key LIMIT ?"
+    "AND content_key < ? AND created_at < ? ORDER BY content_key LIMIT ?"
 )
 _REQUEUE = (
     "UPDATE image_tasks SET status = 'pending', attempts = 0, retry_at = '', r2_key = NULL, "
@@ -100,9 +100,14 @@ async def _check(
             report.requeued += await _requeue(db, keys, began)
 
 
-async def missing_content(db: Database, objects: ObjectStore, feed_id: str) -> dict[str, str]:
-    """The feed's items whose spilled HTML the store does not hold: GUID -> ``content_key``."""
-    pages = _missing_pages(db, objects, f"{CONTENT_PREFIX}{feed_id}/", _SPILLED, (), PAGE)
+async def missing_content(
+    db: Database, objects: ObjectStore, feed_id: str, *, stored_before: datetime
+) -> dict[str, str]:
+    """The feed's items stored before ``stored_before`` (the present) whose spilled HTML the
+    store does not hold: GUID -> ``content_key``. A younger item's object was put just before
+    its row, maybe after the listing had passed its key."""
+    stamp = format_timestamp(stored_before)
+    pages = _missing_pages(db, objects, f"{CONTENT_PREFIX}{feed_id}/", _SPILLED, (stamp,), PAGE)
     return {row["guid"]: row["k"] async for _, missing in pages for row in missing}
 
 

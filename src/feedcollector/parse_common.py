@@ -135,11 +135,12 @@ def finish_values(
     return ParsedItem(guid, link, title, content_html, pub_date, raw_pub_date)  # positional: faster
 
 
-MAX_FIELD_CHARS = 16_384
-"""The longest GUID, title, link or image URL stored. D1 refuses a value of about 2 MB and
-a feed's items travel in one batch, so one item with a megabytes-long title failed its whole
-feed on the cloud shape (stored on SQLite): every shape now stores the same bounded values.
-The raw XML backup keeps the whole text."""
+MAX_FIELD_CHARS = 250_000
+"""The longest GUID, title, link or image URL stored (1 MB of UTF-8 at most). D1 refuses a
+value of about 2 MB and a feed's items travel in one batch, so one item with a megabytes-long
+title failed its whole feed on the cloud shape (stored on SQLite): every shape now stores the
+same bounded values. The raw XML backup keeps the whole text. Far above any real value, so a
+GUID stored whole before keeps its identity."""
 
 
 def bounded(guid: str, title: str | None) -> tuple[str, str | None]:
@@ -147,9 +148,14 @@ def bounded(guid: str, title: str | None) -> tuple[str, str | None]:
     title is cut, with an ellipsis."""
     if len(guid) > MAX_FIELD_CHARS:
         guid = "sha256:" + hashlib.sha256(guid.encode("utf-8", "surrogatepass")).hexdigest()
+    return guid, cut_title(title)
+
+
+def cut_title(title: str | None) -> str | None:
+    """A title within :data:`MAX_FIELD_CHARS`, cut with an ellipsis when longer."""
     if title is not None and len(title) > MAX_FIELD_CHARS:
-        title = title[: MAX_FIELD_CHARS - 1] + "…"
-    return guid, title
+        return title[: MAX_FIELD_CHARS - 1] + "…"
+    return title
 
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
@@ -274,7 +280,7 @@ def channel_title(text: str | None) -> str | None:
     """The feed's own title, stripped and repaired as an item's is
     (:func:`.text_repair.readable`), on every path alike."""
     stripped = text.strip() if text else None
-    return readable(stripped) if stripped else None
+    return cut_title(readable(stripped)) if stripped else None
 
 
 def _blank_to_none(text: str | None) -> str | None:

@@ -14,7 +14,7 @@ from html import escape
 
 from .errors import ParseError
 from .models import ParsedFeed, ParsedItem
-from .parse_common import RawEntry, feed_base, finish_item, newest_end
+from .parse_common import RawEntry, cut_title, feed_base, finish_item, newest_end
 from .safe_text import one_line, whole_pairs, xml_chars
 from .text_repair import readable
 
@@ -47,7 +47,7 @@ def parse_json_feed(data: bytes, base_url: str) -> ParsedFeed:
     title = _string(document.get("title"))
     kept, dropped = newest_end([entry for entry in items if isinstance(entry, dict)], _date_text)
     return ParsedFeed(
-        title=title.strip() or None if title is not None else None,
+        title=cut_title(title.strip() or None) if title is not None else None,
         link=feed_link,
         items=tuple(_item(entry, default_base) for entry in kept),
         format="json",

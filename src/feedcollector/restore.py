@@ -196,7 +196,7 @@ async def restore_from_backups(
 
             if not target.in_database and target.spec is not None:
                 report.feeds_created += await _create_feed(db, target.spec, now)
-            await _restore_feed(db, objects, target, since, report, tick, lease)
+            await _restore_feed(db, objects, target, since, report, tick, lease, now)
             tick(feed_done=True)
         if feed_url is None:
             known_ids = {target.feed_id for target in targets}
@@ -233,13 +233,16 @@ async def _restore_feed(
     report: RestoreReport,
     tick: Callable[[], None],
     lease: Lease,
+    began: datetime,
 ) -> None:
     previous: bytes | None = None
     replayed: set[str] = set()
     # The backup before this one was replayed here: an item it lacked was first stored from
     # this body, so its archived images sit at this body's positions (see restore_images).
     follows_replayed = False
-    lost_html = await missing_content(db, objects, target.feed_id) if target.in_database else {}
+    lost_html = {}
+    if target.in_database:
+        lost_html = await missing_content(db, objects, target.feed_id, stored_before=began)
     async for backup in feed_backups(objects, target.feed_id):
         taken, key = backup.taken, backup.key
         if since is not None and taken < since:

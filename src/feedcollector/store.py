@@ -106,13 +106,17 @@ _READ_AGAIN_FOR_ITS_TITLE = (
 
 
 _SOONER_FOR_A_SHORTER_INTERVAL = (
-    "next_fetch_at = CASE WHEN ? IS NULL OR last_fetched_at IS NULL OR consecutive_failures > 0 "
-    "THEN next_fetch_at ELSE MIN(next_fetch_at, MAX(strftime('%Y-%m-%dT%H:%M:%SZ', "
-    "last_fetched_at, ?), COALESCE(retry_after_until, ''))) END"
+    "next_fetch_at = CASE WHEN ? IS NULL OR last_fetched_at IS NULL OR consecutive_failures > 0"
+    " OR ? >= COALESCE(interval_seconds, ? + 1) THEN next_fetch_at"
+    " ELSE MIN(next_fetch_at, MAX(strftime('%Y-%m-%dT%H:%M:%SZ', last_fetched_at, ?),"
+    " COALESCE(strftime('%Y-%m-%dT%H:%M:%SZ', last_fetched_at,"
+    " '+' || feed_ttl_seconds || ' seconds'), ''), COALESCE(retry_after_until, ''))) END"
 )
-"""A feed whose pinned interval was shortened is due that long after its last fetch, not when
-the old interval said (24h cut to 15m waited up to a day); never sooner than a Retry-After,
-and a feed in backoff keeps it."""
+"""A feed given a shorter interval than it had (or a first pinned one) is due that long after
+its last fetch, not when the old interval said (24h cut to 15m waited up to a day); never
+sooner than the feed's own ``<ttl>`` or a Retry-After, and a feed in backoff keeps it. A
+title changed alone, or a longer interval, leaves the next fetch where it is. (Compared
+before the row's ``interval_seconds`` is set: SQLite reads a row's old values in SET.)"""
 
 
 async def sync_feeds(
@@ -150,7 +154,7 @@ async def sync_feeds(
     statements += [
         Statement(
             f"UPDATE feeds SET active = 1, {_TITLES}, interval_seconds = ?, "
-            "next_fetch_at = ?, gone_at = NULL, moved_to = NULL WHERE url = ?",
+            "next_fetch_at = MAX(next_fetch_at, ?), gone_at = NULL, moved_to = NULL WHERE url = ?",
             (s.title, s.title, interval_seconds_of(s), stamp, s.url),
         )
         for s in plan.reactivated
@@ -167,7 +171,7 @@ async def sync_feeds(
         Statement(
             f"UPDATE feeds SET {_TITLES}, interval_seconds = ?, "
             f"{_SOONER_FOR_A_SHORTER_INTERVAL} WHERE url = ?",
-            (s.title, s.title, seconds, seconds, f"+{seconds} seconds", s.url),
+            (s.title, s.title, *[seconds] * 4, f"+{seconds} seconds", s.url),
         )
         for s in plan.changed
         for seconds in [interval_seconds_of(s)]
@@ -191,9 +195,6 @@ async def sync_feeds(
         tuple((row.url, s.url) for row, s in plan.renamed),
         len(plan.removed) if keep_unlisted else 0,
     )
-
-
-"""``collector_state`` key: the SHA-256 of the feeds file the ``feeds`` table last followed."""
 
 
 # --- claiming feeds -----------------------------------------------------------------------

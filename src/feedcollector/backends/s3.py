@@ -26,8 +26,9 @@ if TYPE_CHECKING:
     from obstore.store import ClientConfig, RetryConfig
 
 _OBSTORE_ERRORS = (BaseError, FileNotFoundError, ValueError)
-CLOSE_GRACE_S = 0.1
 """obstore raises its own classes plus builtin FileNotFoundError (404) and ValueError (bad path)."""
+CLOSE_GRACE_S = 0.1
+"""How long closing waits for obstore's runtime threads (see :meth:`S3ObjectStore.close`)."""
 
 
 class S3ObjectStore:
