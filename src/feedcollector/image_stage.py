@@ -334,12 +334,10 @@ class _Page:
             if counted.failed:
                 error = errors.get(task.id) or ""
                 retry = self.collector.settings.command("retry-images", "--feed", task.feed_url)
-                advice = f"Once its server serves it again, queue it again with `{retry}`"
+                first = "Once its server serves it again,"
                 if "byte limit" in error:
-                    advice = (
-                        "To keep images this big, raise [images] max_bytes in the config, then "
-                        f"queue it again with `{retry}`"
-                    )
+                    first = "To keep images this big, raise [images] max_bytes in the config, then"
+                advice = f"{first} queue it again with `{retry}`"
                 log.warning(
                     "images: %s of feed %s failed for good after %d attempts (last: %s); "
                     "readers keep its original URL. %s",

@@ -106,8 +106,10 @@ async def run_cycle(
     )
     await _refresh_all(collector, pages, report)
     if collector.settings.images.enabled and not collector.stopping.is_set():
-        share = images_share(timedelta(seconds=time.monotonic() - began))
-        await download_pending_images(collector, report, share if images_yield else None)
+        share = None
+        if images_yield:
+            share = images_share(timedelta(seconds=time.monotonic() - began))
+        await download_pending_images(collector, report, share)
     report.elapsed_s = time.monotonic() - began
     log.log(report.summary_level(asked=force), "cycle: %s", report.summary())
     if collector.observer is not None:

@@ -20,6 +20,7 @@ from ..reading import (
     read_item,
     sanitize_html,
 )
+from ..report import counted
 from ..safe_text import one_line
 from .app import (
     app,
@@ -136,10 +137,9 @@ def image_attempts(image: StoredImage) -> str:
     """Why an image is not archived (yet): its failed attempts, the last error, when next."""
     if image.status == "success" or not image.attempts:
         return ""
-    noun = "attempt" if image.attempts == 1 else "attempts"
     when = f"; tried again from {image.retry_at}" if image.retry_at else ""
     last = f"; last: {one_line(image.last_error)}" if image.last_error else ""
-    return f" ({image.attempts} failed {noun}{when}{last})"
+    return f" ({counted(image.attempts, 'failed attempt')}{when}{last})"
 
 
 def item_fields(item: StoredItem) -> list[tuple[str, str | None]]:
