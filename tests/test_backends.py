@@ -373,6 +373,47 @@ def test_the_local_store_writes_files_readable_as_the_umask_allows(tmp_path: Pat
         os.umask(old_umask)
 
 
+def test_a_durable_local_write_reaches_the_disk_before_its_rename_and_the_rename_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A power cut can only be simulated: the order of the flushes and the rename is what
+    makes a row never name an empty file (the new folders' entries too, up to the root)."""
+    root = tmp_path / "objects"
+    events: list[str] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(handle: int) -> None:
+        target = Path(os.readlink(f"/proc/self/fd/{handle}"))
+        events.append(f"fsync {target.relative_to(tmp_path).as_posix()}")
+        real_fsync(handle)
+
+    def replace(source: str | Path, target: str | Path) -> None:
+        events.append(f"rename to {Path(target).relative_to(tmp_path).as_posix()}")
+        real_replace(source, target)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    with live("local", lambda: LocalObjectStore(root)) as store:
+        store.run(store.backend.put("images/f/aa/0.png", b"png"))
+        flushed_temp, *rest = events
+        assert flushed_temp.startswith("fsync objects/.partial/.partial-")
+        assert rest == [
+            "rename to objects/images/f/aa/0.png",  # the first try finds no folder
+            "rename to objects/images/f/aa/0.png",
+            "fsync objects/images/f/aa",
+            "fsync objects/images/f",
+            "fsync objects/images",
+            "fsync objects",
+        ]
+        events.clear()
+        store.run(store.backend.put("images/f/aa/1.png", b"png"))
+        assert events[1:] == ["rename to objects/images/f/aa/1.png", "fsync objects/images/f/aa"]
+        events.clear()
+        store.run(store.backend.put("backups/f/1.xml", b"<rss/>", durable=False))
+        assert [event for event in events if event.startswith("fsync")] == []
+        assert (root / "backups/f/1.xml").read_bytes() == b"<rss/>"
+
+
 def test_delete_many_deletes_only_given_keys_and_ignores_missing(
     object_store: Live[ObjectStore],
 ) -> None:

@@ -56,6 +56,20 @@ def test_a_stored_image_whose_object_is_gone_is_queued_again_and_nothing_else(pa
     assert (again.checked, again.missing, again.requeued) == (2, 0, 0)
 
 
+def test_an_empty_object_counts_as_missing(pair: Pair) -> None:
+    """What a power cut leaves of a file written just before it (no image is ever empty)."""
+    pair.run(add_feed(pair.db))
+    pair.run(add_item(pair, "emptied", NOW, images=(True, True)))
+    emptied = object_key(FEED_ID, "emptied", 0, "png")
+    pair.run(pair.objects.put(emptied, b""))
+
+    report = check(pair)
+
+    assert (report.checked, report.missing, report.requeued, report.samples) == (2, 1, 1, [emptied])
+    assert tasks(pair)["id-emptied-0"] == ("pending", 0, None)
+    assert tasks(pair)["id-emptied-1"][0] == "success"
+
+
 def test_pages_walk_beside_the_listing_in_key_order(pair: Pair) -> None:
     """Pages of two keys over nine images, every other object gone, objects no row names
     between them: each page meets the listing where the last one left it."""

@@ -25,6 +25,7 @@ from feedcollector import collector as collector_module
 from feedcollector import fetch as fetch_module
 from feedcollector import image_stage, pipeline, store_images
 from feedcollector import parse as parse_module
+from feedcollector.backends.local import LocalObjectStore
 from feedcollector.breaker import STORAGE_TRIP_AFTER, StorageBreaker
 from feedcollector.collector import open_collector
 from feedcollector.config import load_settings
@@ -161,6 +162,26 @@ def test_first_cycle_stores_items_images_and_the_raw_backup(
             "consecutive_failures": 0,
         }
     ]
+
+
+def test_images_reach_the_disk_before_their_rows_and_backups_are_left_to_the_kernel(
+    feed_server: FeedServer, project: Callable[..., Project], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An image's row names its object, so the object is flushed first; no row names a
+    backup, whose flush would cost every fetch (ObjectStore.put's ``durable``)."""
+    writes: list[tuple[str, bool]] = []
+    real_put = LocalObjectStore.put
+
+    async def put(self: LocalObjectStore, key: str, data: bytes, *args: Any, **kw: Any) -> None:
+        writes.append((key.split("/")[0], kw.get("durable", True)))
+        await real_put(self, key, data, *args, **kw)
+
+    monkeypatch.setattr(LocalObjectStore, "put", put)
+    image = feed_server.route("/a.png", body=png(), headers={"Content-Type": "image/png"})
+    url = feed_server.route("/feed.xml", body=rss([Entry("A", content=f'<img src="{image}">')]))
+    report = project([url]).cycle()
+    assert (report.new_items, report.images_stored) == (1, 1)
+    assert sorted(writes) == [("backups", False), ("images", True)]
 
 
 def test_conditional_get_304_touches_only_the_two_timestamps(

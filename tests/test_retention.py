@@ -149,8 +149,10 @@ class HeldStore:
             self.held = True
             await self.hold()
 
-    async def put(self, key: str, data: bytes, content_type: str | None = None) -> None:
-        await self.inner.put(key, data, content_type)
+    async def put(
+        self, key: str, data: bytes, content_type: str | None = None, *, durable: bool = True
+    ) -> None:
+        await self.inner.put(key, data, content_type, durable=durable)
 
     async def get(self, key: str) -> bytes:
         await self._maybe_hold([key])

@@ -4,8 +4,10 @@ nowhere are noticed by no other check; readers get a broken image or an item wit
 
 One pass finds them: the keys rows name, a page at a time in key order (the partial indexes on
 ``image_tasks.r2_key`` and ``items.content_key``), beside the object store's listing of the
-same prefix, which comes in the same order (:meth:`.ObjectStore.list`); a key the listing
-skips is missing. Memory holds a page, whatever the number of objects.
+same prefix, which comes in the same order (:meth:`.ObjectStore.list_with_times`); a key the
+listing skips is missing, and so is an empty object (no image or spilled HTML is ever empty:
+one is what a power cut leaves of a file written just before it). Memory holds a page,
+whatever the number of objects.
 
 - Images (``retry-images --missing``): the tasks of a missing key are queued again like a
   failed one (``pending``, no attempt counted, due at once, ``r2_key`` cleared): the next cycle
@@ -25,7 +27,7 @@ from datetime import datetime
 
 from .database import Database, Row, SqlValue, Statement
 from .images import IMAGE_PREFIX
-from .objectstore import ObjectStore
+from .objectstore import ListedObject, ObjectStore
 from .retention import keep_samples
 from .spill import CONTENT_PREFIX
 from .store import chunked, keys_found, placeholders
@@ -123,16 +125,16 @@ async def _missing_pages(
     below the successor of its last character) the listing of that prefix skips: per page,
     how many rows it read and those. ``select`` takes the bounds, ``extra``, the page size."""
     end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
-    listing = objects.list(prefix)
-    listed: str | None = await anext(listing, None)
+    listing = objects.list_with_times(prefix)
+    listed: ListedObject | None = await anext(listing, None)
     after = prefix
     while True:
         rows = await db.query(select, (after, end, *extra, page))
         missing: list[Row] = []
         for row in rows:
-            while listed is not None and listed < row["k"]:
+            while listed is not None and listed.key < row["k"]:
                 listed = await anext(listing, None)
-            if listed != row["k"]:
+            if listed is None or listed.key != row["k"] or listed.size == 0:
                 missing.append(row)
         yield len(rows), missing
         if len(rows) < page:

@@ -30,8 +30,16 @@ class ListedObject(NamedTuple):
 class ObjectStore(Protocol):
     """What every object-store backend offers."""
 
-    async def put(self, key: str, data: bytes, content_type: str | None = None) -> None:
-        """Store ``data`` under ``key``, replacing any previous object."""
+    async def put(
+        self, key: str, data: bytes, content_type: str | None = None, *, durable: bool = True
+    ) -> None:
+        """Store ``data`` under ``key``, replacing any previous object.
+
+        ``durable``: the object is on stable storage when this returns, so a row written next
+        may name it (a power cut cannot leave the row and an empty file). ``False`` for objects
+        no row names (the raw XML backups): the local store then skips the flush to the disk,
+        a tenth of a millisecond of CPU per object. An S3 store's PUT is always durable.
+        """
         ...
 
     async def get(self, key: str) -> bytes:

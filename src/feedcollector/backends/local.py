@@ -2,7 +2,10 @@
 
 Writes go to a temporary file in ``<root>/.partial/`` and are renamed into place, so a crash
 never leaves a half-written object under its final key; the temporary files a killed process
-left behind are swept when the store next writes.
+left behind are swept when the store next writes. A durable write (every object a row names)
+is flushed to the disk before its rename and the rename with its folders after it: without
+that, a power cut within the kernel's write-back delay (about 30 s) can leave an empty file
+under a key the database already names.
 """
 
 from __future__ import annotations
@@ -59,7 +62,9 @@ class LocalObjectStore:
         except OSError:
             return
 
-    async def put(self, key: str, data: bytes, content_type: str | None = None) -> None:
+    async def put(
+        self, key: str, data: bytes, content_type: str | None = None, *, durable: bool = True
+    ) -> None:
         path = self._path(key)
         try:
             if not self._swept:
@@ -75,10 +80,15 @@ class LocalObjectStore:
             try:
                 with handle:
                     handle.write(data)
-                _move_into_place(temp, path)
+                    if durable:
+                        handle.flush()
+                        os.fsync(handle.fileno())
+                made_folders = _move_into_place(temp, path)
             except BaseException:
                 temp.unlink(missing_ok=True)
                 raise
+            if durable:
+                _sync_folders(path.parent, self.root if made_folders else path.parent)
         except OSError as exc:
             raise ObjectStoreError(f"storage: cannot write {path}: {exc}") from exc
 
@@ -191,14 +201,29 @@ class LocalObjectStore:
 MOVE_ATTEMPTS = 3
 
 
-def _move_into_place(temp: Path, path: Path) -> None:
+def _move_into_place(temp: Path, path: Path) -> bool:
     """Rename ``temp`` to ``path``, making the key's folder when it is missing: new, or
-    removed as empty by a delete (of another process too) since it was made."""
-    for attempt in range(MOVE_ATTEMPTS):
+    removed as empty by a delete (of another process too) since it was made. Whether it made
+    folders."""
+    for attempt in range(MOVE_ATTEMPTS - 1):
         try:
             os.replace(temp, path)
-            return
+            return attempt > 0
         except FileNotFoundError:
-            if attempt == MOVE_ATTEMPTS - 1:
-                raise
             path.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(temp, path)
+    return True
+
+
+def _sync_folders(folder: Path, top: Path) -> None:
+    """Flush ``folder``'s entries to the disk, and those of each folder above it up to ``top``
+    (folders just made are entries of their parents)."""
+    while True:
+        handle = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(handle)
+        finally:
+            os.close(handle)
+        if folder == top or folder == folder.parent:
+            return
+        folder = folder.parent

@@ -82,7 +82,9 @@ class S3ObjectStore:
         except _OBSTORE_ERRORS as exc:
             raise ObjectStoreError(f"storage: invalid S3 configuration: {exc}") from exc
 
-    async def put(self, key: str, data: bytes, content_type: str | None = None) -> None:
+    async def put(
+        self, key: str, data: bytes, content_type: str | None = None, *, durable: bool = True
+    ) -> None:
         attributes = {"Content-Type": content_type} if content_type else None
         try:
             await obstore.put_async(self._store, key, data, attributes=attributes)
