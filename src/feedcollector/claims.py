@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from . import store, store_schedule
+from .clock_step import clock_mark_key, settle_clock
 from .collector import Collector, owner_has_stopped
 from .config import load_feeds
 from .database import Database, Statement
@@ -52,21 +53,31 @@ class LastSync:
     file: str | None
     """The feeds file it synced, as that collector's path."""
     at: str | None
+    clock_mark: str | None = None
+    """The clock mark of the machine asked for (:mod:`.clock_step`), read in the same query."""
 
 
-async def last_feeds_sync(db: Database) -> LastSync:
-    """The feeds file last synced into this database, by which collector, when."""
+async def last_feeds_sync(db: Database, clock_key: str = "") -> LastSync:
+    """The feeds file last synced into this database, by which collector, when; and the clock
+    mark under ``clock_key``."""
     rows = await db.query(
-        "SELECT key, value, updated_at FROM collector_state WHERE key IN (?, ?)",
-        (FEEDS_FILE_DIGEST, FEEDS_FILE_SYNCED_BY),
+        "SELECT key, value, updated_at FROM collector_state WHERE key IN (?, ?, ?)",
+        (FEEDS_FILE_DIGEST, FEEDS_FILE_SYNCED_BY, clock_key),
     )
     found = {row["key"]: row for row in rows}
     digest, synced_by = found.get(FEEDS_FILE_DIGEST), found.get(FEEDS_FILE_SYNCED_BY)
+    mark = found.get(clock_key)
     owner = file = at = None
     if synced_by is not None:
         owner, _, file = str(synced_by["value"]).partition(" ")
         at = str(synced_by["updated_at"])
-    return LastSync(None if digest is None else str(digest["value"]), owner, file, at)
+    return LastSync(
+        None if digest is None else str(digest["value"]),
+        owner,
+        file,
+        at,
+        None if mark is None else str(mark["value"]),
+    )
 
 
 async def record_feeds_sync(
@@ -115,10 +126,16 @@ async def sync_feeds_file(collector: Collector, now: datetime) -> None:
     per feed). A file that cannot be read is left to :func:`load_feeds` to explain. While
     another collector syncs a different file into the database (:func:`another_feeds_file`),
     the feeds only that file lists stay scheduled, and a WARNING says so once a process.
+
+    The same query reads this machine's clock mark: every cycle starts here, and a clock that
+    went back is settled before anything is claimed (:func:`.clock_step.settle_clock`).
     """
     path = collector.settings.feeds_file
     digest = feeds_file_digest(path)
-    last = await last_feeds_sync(collector.db)
+    clock_key = clock_mark_key(_host(collector.owner))
+    last = await last_feeds_sync(collector.db, clock_key)
+    if await settle_clock(collector.db, clock_key, last.clock_mark, now) is not None:
+        collector.clock_went_back()
     if digest is not None and digest == last.digest:
         return
     specs = load_feeds(path)

@@ -94,6 +94,12 @@ class Collector:
         self.fetch_limits = fetch_limits(self.settings)
         self.schedule_policy = _policy(self.settings)
 
+    def clock_went_back(self) -> None:
+        """Forget what this process keeps by the wall clock: it is ahead by the step (the
+        stored times were moved back, :mod:`.clock_step`)."""
+        self.cleanup_not_due_before = None
+        self.hosts.forget_deferrals()
+
     @property
     def image_http(self) -> httpx.AsyncClient:
         """The image download client, built on first use: a cycle with no image to fetch (most

@@ -44,7 +44,7 @@ def honour_refusal(
     it wait in this process, for the Retry-After or ``RATE_LIMIT_PAUSE`` without one (said in
     the outcome's ``host_waits``). That is the host of :func:`refused_by`: after a redirect to
     another host, not the feed's own."""
-    now = outcome.fetched_at
+    now = outcome.now
     hints = exc.hints if isinstance(exc, FetchError) and status in (429, 503) else None
     asked = capped_retry_after(collector.schedule_policy, retry_after(hints, now))
     if status == 429:
@@ -138,7 +138,7 @@ def next_fetch(
     stats: PostingStats | None,
 ) -> datetime:
     """After a 200 or 304: the feed's interval, not before the answer's cache floor."""
-    feed, now = outcome.feed, outcome.fetched_at
+    feed, now = outcome.feed, outcome.now
     policy = collector.schedule_policy
     floor = cache_floor(policy, http_fresh=freshness(hints, now), feed_ttl_seconds=feed_ttl_seconds)
     return next_fetch_after_answer(
@@ -198,7 +198,7 @@ async def fail(
     """Count a fetch/parse failure and back off (30 min · 2^(n-1), capped at 24 h), but not
     sooner than a 429/503's Retry-After; a 429 also makes the feed's host wait. From
     ``FAILURE_ALERT_THRESHOLD`` failures in a row the prominent warning is the feed's one line."""
-    feed, now = outcome.feed, outcome.fetched_at
+    feed, now = outcome.feed, outcome.now
     failures = feed.consecutive_failures + 1
     asked = honour_refusal(collector, outcome, exc, status)
     outcome.state = "failed"

@@ -129,16 +129,17 @@ async def refresh_feed(
     knows it already), and is not sent while a Retry-After runs, nor to an endpoint in
     ``unreachable`` (see :func:`fetch_feed`)."""
     began = time.monotonic()
-    fetched_at = after_last_fetch(collector.clock(), feed)
-    outcome = FeedOutcome(feed=feed, fetched_at=fetched_at)
+    now = collector.clock()
+    fetched_at = after_last_fetch(now, feed)
+    outcome = FeedOutcome(feed=feed, fetched_at=fetched_at, started=now)
     source = feed.moved_to or feed.url
     if host is None:
         host = host_key(source)
     try:
         wait = deferred_until(
             outcomes.moment(feed.retry_after_until),
-            collector.hosts.deferred_until(host, fetched_at),
-            fetched_at,
+            collector.hosts.deferred_until(host, now),
+            now,
         )
         if wait is not None:
             return await outcomes.defer(collector, outcome, wait, began)
@@ -151,14 +152,14 @@ async def refresh_feed(
                     last_modified=feed.last_modified,
                     limits=collector.fetch_limits,
                     unreachable=unreachable,
-                    now=fetched_at,
+                    now=now,
                 )
         except FetchError as exc:
             if exc.status == 410:
                 return await outcomes.gone(collector, outcome, exc, began)
             if exc.kind == NOT_TRIED:  # its host took no connection this cycle
                 outcome.quiet = True
-                later = fetched_at + NOT_TRIED_RETRY
+                later = now + NOT_TRIED_RETRY
                 return await outcomes.defer(collector, outcome, later, began, str(exc))
             return await outcomes.fail(collector, outcome, exc, exc.status, began)
         outcome.http_status = response.status
@@ -180,7 +181,7 @@ async def refresh_feed(
             parsed, records = await _read_feed_body_quickly(body_args, fetched_at)
         except ParseError as exc:
             return await outcomes.fail(collector, outcome, exc, response.status, began)
-        stats = posting_stats((i.pub_date for i in parsed.items if i.pub_date), fetched_at)
+        stats = posting_stats((i.pub_date for i in parsed.items if i.pub_date), now)
         ttl = min(parsed.ttl_minutes * 60, MAX_STORED_SECONDS) if parsed.ttl_minutes else None
         outcome.next_fetch_at = outcomes.next_fetch(collector, outcome, response.hints, ttl, stats)
         # A body cut inside an item keeps no validators and no digest: the next fetch asks for
@@ -231,10 +232,10 @@ async def refresh_feed(
 
 
 def after_last_fetch(now: datetime, feed: Feed) -> datetime:
-    """``now``, or one second after the feed's last fetch when that is the same second: a
-    backup's key holds whole seconds, and a second fetch within one (``fetch`` run twice in
-    a row) replaced the first one's backup, and could leave its ``.content-type`` beside
-    the other body."""
+    """``now``, or one second after the feed's last fetch when that is the same second or
+    later (a clock that went back): a backup's key holds whole seconds, and a second fetch
+    within one (``fetch`` run twice in a row) replaced the first one's backup, and could
+    leave its ``.content-type`` beside the other body. Schedules count from ``now``."""
     last = outcomes.moment(feed.last_fetched_at)
     if last is None or now >= last + ONE_SECOND:
         return now

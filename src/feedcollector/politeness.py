@@ -168,6 +168,11 @@ class HostGate:
             self._deferred[host] = until
         self.signal.notify()
 
+    def forget_deferrals(self) -> None:
+        """The wall clock went back: the deadlines are ahead by the step. The stored ones
+        (moved back with the rest) come again with the next cycle's rate limits."""
+        self._deferred.clear()
+
     def deferred_until(self, host: str, now: datetime) -> datetime | None:
         until = self._deferred.get(host)
         if until is None:

@@ -38,6 +38,8 @@ class FeedOutcome:
 
     feed: Feed
     fetched_at: datetime
+    """The backup's key and ``last_fetched_at``: a second past the feed's last fetch at least,
+    so after a clock stepped back it is ahead of :attr:`now`."""
     state: str = "failed"
     http_status: int | None = None
     items: int = 0
@@ -63,6 +65,14 @@ class FeedOutcome:
     host_waits: str | None = None
     """What a 429 does to the host that answered it (its feeds wait until when), said in the
     feed's own line rather than in a line of its own."""
+
+    started: datetime | None = None
+    """The clock when the refresh began (None: ``fetched_at``)."""
+
+    @property
+    def now(self) -> datetime:
+        """When the refresh began by the clock: waits and the next fetch count from it."""
+        return self.started or self.fetched_at
 
     def finish(self, began: float) -> FeedOutcome:
         self.elapsed_s = time.monotonic() - began

@@ -1,0 +1,123 @@
+"""A wall clock that went back: stored schedules moved back with it.
+
+Every schedule is stored as a time by the wall clock (``next_fetch_at``, leases, Retry-After
+deadlines, an image's next try, the daily cleanup's last run). A clock that ran ahead and was
+then corrected (a VM resumed, a board up before NTP with a wrong clock, a date set by hand)
+left all of them ahead by the size of the step: every feed waited that long, silently. A clock
+behind that jumps forward (the usual case) is harmless.
+
+Each machine keeps a mark of its clock in ``collector_state`` (``clock_seen_by:<host>``),
+read with the feeds file's digest at the start of every cycle and written again once it is
+:data:`MARK_EVERY` old. When this machine's clock reads more than :data:`STEP_TOLERANCE`
+before its mark, every stored time ahead of now moves back by the step, in one batch guarded
+by the mark, so two processes of the machine never move them twice. Marks
+are per machine: a collector on another machine whose clock is off does not move them. Item
+dates and ``last_fetched_at`` are history and stay: the next fetch of a feed whose last one
+is ahead is dated a second after it (a backup's key never repeats), its schedule from now.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from datetime import datetime, timedelta
+
+from .database import Database, Statement
+from .timestamps import TIMESTAMP_FORMAT, format_timestamp, parse_timestamp
+
+log = logging.getLogger("feedcollector")
+
+CLOCK_MARK_PREFIX = "clock_seen_by:"
+STEP_TOLERANCE = timedelta(minutes=5)
+"""A clock this much behind its mark went back (an NTP slew never does that)."""
+MARK_EVERY = timedelta(minutes=5)
+"""How old the mark may get before a cycle writes it again: a write every few cycles, not
+every minute (a D1 request). A step back shorter than this and the tolerance together goes
+unseen, and delays the feeds by as much at most."""
+
+_SHIFTED: tuple[tuple[str, str, str], ...] = (
+    ("feeds", "next_fetch_at", ""),
+    ("feeds", "retry_after_until", ""),
+    ("feeds", "lease_until", ""),
+    ("image_tasks", "retry_at", "status = 'pending' AND "),
+    ("image_tasks", "lease_until", "status = 'pending' AND "),
+    ("maintenance", "lease_until", ""),
+    ("maintenance", "last_done_at", ""),
+)
+"""(table, column, condition): the stored times that schedule something, moved back by the
+step when ahead of now (one that comes before now so is due, as it would have been)."""
+
+
+def clock_mark_key(host: str | None = None) -> str:
+    """The ``collector_state`` key of this machine's clock mark."""
+    return CLOCK_MARK_PREFIX + (host or socket.gethostname())
+
+
+def went_back(mark: str | None, now: datetime) -> timedelta | None:
+    """How far the clock went back since ``mark`` was written, when beyond the tolerance."""
+    if mark is None:
+        return None
+    step = parse_timestamp(mark) - now
+    return step if step > STEP_TOLERANCE else None
+
+
+def mark_is_due(mark: str | None, now: datetime) -> bool:
+    return mark is None or parse_timestamp(mark) <= now - MARK_EVERY
+
+
+def shift_statements(key: str, mark: str, step: timedelta, now: datetime) -> list[Statement]:
+    """Move every stored time ahead of ``now`` back by ``step``, then the mark to now; each
+    statement only while the mark still reads ``mark`` (pure)."""
+    stamp = format_timestamp(now)
+    modifier = f"-{round(step.total_seconds())} seconds"
+    guard = "(SELECT value FROM collector_state WHERE key = ?) = ?"
+    statements = [
+        Statement(
+            f"UPDATE {table} SET {column} = strftime('{TIMESTAMP_FORMAT}', {column}, ?) "  # noqa: S608 (fixed names)
+            f"WHERE {condition}{column} > ? AND {guard}",
+            (modifier, stamp, key, mark),
+        )
+        for table, column, condition in _SHIFTED
+    ]
+    statements.append(
+        Statement(
+            "UPDATE collector_state SET value = ?, updated_at = ? WHERE key = ? AND value = ? "
+            "RETURNING key",
+            (stamp, stamp, key, mark),
+        )
+    )
+    return statements
+
+
+def mark_statement(key: str, now: datetime) -> Statement:
+    """Write this machine's mark: the later of the stored one and ``now``."""
+    stamp = format_timestamp(now)
+    return Statement(
+        "INSERT INTO collector_state (key, value, updated_at) VALUES (?, ?, ?) "
+        "ON CONFLICT (key) DO UPDATE SET value = MAX(value, excluded.value), "
+        "updated_at = excluded.updated_at",
+        (key, stamp, stamp),
+    )
+
+
+async def settle_clock(db: Database, key: str, mark: str | None, now: datetime) -> timedelta | None:
+    """Compare the clock with its mark (read by the caller); move the stored times back when
+    it went back (the step, or None when it did not or another process did it first), else
+    write the mark when it is due."""
+    step = went_back(mark, now)
+    if step is None or mark is None:
+        if mark_is_due(mark, now):
+            await db.batch([mark_statement(key, now)])
+        return None
+    answers = await db.batch(shift_statements(key, mark, step, now))
+    if not answers[-1]:
+        return None
+    log.warning(
+        "clock: this machine's clock went back by %s (it read %s before, %s now): every stored "
+        "schedule, lease and wait ahead of now moved back as much, so no feed, image or "
+        "cleanup waits for the lost time",
+        step,
+        mark,
+        format_timestamp(now),
+    )
+    return step

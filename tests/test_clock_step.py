@@ -1,0 +1,188 @@
+"""A wall clock that went back: the stored schedules move back with it, once, on both backend
+pairs (SQLite, and D1 through the Proxy Worker), and end to end through a cycle."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from feedcollector.clock_step import (
+    STEP_TOLERANCE,
+    clock_mark_key,
+    mark_is_due,
+    settle_clock,
+    went_back,
+)
+from feedcollector.schedule import feed_id_for
+from feedcollector.timestamps import format_timestamp
+
+from . import test_retention
+from .feedserver import FeedServer
+from .samples import Clock, Entry, rss, write_project
+from .test_pipeline import Project
+from .test_retention import NOW, Pair, add_feed, add_item
+
+pair = test_retention.pair
+
+DAY = timedelta(days=1)
+KEY = clock_mark_key("this-host")
+
+
+def at(delta: timedelta) -> str:
+    return format_timestamp(NOW + delta)
+
+
+def test_a_step_counts_only_beyond_the_tolerance() -> None:
+    assert went_back(None, NOW) is None
+    assert went_back(at(STEP_TOLERANCE), NOW) is None
+    assert went_back(at(STEP_TOLERANCE + timedelta(seconds=1)), NOW) == timedelta(
+        minutes=5, seconds=1
+    )
+    assert went_back(at(-DAY), NOW) is None  # a clock that jumped forward
+
+
+def test_the_mark_is_written_every_few_minutes_not_every_cycle() -> None:
+    assert mark_is_due(None, NOW)
+    assert not mark_is_due(at(-timedelta(minutes=4)), NOW)
+    assert mark_is_due(at(-timedelta(minutes=5)), NOW)
+
+
+def schedules(pair: Pair) -> dict[str, object]:
+    [feed] = pair.rows("SELECT next_fetch_at, retry_after_until, lease_until FROM feeds")
+    [task] = pair.rows("SELECT retry_at, lease_until FROM image_tasks WHERE position = 0")
+    [cleanup] = pair.rows("SELECT last_done_at, lease_until FROM maintenance")
+    return {
+        **{f"feed.{k}": v for k, v in feed.items()},
+        **{f"task.{k}": v for k, v in task.items()},
+        **{f"cleanup.{k}": v for k, v in cleanup.items()},
+    }
+
+
+def test_a_step_back_moves_every_stored_schedule_back_once(pair: Pair) -> None:
+    """The clock read a day ahead and was set right: what was scheduled then is ahead by a
+    day. A second process of the machine that read the same mark moves nothing again."""
+    pair.run(add_feed(pair.db))
+    pair.run(add_item(pair, "post", NOW - DAY, images=(False, False)))
+    pair.rows(
+        "UPDATE feeds SET next_fetch_at = ?, retry_after_until = ?, lease_until = ?",
+        at(DAY + timedelta(minutes=30)),
+        at(DAY + timedelta(hours=2)),
+        at(DAY + timedelta(minutes=15)),
+    )
+    pair.rows(
+        "UPDATE image_tasks SET status = CASE position WHEN 0 THEN 'pending' ELSE 'failed' END, "
+        "retry_at = CASE position WHEN 0 THEN ? ELSE ? END, lease_until = ?",
+        at(DAY + timedelta(hours=1)),
+        at(DAY + timedelta(hours=3)),
+        at(DAY + timedelta(minutes=15)),
+    )
+    pair.rows(
+        "INSERT INTO maintenance (task, last_done_at, lease_until) VALUES ('cleanup', ?, ?)",
+        at(DAY - timedelta(hours=1)),
+        at(DAY + timedelta(minutes=50)),
+    )
+    mark = at(DAY)
+    pair.rows(
+        "INSERT INTO collector_state (key, value, updated_at) VALUES (?, ?, ?)", KEY, mark, mark
+    )
+
+    assert pair.run(settle_clock(pair.db, KEY, mark, NOW)) == DAY
+
+    assert schedules(pair) == {
+        "feed.next_fetch_at": at(timedelta(minutes=30)),
+        "feed.retry_after_until": at(timedelta(hours=2)),
+        "feed.lease_until": at(timedelta(minutes=15)),
+        "task.retry_at": at(timedelta(hours=1)),
+        "task.lease_until": at(timedelta(minutes=15)),
+        "cleanup.last_done_at": at(-timedelta(hours=1)),
+        "cleanup.lease_until": at(timedelta(minutes=50)),
+    }
+    assert pair.rows("SELECT value FROM collector_state WHERE key = ?", KEY) == [
+        {"value": at(timedelta(0))}
+    ]
+    assert pair.rows("SELECT status, retry_at FROM image_tasks WHERE position = 1") == [
+        {"status": "failed", "retry_at": at(DAY + timedelta(hours=3))}  # no schedule: kept
+    ]
+    moved = schedules(pair)
+
+    assert pair.run(settle_clock(pair.db, KEY, mark, NOW)) is None
+    assert schedules(pair) == moved
+
+
+def test_the_mark_keeps_the_latest_time_and_a_short_step_moves_nothing(pair: Pair) -> None:
+    pair.run(add_feed(pair.db))
+    pair.rows("UPDATE feeds SET next_fetch_at = ?", at(timedelta(minutes=30)))
+    pair.run(settle_clock(pair.db, KEY, None, NOW))
+    mark = at(timedelta(0))
+    assert pair.rows("SELECT value FROM collector_state WHERE key = ?", KEY) == [{"value": mark}]
+    slightly_back = NOW - STEP_TOLERANCE
+    assert pair.run(settle_clock(pair.db, KEY, mark, slightly_back)) is None
+    assert pair.rows("SELECT next_fetch_at FROM feeds") == [
+        {"next_fetch_at": at(timedelta(minutes=30))}
+    ]
+    # a process that read no mark (or an old one) never lowers the mark another one wrote
+    pair.run(settle_clock(pair.db, KEY, None, slightly_back))
+    assert pair.rows("SELECT value FROM collector_state WHERE key = ?", KEY) == [{"value": mark}]
+
+
+def write_clock_project(tmp_path: Path, url: str) -> Project:
+    config = write_project(tmp_path, [{"url": url, "interval": "30m"}])
+    return Project(tmp_path, config, Clock())
+
+
+def test_after_the_clock_went_back_a_feed_is_fetched_on_its_interval_not_a_day_late(
+    feed_server: FeedServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Fetched while the clock read a day ahead, the feed would have waited a day once the
+    clock was set right. Its next fetch counts from the clock again, while its backup is
+    dated a second past the last one, whose key it must not take."""
+    url = feed_server.route("/feed.xml", body=rss([Entry("a", guid="a")]))
+    p = write_clock_project(tmp_path, url)
+    p.cycle()
+    p.clock.advance(days=1)
+    p.cycle()  # the clock runs a day ahead
+    ahead = p.clock()
+    p.clock.advance(days=-1, minutes=1)  # and is set right
+    caplog.set_level(logging.WARNING, "feedcollector")
+
+    assert p.cycle().feeds == 0
+    [warning] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("clock:")]
+    assert "went back by 23:59:00" in warning
+    assert p.rows("SELECT next_fetch_at FROM feeds") == [
+        {"next_fetch_at": format_timestamp(p.clock() + timedelta(minutes=30))}
+    ]
+    p.clock.advance(minutes=29)
+    assert p.cycle().feeds == 0
+    p.clock.advance(minutes=1)
+    assert p.cycle().feeds == 1
+    assert p.rows("SELECT next_fetch_at, last_fetched_at FROM feeds") == [
+        {
+            "next_fetch_at": format_timestamp(p.clock() + timedelta(minutes=30)),
+            "last_fetched_at": format_timestamp(ahead + timedelta(seconds=1)),
+        }
+    ]
+    feed_id = feed_id_for(url)
+    assert p.keys(f"backups/{feed_id}")[-1] == (
+        f"backups/{feed_id}/{format_timestamp(ahead + timedelta(seconds=1))}.xml"
+    )
+    assert len(p.keys(f"backups/{feed_id}")) == 3
+
+
+def test_another_machines_clock_moves_nothing(feed_server: FeedServer, tmp_path: Path) -> None:
+    url = feed_server.route("/feed.xml", body=rss([Entry("a", guid="a")]))
+    p = write_clock_project(tmp_path, url)
+    p.cycle()
+    [before] = p.rows("SELECT next_fetch_at FROM feeds")
+    far = format_timestamp(p.clock() + timedelta(days=3))
+    p.execute(
+        "INSERT INTO collector_state (key, value, updated_at) VALUES (?, ?, ?)",
+        clock_mark_key("a-machine-with-its-clock-ahead"),
+        far,
+        far,
+    )
+    p.clock.advance(minutes=1)
+    p.cycle()
+    assert p.rows("SELECT next_fetch_at FROM feeds") == [before]
