@@ -506,6 +506,32 @@ def test_run_stops_cleanly_on_sigterm_after_in_flight_feeds(
     )
 
 
+def test_console_lines_quote_a_feeds_control_characters_as_spaces(
+    feed_server: FeedServer, tmp_path: Path
+) -> None:
+    """An image URL from a feed with a line break forged a log line of its own, and an
+    escape sequence reached the terminal (set its title, its colours)."""
+    missing = feed_server.url("/img/x.png")
+    forged = "&#10;2026-01-01 00:00:00Z ERROR   storage: forged line"
+    escape = "&#27;]0;pwned&#7;&#27;[31m"
+    body = rss(
+        [
+            Entry("a", guid="a", description=f'<img src="{missing}{forged}">'),
+            Entry("b", guid="b", description=f'<img src="{missing}{escape}">'),
+        ]
+    )
+    config = write_project(tmp_path, [feed_server.route("/feed", body=body)])
+    result = feedcollector("--config", str(config), "run", "--once", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    assert all(re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ [A-Z]+ ", line) for line in lines)
+    assert "forged line" in result.stderr
+    assert not any(line.startswith("2026-01-01") for line in lines)
+    assert "\x1b" not in result.stderr
+    assert "\x07" not in result.stderr
+    assert "]0;pwned" in result.stderr
+
+
 def test_log_format_json_and_log_level(feed_server: FeedServer, tmp_path: Path) -> None:
     ok = feed_server.route("/ok", body=rss([Entry("Hello", guid="1")]))
     broken = feed_server.route("/broken", status=500, body=b"no")

@@ -894,7 +894,7 @@ def test_schedule_section_defaults_and_values(tmp_path: Path) -> None:
     assert (schedule.adaptive, schedule.min_interval, schedule.max_interval) == (
         True,
         timedelta(minutes=15),
-        timedelta(hours=24),
+        timedelta(hours=2),
     )
     assert (schedule.jitter, schedule.host_gap) == (0.1, timedelta(seconds=1))
     assert (schedule.max_retry_after, schedule.max_cache_floor) == (

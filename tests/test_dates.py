@@ -163,6 +163,23 @@ def test_chinese_and_japanese_dates_are_read(text: str, expected: str) -> None:
     assert format_timestamp(moment) == expected
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Mon, 01 Jan 0001 00:00:00 +0000", "0001-01-01T00:00:00Z"),  # Go's zero time
+        ("0999-06-01T12:00:00Z", "0999-06-01T12:00:00Z"),
+        ("0050-01-01T00:00:00Z", "0050-01-01T00:00:00Z"),
+    ],
+)
+def test_years_before_1000_keep_four_digits(text: str, expected: str) -> None:
+    """Stored timestamps order as text and read back as ISO 8601 only with four digits."""
+    moment = parse_date(text)
+    assert moment is not None
+    assert format_timestamp(moment) == expected
+    assert parse_timestamp(expected) == moment
+    assert datetime.fromisoformat(expected) == moment
+
+
 def test_fractional_seconds_are_kept_below_the_second() -> None:
     assert parse_date("2024-01-02T03:04:05.25Z") == datetime(2024, 1, 2, 3, 4, 5, 250000, UTC)
 

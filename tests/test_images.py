@@ -152,6 +152,17 @@ def test_extension_for(content_type: str | None, url: str, ext: str) -> None:
             "image/svg+xml",
         ),
         (b"<!DOCTYPE html><html><body><svg></svg></body></html>", None),
+        (b"<!DOCTYPE html>\n<head><title>404</title></head><body><svg width='2'/>", None),
+        (b"<?xml version='1.0'?><feed xmlns='http://www.w3.org/2005/Atom'><svg/>", None),
+        (
+            b'<?xml version="1.0"?>\n<!-- drawn by hand -->\n<!DOCTYPE svg PUBLIC "-//W3C//DTD'
+            b' SVG 1.1//EN" "http://www.w3.org/Graphics/SVG/1.1/DTD/svg11.dtd">\n<svg>',
+            "image/svg+xml",
+        ),
+        (b"<!DOCTYPE svg [ <!ENTITY a 'b'> ]><svg:svg xmlns:svg='x'/>", "image/svg+xml"),
+        (b"\x00\x00\x00\x18ftypmif1\x00\x00\x00\x00", "image/heic"),
+        (b"\xff\x0a\xfa\x7f", "image/jxl"),
+        (b"\x00\x00\x00\x0cJXL \r\n\x87\n\x00\x00", "image/jxl"),
         (b"BM is not a bitmap, it is text", None),
         (b"%PDF-1.7", None),
         (b"", None),
@@ -313,6 +324,39 @@ def test_image_bytes_behind_a_wrong_content_type_are_accepted(
     assert "answered with text/plain and its bytes are not a known image format" in str(
         refused(text)
     )
+
+
+LOGIN_PAGE = b"<!doctype html><html><head><title>Login</title></head><body>log in</body></html>"
+
+
+@pytest.mark.parametrize(
+    ("declared", "body"),
+    [
+        ("image/avif", LOGIN_PAGE),
+        ("image/heic", LOGIN_PAGE),
+        ("image/jxl", LOGIN_PAGE),
+        ("image/x-icon", LOGIN_PAGE),
+        ("image/svg+xml", LOGIN_PAGE),
+        ("image/*", LOGIN_PAGE),
+        ("image/x-unknown", b"\n  " + LOGIN_PAGE),
+        ("", b"<!DOCTYPE html>\n<head><title>404</title></head><body><svg/> Not found</body>"),
+        ("text/plain", b"<html><svg/></html>"),
+    ],
+)
+def test_a_web_page_is_no_image_whatever_image_type_it_declares(
+    feed_server: FeedServer, declared: str, body: bytes
+) -> None:
+    """Stored as a success, the page would never be fetched again: the image was lost."""
+    headers = {"Content-Type": declared} if declared else {}
+    url = feed_server.route("/img", body=body, headers=headers)
+    assert "not" in str(refused(url))
+
+
+def test_an_image_type_without_a_signature_is_kept_as_declared(feed_server: FeedServer) -> None:
+    tga = b"\x00\x00\x02\x00\x00\x00\x00\x00\x00\x00\x00\x00\x01\x00\x01\x00\x18\x00\xff\xff\xff"
+    url = feed_server.route("/a.tga", body=tga, headers={"Content-Type": "image/x-tga"})
+    image = download(url)
+    assert (image.content_type, image.data) == ("image/x-tga", tga)
 
 
 def _close_delimited(body: bytes, content_type: str) -> Callable[[BaseHTTPRequestHandler], None]:

@@ -184,6 +184,24 @@ def test_images_reach_the_disk_before_their_rows_and_backups_are_left_to_the_ker
     assert sorted(writes) == [("backups", False), ("images", True)]
 
 
+def test_an_item_gets_200_image_tasks_at_most_and_says_so(
+    feed_server: FeedServer, project: Callable[..., Project], caplog: pytest.LogCaptureFixture
+) -> None:
+    many = "".join(f'<img src="{feed_server.url(f"/i/{n}.png")}">' for n in range(250))
+    few = "".join(f'<img src="{feed_server.url(f"/j/{n}.png")}">' for n in range(199))
+    body = rss([Entry("Gallery", guid="g", content=many), Entry("Few", guid="f", content=few)])
+    p = project([feed_server.route("/feed", body=body)], extra_toml="enabled = false\n")
+    caplog.set_level(logging.INFO, "feedcollector")
+    p.cycle()
+    counts = p.rows(
+        "SELECT i.guid, COUNT(*) AS n, MAX(t.position) AS last FROM image_tasks t "
+        "JOIN items i ON i.id = t.item_id GROUP BY i.guid ORDER BY i.guid"
+    )
+    assert counts == [{"guid": "f", "n": 199, "last": 198}, {"guid": "g", "n": 200, "last": 199}]
+    [line] = [r.getMessage() for r in caplog.records if "images or more" in r.getMessage()]
+    assert line.startswith("parse: item 'Gallery' of feed ")
+
+
 def test_conditional_get_304_touches_only_the_two_timestamps(
     feed_server: FeedServer, project: Callable[..., Project]
 ) -> None:

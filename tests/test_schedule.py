@@ -147,9 +147,9 @@ def test_posting_stats_average_the_newest_dated_items() -> None:
     [
         (hours(1), timedelta(0), hours(1)),
         (timedelta(minutes=2), timedelta(0), timedelta(minutes=15)),
-        (timedelta(days=7), timedelta(0), hours(24)),
-        (hours(1), hours(10), hours(5)),
-        (hours(1), timedelta(days=10), hours(24)),
+        (timedelta(days=7), timedelta(0), hours(2)),
+        (hours(1), hours(3), hours(1.5)),
+        (hours(1), timedelta(days=10), hours(2)),
     ],
     ids=["hourly", "faster-than-min", "weekly-capped", "quiet-grows", "silent-capped"],
 )

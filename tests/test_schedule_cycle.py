@@ -140,13 +140,13 @@ def test_intervals_follow_how_often_a_feed_posts_unless_pinned(
     weekly = feed_server.route("/weekly", body=posts_every(timedelta(days=7)))
     pinned = feed_server.route("/pinned", body=posts_every(timedelta(hours=1)))
     undated = feed_server.route("/undated", body=rss([Entry("x", guid="x", pub_date=None)]))
-    feeds = [hourly, chatty, weekly, {"url": pinned, "interval": "2h"}, undated]
+    feeds = [hourly, chatty, weekly, {"url": pinned, "interval": "6h"}, undated]
     p = polite_project(tmp_path, feeds, host_gap="0s")
     p.cycle()
     assert next_fetch(p, hourly) == stamp(START + timedelta(hours=1))
     assert next_fetch(p, chatty) == stamp(START + timedelta(minutes=15)), "the lower bound"
-    assert next_fetch(p, weekly) == stamp(START + timedelta(hours=24)), "the upper bound"
-    assert next_fetch(p, pinned) == stamp(START + timedelta(hours=2))
+    assert next_fetch(p, weekly) == stamp(START + timedelta(hours=2)), "the upper bound"
+    assert next_fetch(p, pinned) == stamp(START + timedelta(hours=6)), "beyond the bounds"
     assert next_fetch(p, undated) == stamp(START + timedelta(minutes=30)), "no history: default"
     (row,) = p.rows("SELECT post_gap_seconds, newest_item_at FROM feeds WHERE url = ?", hourly)
     assert row == {"post_gap_seconds": 3600, "newest_item_at": stamp(START)}
@@ -158,9 +158,12 @@ def test_a_quiet_feed_is_asked_less_often_even_through_304s(
     url = feed_server.route("/feed", body=posts_every(timedelta(hours=1)), etag='"same"')
     p = polite_project(tmp_path, [url], host_gap="0s")
     p.cycle()
-    p.clock.advance(hours=10)
+    p.clock.advance(hours=3)
     assert p.cycle().not_modified == 1
-    assert next_fetch(p, url) == stamp(p.clock.now + timedelta(hours=5)), "half the silence"
+    assert next_fetch(p, url) == stamp(p.clock.now + timedelta(hours=1.5)), "half the silence"
+    p.clock.advance(hours=7)
+    assert p.cycle().not_modified == 1
+    assert next_fetch(p, url) == stamp(p.clock.now + timedelta(hours=2)), "max_interval"
 
 
 def test_adaptive_off_uses_the_default_and_bounds_are_configurable(

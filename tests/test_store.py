@@ -762,6 +762,42 @@ def test_a_migration_that_fails_unrecorded_still_raises(tmp_path: Path) -> None:
         asyncio.run(broken())
 
 
+def test_migration_15_pads_the_pub_dates_of_years_before_1000(any_db: Live[Database]) -> None:
+    """Stored by earlier versions as '1-01-01T00:00:00Z' (Go's zero time)."""
+    db = any_db.backend
+    stored = {
+        "zero": "1-01-01T00:00:00Z",
+        "y50": "50-06-01T12:00:00Z",
+        "y999": "999-12-31T23:59:59Z",
+        "fine": "2026-03-02T08:00:00Z",
+        "undated": None,
+    }
+    any_db.run(db.query("DELETE FROM schema_migrations WHERE version = 15"))
+    any_db.run(
+        db.query(
+            "INSERT INTO feeds (id, url, created_at) VALUES ('f', 'https://a.example/', ?)",
+            ("2026-01-01T00:00:00Z",),
+        )
+    )
+    for guid, pub_date in stored.items():
+        any_db.run(
+            db.query(
+                "INSERT INTO items (id, feed_id, guid, pub_date, created_at) "
+                "VALUES (?, 'f', ?, ?, '2026-01-01T00:00:00Z')",
+                (guid, guid, pub_date),
+            )
+        )
+    assert any_db.run(migrate(db)) == [15]
+    rows = any_db.run(db.query("SELECT guid, pub_date FROM items ORDER BY pub_date, guid"))
+    assert [(row["guid"], row["pub_date"]) for row in rows] == [
+        ("undated", None),
+        ("zero", "0001-01-01T00:00:00Z"),
+        ("y50", "0050-06-01T12:00:00Z"),
+        ("y999", "0999-12-31T23:59:59Z"),
+        ("fine", "2026-03-02T08:00:00Z"),
+    ]
+
+
 @pytest.fixture(params=["sqlite", pytest.param("d1", marks=pytest.mark.cloud)])
 def any_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Live[Database]]:
     """The store's SQL on the embedded database and on D1 through the real Proxy Worker."""

@@ -135,7 +135,7 @@ class ScheduleSettings(BaseModel):
     adaptive: Flag = True
     """Learn each feed's interval from how often it posts (unless the feeds file pins one)."""
     min_interval: Duration = timedelta(minutes=15)
-    max_interval: Duration = timedelta(hours=24)
+    max_interval: Duration = timedelta(hours=2)
     jitter: Fraction = 0.1
     """Each feed's interval is stretched or shrunk by a fixed share of up to this fraction."""
     host_gap: DurationOrOff = timedelta(seconds=1)
@@ -151,7 +151,7 @@ class ScheduleSettings(BaseModel):
             raise SettingProblem(
                 f'min_interval ("{format_duration(self.min_interval)}") is longer than '
                 f'max_interval ("{format_duration(self.max_interval)}")',
-                fix="Make min_interval at most max_interval (defaults: 15m and 24h).",
+                fix="Make min_interval at most max_interval (defaults: 15m and 2h).",
                 key="min_interval",
             )
         return self

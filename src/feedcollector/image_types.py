@@ -7,6 +7,7 @@ from the type, else from the URL.
 
 from __future__ import annotations
 
+import re
 from pathlib import PurePosixPath
 from urllib.parse import urlsplit
 
@@ -77,13 +78,22 @@ SIGNED_IMAGE_TYPES = frozenset(
         "image/x-bmp",
         "image/x-ms-bmp",
         "image/tiff",
+        "image/avif",
+        "image/heic",
+        "image/heif",
+        "image/x-icon",
+        "image/vnd.microsoft.icon",
+        "image/jxl",
+        "image/svg+xml",
     }
 )
-"""Formats whose files always start with a signature :func:`sniff_image_type` knows, so a
-body of this declared type without one is not an image (an HTML page behind a lying header)."""
+"""Formats whose files always start with a signature :func:`sniff_image_type` knows (an SVG:
+its root element), so a body of this declared type without one is not an image (an HTML page
+behind a lying header)."""
 ISO_MEDIA_TYPES = frozenset({"image/avif", "image/heic", "image/heif"})
 """Share the ``ftyp`` box, whose brands overlap: between these the header is believed."""
 _BMP_HEADER_SIZES = frozenset({12, 40, 52, 56, 64, 108, 124})
+_HEIF_BRANDS = frozenset({b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"mif1", b"msf1"})
 
 
 def media_type(content_type: str | None) -> str:
@@ -117,8 +127,10 @@ def sniff_image_type(data: bytes) -> str | None:
         return "image/webp"
     if head[4:8] == b"ftyp" and head[8:12] in (b"avif", b"avis"):
         return "image/avif"
-    if head[4:8] == b"ftyp" and head[8:12] in (b"heic", b"heix", b"mif1", b"msf1"):
+    if head[4:8] == b"ftyp" and head[8:12] in _HEIF_BRANDS:
         return "image/heic"
+    if head.startswith((b"\xff\x0a", b"\x00\x00\x00\x0cJXL \r\n\x87\n")):
+        return "image/jxl"
     if head[:2] == b"BM" and int.from_bytes(head[14:18], "little") in _BMP_HEADER_SIZES:
         return "image/bmp"
     if head[:4] == b"\x00\x00\x01\x00" and head[4:6] != b"\x00\x00":
@@ -130,18 +142,22 @@ def sniff_image_type(data: bytes) -> str | None:
     return None
 
 
-def settle_image_type(declared: str, sniffed: str | None) -> str | None:
+def settle_image_type(declared: str, data: bytes) -> str | None:
     """The media type to store an image under, or None when the bytes are not an image.
 
     The bytes win over the header: a known signature decides (a PNG sent as image/jpeg is
     stored as .png), and a header naming a format that always has a signature, over bytes
-    without one, is a lie. Formats without a reliable signature keep their declared type.
+    without one, is a lie. Other image types (``image/*``, ``image/x-tga``) keep their
+    declared type, unless the bytes are markup: a web page.
     """
+    sniffed = sniff_image_type(data)
     if sniffed is not None:
         if declared in ISO_MEDIA_TYPES and sniffed in ISO_MEDIA_TYPES:
             return declared
         return sniffed
     if not declared.startswith("image/") or declared in SIGNED_IMAGE_TYPES:
+        return None
+    if data.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"<"):
         return None
     return declared
 
@@ -164,10 +180,14 @@ def cut_short(content_type: str, data: bytes) -> bool:
     return False
 
 
+_SVG_ROOT = re.compile(
+    rb"(?:\s|<\?.*?\?>|<!--.*?-->|<!doctype\s+svg(?:[^\[>]|\[.*?\])*>)*"
+    rb"<(?:[a-z_][\w.-]*:)?svg[\s/>]",
+    re.DOTALL | re.IGNORECASE,
+)
+"""An SVG document: its root element is ``svg`` (after an XML declaration, comments, an SVG
+doctype). A web page with an inline ``<svg>`` (an error page's icon) is not one."""
+
+
 def _looks_like_svg(head: bytes) -> bool:
-    text = head.lstrip(b"\xef\xbb\xbf \t\r\n").lower()
-    if not text.startswith(b"<"):
-        return False
-    svg_at = text.find(b"<svg")
-    html_at = text.find(b"<html")
-    return svg_at >= 0 and (html_at < 0 or svg_at < html_at)
+    return _SVG_ROOT.match(head.removeprefix(b"\xef\xbb\xbf")) is not None

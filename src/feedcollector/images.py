@@ -35,7 +35,6 @@ from .image_types import (
     extension_for,
     media_type,
     settle_image_type,
-    sniff_image_type,
     surely_not_an_image,
 )
 from .netguard import IMAGE_ACCEPT, NetGuard
@@ -199,7 +198,7 @@ async def _accept_image(
     data = await read_body(response, max_bytes=limits.max_bytes)
     if not data:
         raise ImageError(f"image: {final_url} answered with an empty body")
-    content_type = settle_image_type(declared, sniff_image_type(data))
+    content_type = settle_image_type(declared, data)
     if content_type is None:
         if declared.startswith("image/"):
             raise ImageError(

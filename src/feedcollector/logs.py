@@ -9,6 +9,8 @@ import time
 from datetime import UTC, datetime
 from typing import TextIO
 
+from .safe_text import without_controls
+
 CONSOLE_TIME = "%Y-%m-%d %H:%M:%SZ"
 """UTC, said so: in local time without a zone, a line stamped 21:18 said its feeds "wait until
 12:20Z", which read as long past."""
@@ -25,6 +27,20 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return json.dumps(entry, ensure_ascii=False)
+
+
+class ConsoleFormatter(logging.Formatter):
+    """Time, level, message, in UTC; the message without control characters, whatever it
+    quotes: an image URL from a feed with a line break in it forged a log line of its own,
+    and an escape sequence drove the terminal. A traceback keeps its lines."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)-7s %(message)s", CONSOLE_TIME)
+        self.converter = time.gmtime  # the times in messages, status and the database are UTC
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = without_controls(record.message)
+        return super().formatMessage(record)
 
 
 class StderrHandler(logging.StreamHandler[TextIO]):
@@ -45,9 +61,7 @@ def configure_logging(level: str = "INFO", fmt: str = "console") -> None:
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
-        console = logging.Formatter("%(asctime)s %(levelname)-7s %(message)s", CONSOLE_TIME)
-        console.converter = time.gmtime  # the times in messages, status and the database are UTC
-        handler.setFormatter(console)
+        handler.setFormatter(ConsoleFormatter())
     root = logging.getLogger("feedcollector")
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -39,7 +39,7 @@ from .fetch import body_digest, fetch_feed
 from .httpbody import NOT_TRIED, Unreachable
 from .image_stage import download_pending_images
 from .models import Feed, ItemRecord, ParsedFeed
-from .normalize import item_records
+from .normalize import MAX_IMAGES_PER_ITEM, item_records
 from .parse import parse_feed
 from .parse_common import MAX_ITEMS_PER_FEED
 from .politeness import PoliteQueue, Ticket, host_key
@@ -316,6 +316,16 @@ def read_feed_body(
             len(undated) - UNDATED_LOGGED,
             feed_url,
         )
+    for record in records:
+        if len(record.image_urls) == MAX_IMAGES_PER_ITEM:
+            log.info(
+                "parse: item %r of feed %s has %d images or more: the first %d get image "
+                "tasks when the item is new, the others keep their original URLs",
+                one_line(record.title or record.guid, QUOTED_CHARS),
+                feed_url,
+                MAX_IMAGES_PER_ITEM,
+                MAX_IMAGES_PER_ITEM,
+            )
     return parsed, records
 
 

@@ -161,8 +161,8 @@ def parse_since(text: str, now: datetime) -> datetime:
 
 
 EARLIEST_SINCE = datetime(1000, 1, 1, tzinfo=UTC)
-"""An earlier ``--since`` means everything: stored times are compared as text, and years
-before 1000 are written with fewer than four digits."""
+"""An earlier ``--since`` means everything: ``created_at`` is a time of storing, never that
+early (the bound keeps the comparison's text in four-digit years)."""
 
 
 def replace_image_sources(content_html: str, replacements: Mapping[str, str]) -> str:

@@ -14,6 +14,11 @@ _NOT_IN_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 _HALF_PAIR = re.compile("[\ud800-\udfff]")
 
 
+def without_controls(text: str) -> str:
+    """``text`` with each control character (a line break, an escape sequence) a space."""
+    return _CONTROLS.sub(" ", text)
+
+
 def one_line(text: str, limit: int | None = None) -> str:
     """What a feed or a server wrote, fit for one line of a log or a terminal: control
     characters gone (an escape sequence would drive the terminal), whitespace collapsed, at

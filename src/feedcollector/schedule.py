@@ -79,7 +79,7 @@ class SchedulePolicy:
     default_interval: timedelta = timedelta(minutes=30)
     adaptive: bool = True
     min_interval: timedelta = timedelta(minutes=15)
-    max_interval: timedelta = timedelta(hours=24)
+    max_interval: timedelta = timedelta(hours=2)
     jitter: float = 0.1
     max_cache_floor: timedelta = timedelta(hours=24)
     max_retry_after: timedelta = timedelta(hours=24)

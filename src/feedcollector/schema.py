@@ -185,6 +185,16 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
             "ON image_tasks (status, retry_at, created_at, id)",
         ),
     ),
+    (
+        15,
+        "items.pub_date of a year before 1000 (Go's zero time, 0001-01-01) was stored without "
+        "its leading zeros ('1-01-01T00:00:00Z'), which neither orders as text nor reads as "
+        "ISO 8601: padded to four digits",
+        (
+            "UPDATE items SET pub_date = substr('000' || pub_date, -20) "
+            "WHERE length(pub_date) BETWEEN 17 AND 19 AND pub_date GLOB '[0-9]*-[0-9][0-9]-*Z'",
+        ),
+    ),
 )
 
 

@@ -21,13 +21,12 @@ def utc_now() -> datetime:
 def format_timestamp(moment: datetime) -> str:
     """Render an aware datetime as ``YYYY-MM-DDTHH:MM:SSZ`` (naive values are taken as UTC).
 
-    ``%`` formatting, a third of strftime's cost (every item's date passes here); strftime
-    keeps the years before 1000, which it does not pad.
+    ``%`` formatting: a third of strftime's cost (every item's date passes here), and it pads
+    the years before 1000 (Go's zero time, ``Mon, 01 Jan 0001``, is a real feed's pubDate),
+    which glibc's strftime wrote as ``1-01-01T00:00:00Z``.
     """
     if moment.tzinfo is not UTC:
         moment = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
-    if moment.year < 1000:
-        return moment.strftime(TIMESTAMP_FORMAT)
     return "%04d-%02d-%02dT%02d:%02d:%02dZ" % (  # noqa: UP031 (the fastest spelling)
         moment.year,
         moment.month,
