@@ -6,7 +6,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from lxml import etree
 
-from feedcollector.safe_text import has_half_pair, one_line, whole_pairs, xml_chars
+from feedcollector.safe_text import (
+    ERROR_CHARS,
+    has_half_pair,
+    one_line,
+    stored_error,
+    whole_pairs,
+    xml_chars,
+)
 
 ANY_TEXT = st.text(st.characters(min_codepoint=0, max_codepoint=0x10FFFF, categories=None))
 
@@ -25,6 +32,16 @@ def test_one_line_is_one_line_without_controls_within_its_limit(
 def test_one_line_examples() -> None:
     assert one_line("\x1b[31mred\x1b[0m  and\nbell\x07") == "[31mred [0m and bell"
     assert one_line("a" * 10, 5) == "aaaa\u2026"
+
+
+def test_a_stored_error_keeps_why_after_a_huge_url() -> None:
+    """httpx says a 70,000-character URL is too long after quoting it whole."""
+    error = f"image: {'https://a.example/' + 'x' * 70_000} is not a valid URL (URL too long)"
+    kept = stored_error(error)
+    assert len(kept) <= ERROR_CHARS
+    assert kept.startswith("image: https://a.example/xxx")
+    assert kept.endswith("is not a valid URL (URL too long)")
+    assert stored_error("short") == "short"
 
 
 @given(ANY_TEXT)

@@ -14,6 +14,20 @@ _NOT_IN_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 _HALF_PAIR = re.compile("[\ud800-\udfff]")
 
 
+ERROR_CHARS = 2000
+"""Characters of an error message a row keeps (``last_error``)."""
+
+
+def stored_error(text: str) -> str:
+    """An error message fit for ``last_error``: its start and its end when it is longer than
+    :data:`ERROR_CHARS` (messages quote a URL first, which a feed may make 70,000 characters
+    long, and say why last)."""
+    if len(text) <= ERROR_CHARS:
+        return text
+    half = (ERROR_CHARS - 3) // 2
+    return f"{text[:half]} \u2026 {text[-half:]}"
+
+
 def without_controls(text: str) -> str:
     """``text`` with each control character (a line break, an escape sequence) a space."""
     return _CONTROLS.sub(" ", text)

@@ -20,6 +20,7 @@ from typing import TypeVar
 
 from .database import Database, Row, Statement
 from .models import Feed, FeedSpec
+from .safe_text import stored_error
 from .schedule import KnownFeed, feed_id_for, interval_seconds_of, plan_feed_sync
 from .timestamps import format_timestamp
 
@@ -398,7 +399,7 @@ async def record_failure(
         (
             failures,
             format_timestamp(next_fetch_at),
-            error[:2000],
+            stored_error(error),
             status,
             format_timestamp(retry_after_until) if retry_after_until else None,
             rate_limited_by,

@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from .database import Database, SqlValue, Statement
 from .images import object_key
 from .models import ImageTask
+from .safe_text import stored_error
 from .store import chunked, placeholders
 from .store_items import CHANGES_SO_FAR
 from .timestamps import format_timestamp
@@ -237,7 +238,7 @@ async def record_image_results(
                 MAX_IMAGE_ATTEMPTS,
                 *delays,
                 asked,
-                (result.error or "unknown error")[:2000],
+                stored_error(result.error or "unknown error"),
                 stamp,
                 result.task_id,
             )

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from .database import Database
+from .safe_text import stored_error
 from .store import chunked, placeholders
 from .timestamps import format_timestamp
 
@@ -21,7 +22,7 @@ async def record_gone(db: Database, feed_id: str, *, at: datetime, error: str) -
     rows = await db.query(
         "UPDATE feeds SET gone_at = COALESCE(gone_at, ?), last_status = 410, last_error = ?, "
         "lease_owner = NULL, lease_until = NULL WHERE id = ? RETURNING gone_at",
-        (format_timestamp(at), error[:2000], feed_id),
+        (format_timestamp(at), stored_error(error), feed_id),
     )
     return bool(rows) and rows[0]["gone_at"] == format_timestamp(at)
 
