@@ -202,6 +202,26 @@ def test_an_item_gets_200_image_tasks_at_most_and_says_so(
     assert line.startswith("parse: item 'Gallery' of feed ")
 
 
+def test_an_item_an_earlier_version_stored_under_its_unrepaired_guid_is_not_stored_twice(
+    feed_server: FeedServer, project: Callable[..., Project]
+) -> None:
+    """Before the repair of mis-encoded text, ``<guid>urn:CafÃ©</guid>`` was stored as
+    written; this version reads it as ``urn:Café`` and must know the item all the same."""
+    entries = [Entry("one", guid="urn:Caf\u00c3\u00a9"), Entry("two", guid="urn:two")]
+    url = feed_server.route("/feed", body=rss(entries))
+    p = project([url])
+    p.cycle()
+    p.execute("UPDATE items SET guid = 'urn:Caf\u00c3\u00a9' WHERE guid = 'urn:Caf\u00e9'")
+    feed_server.route("/feed", body=rss([Entry("three", guid="urn:three"), *entries]))
+    p.clock.advance(hours=1)
+    assert p.cycle().new_items == 1
+    assert sorted(row["guid"] for row in p.rows("SELECT guid FROM items")) == [
+        "urn:Caf\u00c3\u00a9",
+        "urn:three",
+        "urn:two",
+    ]
+
+
 def test_conditional_get_304_touches_only_the_two_timestamps(
     feed_server: FeedServer, project: Callable[..., Project]
 ) -> None:

@@ -762,6 +762,45 @@ def test_a_migration_that_fails_unrecorded_still_raises(tmp_path: Path) -> None:
         asyncio.run(broken())
 
 
+def test_an_item_stored_or_expired_under_its_earlier_guid_is_not_stored_again(
+    any_db: Live[Database],
+) -> None:
+    """Versions before the text repair stored ``urn:CafÃ©`` (and expired ``urn:gone\x92``):
+    read again, the feed's items carry those as their earlier GUIDs and are not new."""
+    db = any_db.backend
+    any_db.run(store.sync_feeds(db, [FeedSpec("https://a.example/")], NOW))
+    (feed,) = any_db.run(
+        store.claim_due_feeds(
+            db, due_by=NOW, now=NOW, owner="a", lease=LEASE, limit=1, after=store.ClaimCursor()
+        )
+    )
+    assert (
+        any_db.run(store_items.save_items(db, feed, [item("urn:Caf\u00c3\u00a9")], success())) == 1
+    )
+    any_db.run(
+        db.query(
+            "INSERT INTO item_tombstones (feed_id, guid, deleted_at) VALUES (?, ?, ?)",
+            (feed.id, "urn:gone\x92", "2026-01-01T00:00:00Z"),
+        )
+    )
+    renamed = [
+        item("urn:Caf\u00e9", "https://img.example/a.png")._replace(
+            earlier_guid="urn:Caf\u00c3\u00a9"
+        ),
+        item("urn:gone\u2019")._replace(earlier_guid="urn:gone\x92"),
+        item("urn:new", "https://img.example/n.png")._replace(earlier_guid="urn:never-stored"),
+    ]
+    plain = [item(f"p{n}") for n in range(20)]  # past one statement's rows
+    new = any_db.run(
+        store_items.save_items(db, feed, [*plain[:10], *renamed, *plain[10:]], success())
+    )
+    assert new == 21
+    guids = {row["guid"] for row in any_db.run(db.query("SELECT guid FROM items"))}
+    assert guids == {"urn:Caf\u00c3\u00a9", "urn:new", *(f"p{n}" for n in range(20))}
+    tasks = any_db.run(db.query("SELECT original_url FROM image_tasks"))
+    assert tasks == [{"original_url": "https://img.example/n.png"}]
+
+
 def test_migration_15_pads_the_pub_dates_of_years_before_1000(any_db: Live[Database]) -> None:
     """Stored by earlier versions as '1-01-01T00:00:00Z' (Go's zero time)."""
     db = any_db.backend

@@ -106,6 +106,9 @@ class ParsedItem(NamedTuple):
     """Aware UTC datetime, or None when the feed gave no date or one we cannot read."""
     raw_pub_date: str | None
     """The date text exactly as it appears in the feed (logged when unparseable)."""
+    earlier_guid: str | None = None
+    """The GUID versions before the repair of mis-encoded text (:mod:`.text_repair`) gave the
+    item, when the repair changed it: stored under that one, the item is not stored again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,3 +160,5 @@ class ItemRecord(NamedTuple):
     content_key: str | None = None
     """Object key holding the HTML when it was too big to store inline (``content_html``
     is then None); see :mod:`feedcollector.spill`."""
+    earlier_guid: str | None = None
+    """:attr:`ParsedItem.earlier_guid`: an item stored (or expired) under it is not new."""

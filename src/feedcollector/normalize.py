@@ -55,6 +55,17 @@ def item_records(
             ItemRecord(
                 item_id, item.guid, item.link, item.title, pub_date, item.content_html, image_urls
             )
+            if item.earlier_guid is None
+            else ItemRecord(
+                item_id,
+                item.guid,
+                item.link,
+                item.title,
+                pub_date,
+                item.content_html,
+                image_urls,
+                earlier_guid=item.earlier_guid,
+            )
         )
     return records, undated
 

@@ -104,17 +104,20 @@ def finish_values(
     ``description`` come repaired by the reader (:mod:`.parse_text` checks them on the bytes
     lxml holds, far cheaper than encoding a long text here; the fallback repairs its own).
     """
-    title = (title.strip() or None) if title else None
+    repaired = False
+    title = written_title = (title.strip() or None) if title else None
     if title is not None and not title.isascii():
         title = readable(title)
-    link = (link.strip() or None) if link else None
+        repaired = title is not written_title
+    link = written_link = (link.strip() or None) if link else None
     if link is not None:
         if not link.isascii():
             link = readable(link)
+            repaired = repaired or link is not written_link
         if not link.startswith(("http://", "https://")):
             link = resolve_url(link, base)
     pub_date, raw_pub_date = choose_date(dates)
-    guid = (guid.strip() or None) if guid else None
+    guid = written_guid = (guid.strip() or None) if guid else None
     if guid is not None and not guid.isascii():
         guid = readable(guid)
     html: str | None
@@ -125,14 +128,31 @@ def finish_values(
         html, html_base = description, description_base
     else:
         html = html_base = None
+    earlier = None
     if guid is None:
         guid = link or fallback_guid(title, raw_pub_date, html)
+        if repaired:
+            earlier = _unrepaired_guid(written_link, written_title, raw_pub_date, html, base)
+    elif written_guid is not guid:
+        earlier = written_guid
     if len(guid) > MAX_FIELD_CHARS or (title and len(title) > MAX_FIELD_CHARS):
         guid, title = bounded(guid, title)
     if link is not None and len(link) > MAX_FIELD_CHARS:
         link = None
+    if earlier == guid or (earlier is not None and len(earlier) > MAX_FIELD_CHARS):
+        earlier = None
     content_html = None if html is None else absolutize(html, html_base or base)
-    return ParsedItem(guid, link, title, content_html, pub_date, raw_pub_date)  # positional: faster
+    return ParsedItem(guid, link, title, content_html, pub_date, raw_pub_date, earlier)
+
+
+def _unrepaired_guid(
+    link: str | None, title: str | None, raw_pub_date: str | None, html: str | None, base: str
+) -> str:
+    """The fallback GUID of an item as versions before :mod:`.text_repair` made it, from the
+    link and title as written."""
+    if link is not None:
+        return link if link.startswith(("http://", "https://")) else resolve_url(link, base)
+    return fallback_guid(title, raw_pub_date, html)
 
 
 MAX_FIELD_CHARS = 250_000

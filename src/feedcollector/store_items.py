@@ -17,6 +17,14 @@ from .timestamps import format_timestamp
 
 ITEM_ROWS_PER_STATEMENT = (MAX_PARAMS - 3) // 7
 """Items per multi-row INSERT: 7 parameters each, plus the feed id (twice) and the time."""
+RENAMED_ROWS_PER_STATEMENT = (MAX_PARAMS - 5) // 8
+"""The same with an earlier GUID each (:attr:`.ItemRecord.earlier_guid`), looked for under
+the feed id twice more."""
+_NOT_UNDER_EARLIER_GUID = (
+    " AND (v.column8 IS NULL OR (NOT EXISTS (SELECT 1 FROM items AS e WHERE e.feed_id = ? "
+    "AND e.guid = v.column8) AND NOT EXISTS (SELECT 1 FROM item_tombstones AS et "
+    "WHERE et.feed_id = ? AND et.guid = v.column8)))"
+)
 IMAGE_ROWS_PER_STATEMENT = (MAX_PARAMS - 2) // 4
 """Image tasks per multi-row INSERT: 4 parameters each, plus the time (twice)."""
 
@@ -57,7 +65,9 @@ def item_statements(
 
     A few statements per feed instead of one per item and one per image keep the batch cheap
     on SQLite and small on D1 (its 100-parameter limit sets the rows per statement). An item
-    whose GUID has a tombstone is not inserted; an image task is created only when its item
+    whose GUID has a tombstone is not inserted, nor one stored or tombstoned under its earlier
+    GUID (a feed's text repaired since: :attr:`.ItemRecord.earlier_guid`; the statements take
+    that column only for a feed that has such an item); an image task is created only when its item
     row exists (so a re-fetched GUID with another id makes none). Rows go in feed order, so a
     GUID repeated within the feed keeps its first item, as one statement per item did.
 
@@ -73,8 +83,10 @@ def item_statements(
         if dated_in_batch
         else "?"
     )
+    renamed = any(item.earlier_guid is not None for item in items)
+    width = 8 if renamed else 7
     statements: list[Statement] = [] if return_ids else [CHANGES_SO_FAR]
-    for chunk in chunked(items, ITEM_ROWS_PER_STATEMENT):
+    for chunk in chunked(items, RENAMED_ROWS_PER_STATEMENT if renamed else ITEM_ROWS_PER_STATEMENT):
         params: list[SqlValue] = [feed_id, stamp]
         for item in chunk:
             params += (
@@ -86,14 +98,17 @@ def item_statements(
                 item.content_html,
                 item.content_key,
             )
-        params.append(feed_id)
+            if renamed:
+                params.append(item.earlier_guid)
+        params += (feed_id, feed_id, feed_id) if renamed else (feed_id,)
         statements.append(
             Statement(
                 "INSERT OR IGNORE INTO items (id, feed_id, guid, link, title, pub_date, "
                 "content_html, content_key, created_at) SELECT v.column1, ?, v.column2, "
                 f"v.column3, v.column4, v.column5, v.column6, v.column7, {created_at} "
-                f"FROM (VALUES {_rows(len(chunk), 7)}) AS v WHERE NOT EXISTS "
+                f"FROM (VALUES {_rows(len(chunk), width)}) AS v WHERE NOT EXISTS "
                 "(SELECT 1 FROM item_tombstones AS t WHERE t.feed_id = ? AND t.guid = v.column2)"
+                + (_NOT_UNDER_EARLIER_GUID if renamed else "")
                 + (" RETURNING id" if return_ids else ""),
                 tuple(params),
             )

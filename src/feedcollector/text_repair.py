@@ -23,11 +23,10 @@ the fallback):
    references do. The five positions windows-1252 leaves undefined (81 8D 8F 90 9D) stay as
    they are, as both leave them.
 
-Upgrade caveat: an item stored before these repairs under the MD5 fallback GUID (no
-``<guid>``, no link) of a title they change gets another GUID now, and is stored once more.
-That is accepted: it takes a guid-less, link-less item whose title holds C1 controls or
-mojibake, it happens once per such item, and until now the same item was stored twice anyway
-whenever its feed alternated between well-formed and broken (the fallback repaired it).
+Upgrades: versions before these repairs stored an item under its GUID as written (an explicit
+``<guid>urn:CafÃ©</guid>``, or a fallback from the link or the title as written). Where a repair
+changes the GUID, the item carries the one written as well (``ParsedItem.earlier_guid``), and
+the store does not insert it when the feed has an item, or a tombstone, under that one.
 
 Upgrading also changes stored text of such items only when they are new: existing items are
 never updated.
