@@ -7,6 +7,7 @@ import asyncio
 import hashlib
 import logging
 import re
+import shutil
 import socket
 import sqlite3
 import subprocess
@@ -382,9 +383,21 @@ def test_the_same_bytes_are_read_again_under_another_charset_or_version(
     p.clock.advance(hours=1)
     assert p.cycle().unchanged == 1
     p.execute("DELETE FROM items")
-    monkeypatch.setattr(fetch_module, "PACKAGE_VERSION", "99.0")
+    monkeypatch.setattr(fetch_module, "code_fingerprint", lambda: "0.1.0+changed")
     p.clock.advance(hours=1)
     assert p.cycle().new_items == 1, "a newer feedcollector reads the body again"
+
+
+def test_the_fingerprint_of_the_code_follows_any_change_of_a_source_file(tmp_path: Path) -> None:
+    """The version was 0.1.0 in every version: a newer parser never read an unchanged body."""
+    package = Path(fetch_module.__file__).parent
+    copy = tmp_path / "feedcollector"
+    shutil.copytree(package, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    assert fetch_module.source_fingerprint(copy) == fetch_module.code_fingerprint()
+    (copy / "parse_xml.py").write_text((copy / "parse_xml.py").read_text() + "\n")
+    changed = fetch_module.source_fingerprint(copy)
+    assert changed != fetch_module.code_fingerprint()
+    assert changed.startswith(fetch_module.PACKAGE_VERSION + "+")
 
 
 def test_a_body_that_failed_to_parse_is_read_again_and_fails_again(

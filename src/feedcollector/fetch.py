@@ -11,12 +11,14 @@ bytes and the decompressed output. :func:`status_text` is shared with the image 
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from http import HTTPStatus
+from pathlib import Path
 
 import aiohttp
 
@@ -205,17 +207,39 @@ async def _read_feed_response(
 
 def body_digest(response: FetchedFeed) -> str:
     """SHA-256 of everything reading a 200's body depends on: its bytes, its Content-Type
-    (the charset), the URL it came from (relative links) and feedcollector's version (a newer
-    parser may read more of it).
+    (the charset), the URL it came from (relative links) and the code that reads it (a newer
+    version may read more of it: :func:`code_fingerprint`).
 
     Equal to the digest stored with a feed's last items batch, it is the body read last time:
     reading it again would store nothing, so the cycle skips that work (many servers send
     no validators, or ignore them, and answer every poll with the same bytes).
     """
-    context = f"{PACKAGE_VERSION}\n{response.content_type or ''}\n{response.final_url}\n"
+    context = f"{code_fingerprint()}\n{response.content_type or ''}\n{response.final_url}\n"
     digest = hashlib.sha256(context.encode("utf-8", "surrogatepass"))
     digest.update(response.body)
     return digest.hexdigest()
+
+
+@functools.cache
+def code_fingerprint() -> str:
+    """The version and a digest of feedcollector's own source: any change of code, however
+    small, reads every feed's body once more. The version alone never changed between
+    versions that read feeds differently. Computed once a process, when a first body came
+    (about a millisecond)."""
+    return source_fingerprint(Path(__file__).parent)
+
+
+def source_fingerprint(package: Path) -> str:
+    """``PACKAGE_VERSION`` and the SHA-256 of the ``.py`` files under ``package``; the version
+    alone where they cannot be read (an installation without sources)."""
+    digest = hashlib.sha256()
+    try:
+        for path in sorted(package.rglob("*.py")):
+            digest.update(path.relative_to(package).as_posix().encode("utf-8", "surrogatepass"))
+            digest.update(path.read_bytes())
+    except OSError:
+        return PACKAGE_VERSION
+    return f"{PACKAGE_VERSION}+{digest.hexdigest()[:16]}"
 
 
 def feed_status_error(
