@@ -10,16 +10,15 @@ Each machine keeps a mark of its clock in ``collector_state`` (``clock_seen_by:<
 read with the feeds file's digest at the start of every cycle and written again once it is
 :data:`MARK_EVERY` old. When this machine's clock reads more than :data:`STEP_TOLERANCE`
 before its mark, every stored time ahead of now moves back by the step, in one batch guarded
-by the mark, so two processes of the machine never move them twice. Marks
-are per machine: a collector on another machine whose clock is off does not move them. Item
-dates and ``last_fetched_at`` are history and stay: the next fetch of a feed whose last one
-is ahead is dated a second after it (a backup's key never repeats), its schedule from now.
+by the mark, so two processes of the machine never move them twice. Marks are per machine: a
+collector on another machine whose clock is off does not move them. Item dates and
+``last_fetched_at`` are history and stay: the next fetch of a feed whose last one is ahead is
+dated a second after it (a backup's key never repeats), its schedule from now.
 """
 
 from __future__ import annotations
 
 import logging
-import socket
 from datetime import datetime, timedelta
 
 from .database import Database, Statement
@@ -48,9 +47,9 @@ _SHIFTED: tuple[tuple[str, str, str], ...] = (
 step when ahead of now (one that comes before now so is due, as it would have been)."""
 
 
-def clock_mark_key(host: str | None = None) -> str:
-    """The ``collector_state`` key of this machine's clock mark."""
-    return CLOCK_MARK_PREFIX + (host or socket.gethostname())
+def clock_mark_key(host: str) -> str:
+    """The ``collector_state`` key of the clock mark of the machine named ``host``."""
+    return CLOCK_MARK_PREFIX + host
 
 
 def went_back(mark: str | None, now: datetime) -> timedelta | None:
@@ -62,6 +61,7 @@ def went_back(mark: str | None, now: datetime) -> timedelta | None:
 
 
 def mark_is_due(mark: str | None, now: datetime) -> bool:
+    """Whether a cycle at ``now`` writes the mark again (none yet, or :data:`MARK_EVERY` old)."""
     return mark is None or parse_timestamp(mark) <= now - MARK_EVERY
 
 
