@@ -3,20 +3,25 @@ pairs (SQLite, and D1 through the Proxy Worker), and end to end through a cycle.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import sqlite3
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
+from feedcollector.backends.sqlite import SQLiteDatabase
 from feedcollector.clock_step import (
     STEP_TOLERANCE,
     clock_mark_key,
     mark_is_due,
     settle_clock,
     went_back,
+    write_mark,
 )
 from feedcollector.schedule import feed_id_for
+from feedcollector.schema import migrate
 from feedcollector.timestamps import format_timestamp
 
 from . import test_retention
@@ -28,7 +33,7 @@ from .test_retention import NOW, Pair, add_feed, add_item
 pair = test_retention.pair
 
 DAY = timedelta(days=1)
-KEY = clock_mark_key("this-host")
+KEY = clock_mark_key("this-host:1:00000000")
 
 
 def at(delta: timedelta) -> str:
@@ -115,7 +120,7 @@ def test_a_step_back_moves_every_stored_schedule_back_once(pair: Pair) -> None:
 def test_the_mark_keeps_the_latest_time_and_a_short_step_moves_nothing(pair: Pair) -> None:
     pair.run(add_feed(pair.db))
     pair.rows("UPDATE feeds SET next_fetch_at = ?", at(timedelta(minutes=30)))
-    pair.run(settle_clock(pair.db, KEY, None, NOW))
+    assert pair.run(write_mark(pair.db, KEY, NOW))
     mark = at(timedelta(0))
     assert pair.rows("SELECT value FROM collector_state WHERE key = ?", KEY) == [{"value": mark}]
     slightly_back = NOW - STEP_TOLERANCE
@@ -123,9 +128,27 @@ def test_the_mark_keeps_the_latest_time_and_a_short_step_moves_nothing(pair: Pai
     assert pair.rows("SELECT next_fetch_at FROM feeds") == [
         {"next_fetch_at": at(timedelta(minutes=30))}
     ]
-    # a process that read no mark (or an old one) never lowers the mark another one wrote
-    pair.run(settle_clock(pair.db, KEY, None, slightly_back))
+    # a process that read an older mark never lowers the one another process wrote
+    assert pair.run(write_mark(pair.db, KEY, slightly_back))
     assert pair.rows("SELECT value FROM collector_state WHERE key = ?", KEY) == [{"value": mark}]
+
+
+def test_a_mark_that_cannot_be_written_waits_for_the_next_cycle(tmp_path: Path) -> None:
+    """Bookkeeping: a database another process holds locked fails the claims anyway (with
+    their own message), and the mark must not fail the cycle before them."""
+    database = SQLiteDatabase(tmp_path / "collector.db", busy_timeout_s=0.2)
+    holder = sqlite3.connect(tmp_path / "collector.db", isolation_level=None)
+
+    async def go() -> bool:
+        try:
+            await migrate(database)
+            holder.execute("BEGIN IMMEDIATE")
+            return await write_mark(database, KEY, NOW)
+        finally:
+            holder.close()
+            await database.close()
+
+    assert asyncio.run(go()) is False
 
 
 def write_clock_project(tmp_path: Path, url: str) -> Project:
@@ -179,7 +202,7 @@ def test_another_machines_clock_moves_nothing(feed_server: FeedServer, tmp_path:
     far = format_timestamp(p.clock() + timedelta(days=3))
     p.execute(
         "INSERT INTO collector_state (key, value, updated_at) VALUES (?, ?, ?)",
-        clock_mark_key("a-machine-with-its-clock-ahead"),
+        clock_mark_key("a-machine-with-its-clock-ahead:1:0"),
         far,
         far,
     )

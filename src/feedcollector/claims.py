@@ -128,14 +128,16 @@ async def sync_feeds_file(collector: Collector, now: datetime) -> None:
     the feeds only that file lists stay scheduled, and a WARNING says so once a process.
 
     The same query reads this machine's clock mark: every cycle starts here, and a clock that
-    went back is settled before anything is claimed (:func:`.clock_step.settle_clock`).
+    went back is settled before anything is claimed (:func:`.clock_step.settle_clock`); the
+    cycle's end writes the mark again when it is due.
     """
     path = collector.settings.feeds_file
     digest = feeds_file_digest(path)
-    clock_key = clock_mark_key(_host(collector.owner))
+    clock_key = clock_mark_key(collector.owner)
     last = await last_feeds_sync(collector.db, clock_key)
+    collector.clock_mark = last.clock_mark
     if await settle_clock(collector.db, clock_key, last.clock_mark, now) is not None:
-        collector.clock_went_back()
+        collector.clock_went_back(now)
     if digest is not None and digest == last.digest:
         return
     specs = load_feeds(path)

@@ -7,8 +7,10 @@ left all of them ahead by the size of the step: every feed waited that long, sil
 behind that jumps forward (the usual case) is harmless.
 
 Each machine keeps a mark of its clock in ``collector_state`` (``clock_seen_by:<host>``),
-read with the feeds file's digest at the start of every cycle and written again once it is
-:data:`MARK_EVERY` old. When this machine's clock reads more than :data:`STEP_TOLERANCE`
+read with the feeds file's digest at the start of every cycle and written at the end of one
+when it is :data:`MARK_EVERY` old (a write that fails is only tried again by the next cycle:
+the mark is bookkeeping, and a database another process holds locked fails the claims
+anyway). When this machine's clock reads more than :data:`STEP_TOLERANCE`
 before its mark, every stored time ahead of now moves back by the step, in one batch guarded
 by the mark, so two processes of the machine never move them twice. Marks are per machine: a
 collector on another machine whose clock is off does not move them. Item dates and
@@ -22,6 +24,7 @@ import logging
 from datetime import datetime, timedelta
 
 from .database import Database, Statement
+from .errors import DatabaseError
 from .timestamps import TIMESTAMP_FORMAT, format_timestamp, parse_timestamp
 
 log = logging.getLogger("feedcollector")
@@ -47,9 +50,10 @@ _SHIFTED: tuple[tuple[str, str, str], ...] = (
 step when ahead of now (one that comes before now so is due, as it would have been)."""
 
 
-def clock_mark_key(host: str) -> str:
-    """The ``collector_state`` key of the clock mark of the machine named ``host``."""
-    return CLOCK_MARK_PREFIX + host
+def clock_mark_key(owner: str) -> str:
+    """The ``collector_state`` key of the clock mark of the machine a collector runs on (its
+    ``owner``, ``host:pid:nonce``)."""
+    return CLOCK_MARK_PREFIX + owner.partition(":")[0]
 
 
 def went_back(mark: str | None, now: datetime) -> timedelta | None:
@@ -101,13 +105,10 @@ def mark_statement(key: str, now: datetime) -> Statement:
 
 
 async def settle_clock(db: Database, key: str, mark: str | None, now: datetime) -> timedelta | None:
-    """Compare the clock with its mark (read by the caller); move the stored times back when
-    it went back (the step, or None when it did not or another process did it first), else
-    write the mark when it is due."""
+    """Compare the clock with its mark (read by the caller) and move the stored times back
+    when it went back: the step, or None when it did not or another process did it first."""
     step = went_back(mark, now)
     if step is None or mark is None:
-        if mark_is_due(mark, now):
-            await db.batch([mark_statement(key, now)])
         return None
     answers = await db.batch(shift_statements(key, mark, step, now))
     if not answers[-1]:
@@ -121,3 +122,13 @@ async def settle_clock(db: Database, key: str, mark: str | None, now: datetime) 
         format_timestamp(now),
     )
     return step
+
+
+async def write_mark(db: Database, key: str, now: datetime) -> bool:
+    """Write the mark; whether it was written (a failure waits for the next cycle)."""
+    try:
+        await db.batch([mark_statement(key, now)])
+    except DatabaseError as exc:
+        log.debug("clock: the clock mark was not written (%s); the next cycle writes it", exc)
+        return False
+    return True

@@ -29,7 +29,7 @@ from .politeness import HostGate
 from .report import CycleObserver
 from .schedule import SchedulePolicy
 from .schema import migrate
-from .timestamps import utc_now
+from .timestamps import format_timestamp, utc_now
 
 log = logging.getLogger("feedcollector")
 
@@ -84,6 +84,8 @@ class Collector:
     """When the daily cleanup is next due, as the last claim found it (None: ask each cycle)."""
     warned_of_another_file: bool = field(default=False, init=False)
     """Whether the WARNING that another collector syncs a different feeds file was given."""
+    clock_mark: str | None = field(default=None, init=False)
+    """This machine's clock mark as the last cycle's start read it (:mod:`.clock_step`)."""
     claims_feeds: bool = field(default=False, init=False)
     """Whether this collector has asked for feeds (so may hold some to hand back at the end):
     a command that only reads must not wait for another process's write lock as it closes."""
@@ -94,11 +96,12 @@ class Collector:
         self.fetch_limits = fetch_limits(self.settings)
         self.schedule_policy = _policy(self.settings)
 
-    def clock_went_back(self) -> None:
+    def clock_went_back(self, now: datetime) -> None:
         """Forget what this process keeps by the wall clock: it is ahead by the step (the
-        stored times were moved back, :mod:`.clock_step`)."""
+        stored times were moved back, :mod:`.clock_step`, and the mark to ``now``)."""
         self.cleanup_not_due_before = None
         self.hosts.forget_deferrals()
+        self.clock_mark = format_timestamp(now)
 
     @property
     def image_http(self) -> httpx.AsyncClient:

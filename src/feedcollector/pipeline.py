@@ -25,6 +25,7 @@ from . import outcomes, store, store_items, store_schedule
 from .backups import write_backup
 from .breaker import StorageBreaker
 from .claims import due_pages, feed_lease, forced_pages, sync_feeds_file
+from .clock_step import clock_mark_key, mark_is_due, write_mark
 from .collector import Collector
 from .decode import decode_feed
 from .errors import (
@@ -110,11 +111,24 @@ async def run_cycle(
         if images_yield:
             share = images_share(timedelta(seconds=time.monotonic() - began))
         await download_pending_images(collector, report, share)
+    await _mark_the_clock(collector, report)
     report.elapsed_s = time.monotonic() - began
     log.log(report.summary_level(asked=force), "cycle: %s", report.summary())
     if collector.observer is not None:
         await collector.observer.cycle_done(report, collector.db)
     return report
+
+
+async def _mark_the_clock(collector: Collector, report: CycleReport) -> None:
+    """Write this machine's clock mark when it is due (:mod:`.clock_step`), unless storage
+    failed this cycle (the write would wait for it once more)."""
+    now = collector.clock()
+    if (
+        report.storage_failing is None
+        and mark_is_due(collector.clock_mark, now)
+        and await write_mark(collector.db, clock_mark_key(collector.owner), now)
+    ):
+        collector.clock_mark = format_timestamp(now)
 
 
 async def refresh_feed(
