@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -20,6 +20,9 @@ from feedcollector.clock_step import (
     went_back,
     write_mark,
 )
+from feedcollector.collector import open_collector
+from feedcollector.config import load_settings
+from feedcollector.pipeline import run_cycle
 from feedcollector.schedule import feed_id_for
 from feedcollector.schema import migrate
 from feedcollector.timestamps import format_timestamp
@@ -28,7 +31,7 @@ from . import test_retention
 from .feedserver import FeedServer
 from .samples import Clock, Entry, rss, write_project
 from .test_pipeline import Project
-from .test_retention import NOW, Pair, add_feed, add_item
+from .test_retention import FEED_URL, NOW, Pair, add_feed, add_item
 
 pair = test_retention.pair
 
@@ -55,27 +58,52 @@ def test_the_mark_is_written_every_few_minutes_not_every_cycle() -> None:
     assert mark_is_due(at(-timedelta(minutes=5)), NOW)
 
 
+OTHER_URL = "https://other.example.org/feed.xml"
+LONGEST_RETRY_AFTER = timedelta(hours=24)
+
+
+def settle(pair: Pair, mark: str | None, now: datetime = NOW) -> timedelta | None:
+    return pair.run(settle_clock(pair.db, KEY, mark, now, longest_retry_after=LONGEST_RETRY_AFTER))
+
+
 def schedules(pair: Pair) -> dict[str, object]:
-    [feed] = pair.rows("SELECT next_fetch_at, retry_after_until, lease_until FROM feeds")
-    [task] = pair.rows("SELECT retry_at, lease_until FROM image_tasks WHERE position = 0")
-    [cleanup] = pair.rows("SELECT last_done_at, lease_until FROM maintenance")
+    feeds = pair.rows(
+        "SELECT url, next_fetch_at, retry_after_until, lease_until FROM feeds ORDER BY url"
+    )
+    tasks = pair.rows("SELECT position, retry_at, lease_until FROM image_tasks ORDER BY position")
+    cleanups = pair.rows("SELECT task, last_done_at, lease_until FROM maintenance ORDER BY task")
     return {
-        **{f"feed.{k}": v for k, v in feed.items()},
-        **{f"task.{k}": v for k, v in task.items()},
-        **{f"cleanup.{k}": v for k, v in cleanup.items()},
+        **{f"{row.pop('url')}": row for row in feeds},
+        **{f"task {row.pop('position')}": row for row in tasks},
+        **{f"{row.pop('task')}": row for row in cleanups},
     }
 
 
-def test_a_step_back_moves_every_stored_schedule_back_once(pair: Pair) -> None:
+def test_a_step_back_moves_the_stored_schedules_back_once(pair: Pair) -> None:
     """The clock read a day ahead and was set right: what was scheduled then is ahead by a
-    day. A second process of the machine that read the same mark moves nothing again."""
+    day. Leases of another machine stay (live: moved, they would be taken from under it), and
+    a Retry-After within the longest a server may ask. A second process of the machine that
+    read the same mark moves nothing again."""
     pair.run(add_feed(pair.db))
+    pair.run(add_feed(pair.db, OTHER_URL))
     pair.run(add_item(pair, "post", NOW - DAY, images=(False, False)))
     pair.rows(
-        "UPDATE feeds SET next_fetch_at = ?, retry_after_until = ?, lease_until = ?",
+        "UPDATE feeds SET next_fetch_at = ?, retry_after_until = ?, lease_until = ?, "
+        "lease_owner = ? WHERE url = ?",
         at(DAY + timedelta(minutes=30)),
         at(DAY + timedelta(hours=2)),
         at(DAY + timedelta(minutes=15)),
+        "this-host:2:abcdef01",
+        FEED_URL,
+    )
+    pair.rows(
+        "UPDATE feeds SET next_fetch_at = ?, retry_after_until = ?, lease_until = ?, "
+        "lease_owner = ? WHERE url = ?",
+        at(timedelta(hours=2)),
+        at(timedelta(hours=2)),
+        at(timedelta(minutes=15)),
+        "another-host:2:abcdef01",
+        OTHER_URL,
     )
     pair.rows(
         "UPDATE image_tasks SET status = CASE position WHEN 0 THEN 'pending' ELSE 'failed' END, "
@@ -85,35 +113,54 @@ def test_a_step_back_moves_every_stored_schedule_back_once(pair: Pair) -> None:
         at(DAY + timedelta(minutes=15)),
     )
     pair.rows(
-        "INSERT INTO maintenance (task, last_done_at, lease_until) VALUES ('cleanup', ?, ?)",
+        "INSERT INTO maintenance (task, last_done_at, lease_owner, lease_until) "
+        "VALUES ('cleanup', ?, 'this-host:3:0', ?), ('orphans', ?, 'another-host:3:0', ?)",
         at(DAY - timedelta(hours=1)),
         at(DAY + timedelta(minutes=50)),
+        at(-timedelta(hours=5)),
+        at(timedelta(minutes=4)),
     )
     mark = at(DAY)
     pair.rows(
         "INSERT INTO collector_state (key, value, updated_at) VALUES (?, ?, ?)", KEY, mark, mark
     )
 
-    assert pair.run(settle_clock(pair.db, KEY, mark, NOW)) == DAY
+    assert settle(pair, mark) == DAY
 
     assert schedules(pair) == {
-        "feed.next_fetch_at": at(timedelta(minutes=30)),
-        "feed.retry_after_until": at(timedelta(hours=2)),
-        "feed.lease_until": at(timedelta(minutes=15)),
-        "task.retry_at": at(timedelta(hours=1)),
-        "task.lease_until": at(timedelta(minutes=15)),
-        "cleanup.last_done_at": at(-timedelta(hours=1)),
-        "cleanup.lease_until": at(timedelta(minutes=50)),
+        FEED_URL: {
+            "next_fetch_at": at(timedelta(minutes=30)),
+            "retry_after_until": at(timedelta(hours=2)),  # beyond the longest: moved
+            "lease_until": at(timedelta(minutes=15)),
+        },
+        OTHER_URL: {
+            "next_fetch_at": at(-timedelta(hours=22)),  # one fetch early, once
+            "retry_after_until": at(timedelta(hours=2)),
+            "lease_until": at(timedelta(minutes=15)),
+        },
+        "task 0": {
+            "retry_at": at(timedelta(hours=1)),
+            "lease_until": at(DAY + timedelta(minutes=15)),
+        },
+        "task 1": {
+            "retry_at": at(DAY + timedelta(hours=3)),
+            "lease_until": at(DAY + timedelta(minutes=15)),
+        },
+        "cleanup": {
+            "last_done_at": at(-timedelta(hours=1)),
+            "lease_until": at(timedelta(minutes=50)),
+        },
+        "orphans": {
+            "last_done_at": at(-timedelta(hours=5)),
+            "lease_until": at(timedelta(minutes=4)),
+        },
     }
     assert pair.rows("SELECT value FROM collector_state WHERE key = ?", KEY) == [
         {"value": at(timedelta(0))}
     ]
-    assert pair.rows("SELECT status, retry_at FROM image_tasks WHERE position = 1") == [
-        {"status": "failed", "retry_at": at(DAY + timedelta(hours=3))}  # no schedule: kept
-    ]
     moved = schedules(pair)
 
-    assert pair.run(settle_clock(pair.db, KEY, mark, NOW)) is None
+    assert settle(pair, mark) is None
     assert schedules(pair) == moved
 
 
@@ -124,7 +171,7 @@ def test_the_mark_keeps_the_latest_time_and_a_short_step_moves_nothing(pair: Pai
     mark = at(timedelta(0))
     assert pair.rows("SELECT value FROM collector_state WHERE key = ?", KEY) == [{"value": mark}]
     slightly_back = NOW - STEP_TOLERANCE
-    assert pair.run(settle_clock(pair.db, KEY, mark, slightly_back)) is None
+    assert settle(pair, mark, slightly_back) is None
     assert pair.rows("SELECT next_fetch_at FROM feeds") == [
         {"next_fetch_at": at(timedelta(minutes=30))}
     ]
@@ -209,3 +256,30 @@ def test_another_machines_clock_moves_nothing(feed_server: FeedServer, tmp_path:
     p.clock.advance(minutes=1)
     p.cycle()
     assert p.rows("SELECT next_fetch_at FROM feeds") == [before]
+
+
+def test_a_process_forgets_its_own_wall_clock_state_whoever_moved_the_stored_times(
+    feed_server: FeedServer, tmp_path: Path
+) -> None:
+    """A ``fetch`` or a cron ``run --once`` moved the stored times first: the running
+    service sees the mark at now, yet its own host deferrals and cleanup time are ahead."""
+    url = feed_server.route("/feed.xml", body=rss([Entry("a", guid="a")]))
+    p = write_clock_project(tmp_path, url)
+
+    async def scenario() -> tuple[object, object]:
+        async with open_collector(load_settings(p.config), clock=p.clock) as collector:
+            await run_cycle(collector)
+            collector.hosts.defer("example.org", p.clock() + timedelta(hours=1))
+            collector.cleanup_not_due_before = p.clock() + DAY
+            p.clock.advance(hours=-2)
+            await collector.db.query(  # as the process that moved the stored times left it
+                "UPDATE collector_state SET value = ? WHERE key = ?",
+                (format_timestamp(p.clock()), clock_mark_key(collector.owner)),
+            )
+            await run_cycle(collector)
+            return (
+                collector.hosts.deferred_until("example.org", p.clock()),
+                collector.cleanup_not_due_before,
+            )
+
+    assert asyncio.run(scenario()) == (None, None)

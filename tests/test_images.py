@@ -172,6 +172,15 @@ def test_sniff_image_type(data: bytes, media_type: str | None) -> None:
     assert sniff_image_type(data) == media_type
 
 
+def test_many_comments_or_declarations_before_a_page_are_read_once() -> None:
+    """Each part of the SVG root's pattern matches one way only: with a lazy ``.*?`` that
+    could run past the next ``-->``, 40 comments took days (the event loop with it)."""
+    assert sniff_image_type(b"<!-- cached page -->\n" * 40 + b"<html>") is None
+    assert sniff_image_type(b"<?a?>" * 300 + b"<html>") is None
+    assert sniff_image_type(b"<!doctype svg " + b"[a]" * 300 + b"><html>") is None
+    assert sniff_image_type(b"<!-- a -->\n" * 40 + b"<svg/>") == "image/svg+xml"
+
+
 @pytest.mark.parametrize(
     ("address", "blocked"),
     [

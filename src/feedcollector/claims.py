@@ -136,8 +136,15 @@ async def sync_feeds_file(collector: Collector, now: datetime) -> None:
     clock_key = clock_mark_key(collector.owner)
     last = await last_feeds_sync(collector.db, clock_key)
     collector.clock_mark = last.clock_mark
-    if await settle_clock(collector.db, clock_key, last.clock_mark, now) is not None:
-        collector.clock_went_back(now)
+    went_back_here = collector.wall_clock_went_back(now)
+    longest = collector.schedule_policy.max_retry_after
+    moved = await settle_clock(
+        collector.db, clock_key, last.clock_mark, now, longest_retry_after=longest
+    )
+    if moved is not None:
+        collector.clock_mark = format_timestamp(now)
+    if moved is not None or went_back_here:
+        collector.forget_wall_clock_state()
     if digest is not None and digest == last.digest:
         return
     specs = load_feeds(path)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 
-from .database import Database, Statement
+from .database import Database, SqlValue, Statement
 from .errors import DatabaseError
 from .timestamps import TIMESTAMP_FORMAT, format_timestamp, parse_timestamp
 
@@ -36,18 +36,6 @@ MARK_EVERY = timedelta(minutes=5)
 """How old the mark may get before a cycle writes it again: a write every few cycles, not
 every minute (a D1 request). A step back shorter than this and the tolerance together goes
 unseen, and delays the feeds by as much at most."""
-
-_SHIFTED: tuple[tuple[str, str, str], ...] = (
-    ("feeds", "next_fetch_at", ""),
-    ("feeds", "retry_after_until", ""),
-    ("feeds", "lease_until", ""),
-    ("image_tasks", "retry_at", "status = 'pending' AND "),
-    ("image_tasks", "lease_until", "status = 'pending' AND "),
-    ("maintenance", "lease_until", ""),
-    ("maintenance", "last_done_at", ""),
-)
-"""(table, column, condition): the stored times that schedule something, moved back by the
-step when ahead of now (one that comes before now so is due, as it would have been)."""
 
 
 def clock_mark_key(owner: str) -> str:
@@ -69,19 +57,41 @@ def mark_is_due(mark: str | None, now: datetime) -> bool:
     return mark is None or parse_timestamp(mark) <= now - MARK_EVERY
 
 
-def shift_statements(key: str, mark: str, step: timedelta, now: datetime) -> list[Statement]:
-    """Move every stored time ahead of ``now`` back by ``step``, then the mark to now; each
-    statement only while the mark still reads ``mark`` (pure)."""
+def shift_statements(
+    key: str, mark: str, step: timedelta, now: datetime, *, longest_retry_after: timedelta
+) -> list[Statement]:
+    """Move the stored times ahead of ``now`` back by ``step``, then the mark to now; each
+    statement only while the mark still reads ``mark`` (pure).
+
+    Schedules move whoever wrote them: another machine's feeds and images come one fetch or
+    try early, once. Leases move only where this machine holds them (another machine's are
+    live: moved, its feeds and maintenance would be taken from under it), a Retry-After only
+    beyond ``longest_retry_after`` (the rest may be a server's wish another machine heard);
+    image tasks' leases are left to the page that holds them."""
     stamp = format_timestamp(now)
-    modifier = f"-{round(step.total_seconds())} seconds"
-    guard = "(SELECT value FROM collector_state WHERE key = ?) = ?"
+    own = key.removeprefix(CLOCK_MARK_PREFIX) + ":"
+    own_lease = (" AND substr(lease_owner, 1, ?) = ?", (len(own), own))
+    shifted: list[tuple[str, str, str, tuple[SqlValue, ...]]] = [
+        ("feeds", "next_fetch_at", "", ()),
+        (
+            "feeds",
+            "retry_after_until",
+            " AND retry_after_until > ?",
+            (format_timestamp(now + longest_retry_after),),
+        ),
+        ("feeds", "lease_until", *own_lease),
+        ("image_tasks", "retry_at", " AND status = 'pending'", ()),
+        ("maintenance", "lease_until", *own_lease),
+        ("maintenance", "last_done_at", "", ()),
+    ]
+    guard = " AND (SELECT value FROM collector_state WHERE key = ?) = ?"
     statements = [
         Statement(
             f"UPDATE {table} SET {column} = strftime('{TIMESTAMP_FORMAT}', {column}, ?) "  # noqa: S608 (fixed names)
-            f"WHERE {condition}{column} > ? AND {guard}",
-            (modifier, stamp, key, mark),
+            f"WHERE {column} > ?{condition}{guard}",
+            (f"-{round(step.total_seconds())} seconds", stamp, *params, key, mark),
         )
-        for table, column, condition in _SHIFTED
+        for table, column, condition, params in shifted
     ]
     statements.append(
         Statement(
@@ -104,13 +114,21 @@ def mark_statement(key: str, now: datetime) -> Statement:
     )
 
 
-async def settle_clock(db: Database, key: str, mark: str | None, now: datetime) -> timedelta | None:
+async def settle_clock(
+    db: Database,
+    key: str,
+    mark: str | None,
+    now: datetime,
+    *,
+    longest_retry_after: timedelta,
+) -> timedelta | None:
     """Compare the clock with its mark (read by the caller) and move the stored times back
     when it went back: the step, or None when it did not or another process did it first."""
     step = went_back(mark, now)
     if step is None or mark is None:
         return None
-    answers = await db.batch(shift_statements(key, mark, step, now))
+    statements = shift_statements(key, mark, step, now, longest_retry_after=longest_retry_after)
+    answers = await db.batch(statements)
     if not answers[-1]:
         return None
     log.warning(

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -19,6 +20,7 @@ from . import store_schedule
 from .backends import open_database, open_object_store
 from .backends.d1 import D1Database
 from .backends.sqlite import SQLiteDatabase
+from .clock_step import STEP_TOLERANCE
 from .config import Settings
 from .database import Database
 from .errors import StorageError
@@ -29,7 +31,7 @@ from .politeness import HostGate
 from .report import CycleObserver
 from .schedule import SchedulePolicy
 from .schema import migrate
-from .timestamps import format_timestamp, utc_now
+from .timestamps import utc_now
 
 log = logging.getLogger("feedcollector")
 
@@ -86,6 +88,8 @@ class Collector:
     """Whether the WARNING that another collector syncs a different feeds file was given."""
     clock_mark: str | None = field(default=None, init=False)
     """This machine's clock mark as the last cycle's start read it (:mod:`.clock_step`)."""
+    _wall_clock_seen: tuple[datetime, float] | None = field(default=None, init=False, repr=False)
+    """The wall clock and the monotonic clock at :meth:`wall_clock_went_back`'s last call."""
     claims_feeds: bool = field(default=False, init=False)
     """Whether this collector has asked for feeds (so may hold some to hand back at the end):
     a command that only reads must not wait for another process's write lock as it closes."""
@@ -96,12 +100,21 @@ class Collector:
         self.fetch_limits = fetch_limits(self.settings)
         self.schedule_policy = _policy(self.settings)
 
-    def clock_went_back(self, now: datetime) -> None:
-        """Forget what this process keeps by the wall clock: it is ahead by the step (the
-        stored times were moved back, :mod:`.clock_step`, and the mark to ``now``)."""
+    def wall_clock_went_back(self, now: datetime) -> bool:
+        """Whether the wall clock went back since the last call by more than the tolerance of
+        :mod:`.clock_step`, as this process's monotonic clock tells: what it keeps by the wall
+        clock is ahead then, whichever process moved the stored times."""
+        looked_at = time.monotonic()
+        last, self._wall_clock_seen = self._wall_clock_seen, (now, looked_at)
+        if last is None:
+            return False
+        return last[0] + timedelta(seconds=looked_at - last[1]) - now > STEP_TOLERANCE
+
+    def forget_wall_clock_state(self) -> None:
+        """The wall clock went back: forget what this process keeps by it (ahead by the
+        step), the Retry-After deferrals of hosts and when the daily cleanup is due."""
         self.cleanup_not_due_before = None
         self.hosts.forget_deferrals()
-        self.clock_mark = format_timestamp(now)
 
     @property
     def image_http(self) -> httpx.AsyncClient:

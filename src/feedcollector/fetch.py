@@ -225,13 +225,13 @@ def code_fingerprint() -> str:
     """The version and a digest of feedcollector's own source: any change of code, however
     small, reads every feed's body once more. The version alone never changed between
     versions that read feeds differently. Computed once a process, when a first body came
-    (about a millisecond)."""
+    (2-3 ms of CPU)."""
     return source_fingerprint(Path(__file__).parent)
 
 
 def source_fingerprint(package: Path) -> str:
-    """``PACKAGE_VERSION`` and the SHA-256 of the ``.py`` files under ``package``; the version
-    alone where they cannot be read (an installation without sources)."""
+    """``PACKAGE_VERSION`` and the SHA-256 of the ``.py`` files under ``package`` (of none,
+    in an installation without sources); the version alone where one cannot be read."""
     digest = hashlib.sha256()
     try:
         for path in sorted(package.rglob("*.py")):

@@ -157,7 +157,7 @@ def settle_image_type(declared: str, data: bytes) -> str | None:
         return sniffed
     if not declared.startswith("image/") or declared in SIGNED_IMAGE_TYPES:
         return None
-    if data.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"<"):
+    if data[:64].lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"<"):
         return None
     return declared
 
@@ -181,12 +181,14 @@ def cut_short(content_type: str, data: bytes) -> bool:
 
 
 _SVG_ROOT = re.compile(
-    rb"(?:\s|<\?.*?\?>|<!--.*?-->|<!doctype\s+svg(?:[^\[>]|\[.*?\])*>)*"
-    rb"<(?:[a-z_][\w.-]*:)?svg[\s/>]",
+    rb"(?:\s++|<\?(?:(?!\?>).)*+\?>|<!--(?:(?!-->).)*+-->|<!doctype\s++svg(?:[^\[>]|\[[^\]]*+\])*+>)*+"
+    rb"<(?:[a-z_][\w.-]*+:)?svg[\s/>]",
     re.DOTALL | re.IGNORECASE,
 )
 """An SVG document: its root element is ``svg`` (after an XML declaration, comments, an SVG
-doctype). A web page with an inline ``<svg>`` (an error page's icon) is not one."""
+doctype). A web page with an inline ``<svg>`` (an error page's icon) is not one. Every part
+matches one way only and never gives back (possessive): a body of many comments took time
+doubling with each."""
 
 
 def _looks_like_svg(head: bytes) -> bool:

@@ -51,12 +51,8 @@ def item_records(
                 undated.append(item)
         else:
             pub_date = format_timestamp(item.pub_date)
-        records.append(  # positional (faster): id, guid, link, title, pub_date, html, images
-            ItemRecord(
-                item_id, item.guid, item.link, item.title, pub_date, item.content_html, image_urls
-            )
-            if item.earlier_guid is None
-            else ItemRecord(
+        records.append(  # positional (faster): id, guid, link, title, pub_date, html, images,
+            ItemRecord(  # content key, earlier GUID
                 item_id,
                 item.guid,
                 item.link,
@@ -64,7 +60,8 @@ def item_records(
                 pub_date,
                 item.content_html,
                 image_urls,
-                earlier_guid=item.earlier_guid,
+                None,
+                item.earlier_guid,
             )
         )
     return records, undated

@@ -168,7 +168,13 @@ def plan_spill(
 def _other_size(record: ItemRecord, size: Callable[[str], int] = len) -> int:
     """The size of a row's text besides its HTML, with each image task's row: in characters
     (``len``, a bound at 4 bytes each) or in bytes (:func:`_utf8_size`)."""
-    texts = (record.guid, record.link or "", record.title or "", *record.image_urls)
+    texts = (
+        record.guid,
+        record.earlier_guid or "",
+        record.link or "",
+        record.title or "",
+        *record.image_urls,
+    )
     return sum(map(size, texts)) + IMAGE_ROW_BYTES * len(record.image_urls)
 
 
@@ -188,21 +194,23 @@ async def plan_batch_spill(
 
     The plan is made first without the database; only if it would spill anything (rare) does
     one query per chunk of GUIDs ask which of the feed's items are already stored or
-    tombstoned, and the plan is made again without them as candidates. Those rows are sent
-    without HTML: ``INSERT OR IGNORE`` skips them, and sending nothing for them is safe because
-    a stored item is only ever deleted by retention, in the same transaction as its tombstone,
-    which keeps the row out just the same.
+    tombstoned (under their GUID or their earlier one, :attr:`.ItemRecord.earlier_guid`), and
+    the plan is made again without them as candidates. Those rows are sent without HTML:
+    ``INSERT OR IGNORE`` skips them, and sending nothing for them is safe because a stored
+    item is only ever deleted by retention, in the same transaction as its tombstone, which
+    keeps the row out just the same.
     """
     plan = plan_spill(feed_id, records, inline_limit=inline_limit, batch_budget=batch_budget)
     if not plan.spilled:
         return plan
-    present = await present_guids(
-        db, feed_id, list(dict.fromkeys(r.guid for r in records if r.content_html))
-    )
+    with_html = [r for r in records if r.content_html]
+    asked = [r.guid for r in with_html] + [r.earlier_guid for r in with_html if r.earlier_guid]
+    present = await present_guids(db, feed_id, list(dict.fromkeys(asked)))
     if not present:
         return plan
+    ignored = present | {r.guid for r in records if r.earlier_guid in present}
     return plan_spill(
-        feed_id, records, inline_limit=inline_limit, batch_budget=batch_budget, ignored=present
+        feed_id, records, inline_limit=inline_limit, batch_budget=batch_budget, ignored=ignored
     )
 
 

@@ -10,6 +10,7 @@ under a key the database already names.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 import time
@@ -65,6 +66,15 @@ class LocalObjectStore:
     async def put(
         self, key: str, data: bytes, content_type: str | None = None, *, durable: bool = True
     ) -> None:
+        """A durable write waits for the disk on a worker thread (an SD card's flush takes
+        tens of milliseconds, which would hold every download and fetch of the event loop);
+        the others are quick and stay on the loop."""
+        if durable:
+            await asyncio.to_thread(self._write, key, data, durable=True)
+        else:
+            self._write(key, data, durable=False)
+
+    def _write(self, key: str, data: bytes, *, durable: bool) -> None:
         path = self._path(key)
         try:
             if not self._swept:
@@ -83,12 +93,12 @@ class LocalObjectStore:
                     if durable:
                         handle.flush()
                         os.fsync(handle.fileno())
-                made_folders = _move_into_place(temp, path)
+                grown = _move_into_place(temp, path)
             except BaseException:
                 temp.unlink(missing_ok=True)
                 raise
             if durable:
-                _sync_folders(path.parent, self.root if made_folders else path.parent)
+                _sync_folders(path.parent, grown or path.parent)
         except OSError as exc:
             raise ObjectStoreError(f"storage: cannot write {path}: {exc}") from exc
 
@@ -201,29 +211,37 @@ class LocalObjectStore:
 MOVE_ATTEMPTS = 3
 
 
-def _move_into_place(temp: Path, path: Path) -> bool:
+def _move_into_place(temp: Path, path: Path) -> Path | None:
     """Rename ``temp`` to ``path``, making the key's folder when it is missing: new, or
-    removed as empty by a delete (of another process too) since it was made. Whether it made
-    folders."""
-    for attempt in range(MOVE_ATTEMPTS - 1):
+    removed as empty by a delete (of another process too) since it was made. The folder that
+    got new folders in it, when it made some."""
+    grown: Path | None = None
+    for _ in range(MOVE_ATTEMPTS - 1):
         try:
             os.replace(temp, path)
-            return attempt > 0
+            return grown
         except FileNotFoundError:
+            grown = path.parent
+            while not grown.is_dir() and grown != grown.parent:
+                grown = grown.parent
             path.parent.mkdir(parents=True, exist_ok=True)
     os.replace(temp, path)
-    return True
+    return grown
 
 
 def _sync_folders(folder: Path, top: Path) -> None:
     """Flush ``folder``'s entries to the disk, and those of each folder above it up to ``top``
-    (folders just made are entries of their parents)."""
+    (folders just made are entries of their parents). Best effort: some file systems refuse
+    to flush a folder, and the object itself is on the disk already."""
     while True:
-        handle = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
         try:
-            os.fsync(handle)
-        finally:
-            os.close(handle)
+            handle = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(handle)
+            finally:
+                os.close(handle)
+        except OSError:
+            return
         if folder == top or folder == folder.parent:
             return
         folder = folder.parent
