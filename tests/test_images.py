@@ -147,6 +147,7 @@ def test_extension_for(content_type: str | None, url: str, ext: str) -> None:
         (b"\x00\x00\x00\x1cftypavif\x00\x00\x00\x00", "image/avif"),
         (b"BM" + b"\x00" * 12 + struct.pack("<I", 40) + b"\x00" * 8, "image/bmp"),
         (b"\x00\x00\x01\x00\x01\x00\x10\x10", "image/x-icon"),
+        (b"\x00\x00\x02\x00\x01\x00\x20\x20", "image/x-icon"),  # a cursor (.cur)
         (
             b"\xef\xbb\xbf\n<?xml version='1.0'?>\n<svg xmlns='http://www.w3.org/2000/svg'/>",
             "image/svg+xml",

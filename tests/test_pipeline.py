@@ -1200,16 +1200,16 @@ def test_an_unexpected_error_fails_only_its_feed_and_is_recorded(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A bug (an exception no stage promises) is injected: it cannot be produced for real."""
-    import feedcollector.pipeline as pipeline
+    import feedcollector.read_body as read_body
 
-    real_decode = pipeline.decode_feed
+    real_decode = read_body.decode_feed
 
     def buggy_decode(body: bytes, content_type: str | None) -> Any:
         if b"trigger-bug" in body:
             raise RuntimeError("a bug in a stage")
         return real_decode(body, content_type)
 
-    monkeypatch.setattr(pipeline, "decode_feed", buggy_decode)
+    monkeypatch.setattr(read_body, "decode_feed", buggy_decode)
     good = feed_server.route("/good", body=rss([Entry("fine", guid="1")]))
     bad = feed_server.route("/bad", body=rss([Entry("trigger-bug", guid="2")]))
     p = project([good, bad])

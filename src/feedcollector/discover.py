@@ -5,7 +5,7 @@ rel="alternate">`` tags of feed types name the candidates (relative ``href`` val
 against ``<base href>`` or the page URL); without any valid one, the common feed paths of the
 site (``/feed``, ``/rss``, ``/atom.xml`` ...) are tried. Every candidate is validated the way
 the collector will read it: fetched by the fetch stage (same User-Agent, timeouts, size caps
-and redirect checks) and read by ``pipeline.read_feed_body`` (decode, parse, normalize).
+and redirect checks) and read by ``read_body.read_feed_body`` (decode, parse, normalize).
 
 Finding links and listing paths are pure functions of bytes and URLs; :func:`discover_feeds`
 is the I/O around them. Requests go one at a time: discovery is polite to the site.
@@ -23,7 +23,7 @@ from .errors import ConfigError, FetchError, ParseError
 from .feed_links import FeedLink, feed_links
 from .feeds_file import feed_url_key
 from .fetch import FetchLimits, fetch_feed
-from .pipeline import read_feed_body
+from .read_body import read_feed_body
 
 COMMON_FEED_PATHS = (
     "feed",

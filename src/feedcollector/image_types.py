@@ -133,7 +133,7 @@ def sniff_image_type(data: bytes) -> str | None:
         return "image/jxl"
     if head[:2] == b"BM" and int.from_bytes(head[14:18], "little") in _BMP_HEADER_SIZES:
         return "image/bmp"
-    if head[:4] == b"\x00\x00\x01\x00" and head[4:6] != b"\x00\x00":
+    if head[:4] in (b"\x00\x00\x01\x00", b"\x00\x00\x02\x00") and head[4:6] != b"\x00\x00":
         return "image/x-icon"
     if head[:4] in (b"II*\x00", b"MM\x00*"):
         return "image/tiff"

@@ -27,7 +27,6 @@ from .breaker import StorageBreaker
 from .claims import due_pages, feed_lease, forced_pages, sync_feeds_file
 from .clock_step import clock_mark_key, mark_is_due, write_mark
 from .collector import Collector
-from .decode import decode_feed
 from .errors import (
     TOO_LARGE,
     DatabaseError,
@@ -40,12 +39,9 @@ from .fetch import body_digest, fetch_feed
 from .httpbody import NOT_TRIED, Unreachable
 from .image_stage import download_pending_images
 from .models import Feed, ItemRecord, ParsedFeed
-from .normalize import MAX_IMAGES_PER_ITEM, item_records
-from .parse import parse_feed
-from .parse_common import MAX_ITEMS_PER_FEED
 from .politeness import PoliteQueue, Ticket, host_key
+from .read_body import read_feed_body
 from .report import CycleReport, FeedOutcome
-from .safe_text import QUOTED_CHARS, one_line
 from .schedule import (
     MAX_STORED_SECONDS,
     deferred_until,
@@ -74,9 +70,6 @@ inline (the hop, and the GIL handed back and forth with the loop): on the real-w
 gain in wall time."""
 BACKLOG_PAGES = 25
 """Claimed feeds held at most, in claim pages, while every waiting feed's host is busy."""
-UNDATED_LOGGED = 20
-"""Items per body whose unreadable date gets its own log line; a count says how many more
-(a feed in a date format nobody reads would log every item on every change)."""
 
 
 async def run_cycle(
@@ -268,79 +261,6 @@ async def _read_feed_body_quickly(
         except LenientParseNeeded:
             pass
     return await asyncio.to_thread(read_feed_body, *body_args, fetched_at)
-
-
-def read_feed_body(
-    body: bytes,
-    content_type: str | None,
-    document_url: str,
-    feed_url: str,
-    fetched_at: datetime,
-    *,
-    warn: bool = True,
-    lenient: bool = True,
-) -> tuple[ParsedFeed, list[ItemRecord]]:
-    """Decode, parse and normalize one body: the path of every fetch and of every replayed
-    backup (:mod:`.restore`). Raises ParseError (LenientParseNeeded when not ``lenient``, see
-    :func:`.parse.parse_feed`). What the reading had to repair, drop or guess is logged with
-    the feed's URL unless ``warn`` is off (a replay or a probe repeats no warnings): bytes no
-    encoding could read, items past the cap, and an unreadable pubDate, dated ``fetched_at``
-    (seed section 5)."""
-    decoded = decode_feed(body, content_type)
-    parsed = parse_feed(decoded.data, document_url, lenient=lenient)
-    records, undated = item_records(parsed.items, fetched_at)
-    if not warn:
-        return parsed, records
-    if decoded.replaced:
-        log.warning(
-            "decode: feed %s read as %s with %d undecodable byte sequence(s) replaced by U+FFFD "
-            "(no encoding the feed names or its bytes suggest reads them all; its backup keeps "
-            "the original bytes)",
-            feed_url,
-            decoded.encoding,
-            decoded.replaced,
-        )
-    if parsed.items_dropped:
-        log.warning(
-            "parse: feed %s lists more than %d items; the %d at its newer end are stored (its "
-            "last ones when they are dated later than its first), %d more were not read",
-            feed_url,
-            MAX_ITEMS_PER_FEED,
-            MAX_ITEMS_PER_FEED,
-            parsed.items_dropped,
-        )
-    if parsed.cut_off:
-        log.warning(
-            "parse: feed %s ends inside an item (the body was cut off in transfer?); the %d "
-            "whole items before it are read, the cut one waits for a whole body",
-            feed_url,
-            len(parsed.items),
-        )
-    for item in undated[:UNDATED_LOGGED]:
-        log.warning(
-            "parse: unreadable pubDate %r in feed %s, item %r: stored with the fetch time",
-            one_line(item.raw_pub_date or "", QUOTED_CHARS),
-            feed_url,
-            one_line(item.title or "", QUOTED_CHARS),
-        )
-    if len(undated) > UNDATED_LOGGED:
-        log.warning(
-            "parse: %d more items of feed %s have unreadable dates (not listed), stored with "
-            "the fetch time",
-            len(undated) - UNDATED_LOGGED,
-            feed_url,
-        )
-    for record in records:
-        if len(record.image_urls) == MAX_IMAGES_PER_ITEM:
-            log.info(
-                "parse: item %r of feed %s has %d images or more: the first %d get image "
-                "tasks when the item is new, the others keep their original URLs",
-                one_line(record.title or record.guid, QUOTED_CHARS),
-                feed_url,
-                MAX_IMAGES_PER_ITEM,
-                MAX_IMAGES_PER_ITEM,
-            )
-    return parsed, records
 
 
 async def _refresh_all(

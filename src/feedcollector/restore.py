@@ -4,7 +4,7 @@ Every non-304 body was kept at ``backups/{feed_id}/{fetched_at}.xml`` and feed i
 URLs (``schedule.feed_id_for``), so a lost or damaged database can be rebuilt from the object
 store (seed section 7). For each feed of the feeds file and of the database (or one, ``--feed``)
 the backups are replayed oldest first with the same functions a fetch uses
-(:func:`.pipeline.read_feed_body`, spilling, and the items ``INSERT OR IGNORE`` of the store),
+(:func:`.read_body.read_feed_body`, spilling, and the items ``INSERT OR IGNORE`` of the store),
 dated by the timestamp in their key: an item gets the ``created_at`` of the first backup that
 lists it, and an undated item that backup's time, as on the original fetch.
 
@@ -43,7 +43,7 @@ from .maintenance_leases import Lease
 from .missing_objects import missing_content
 from .models import FeedSpec, ItemRecord
 from .objectstore import ObjectStore
-from .pipeline import read_feed_body
+from .read_body import read_feed_body
 from .report import counted
 from .restore_images import Uncertain, relink_images, stored_with_unlinked_images
 from .safe_text import QUOTED_CHARS, one_line
