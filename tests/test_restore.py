@@ -17,24 +17,29 @@ from typing import Any
 
 import pytest
 
+from feedcollector import store
 from feedcollector.backends.local import LocalObjectStore
+from feedcollector.backends.sqlite import SQLiteDatabase
 from feedcollector.backups import backup_key, write_backup
 from feedcollector.collector import open_collector
 from feedcollector.config import load_feeds, load_settings
 from feedcollector.decode import decode_feed
 from feedcollector.errors import ConfigError, StorageError
 from feedcollector.images import object_key
-from feedcollector.models import FeedSpec
+from feedcollector.models import FeedSpec, ItemRecord
 from feedcollector.objectstore import ObjectStore
 from feedcollector.orphans import sweep_orphans
 from feedcollector.pipeline import run_cycle
 from feedcollector.restore import (
     RestoreProgress,
     RestoreReport,
+    _write_lost_html,
     restore_from_backups,
     restore_targets,
 )
+from feedcollector.restore_images import Uncertain, stored_with_unlinked_images
 from feedcollector.schedule import feed_id_for
+from feedcollector.schema import migrate
 from feedcollector.spill import INLINE_CONTENT_LIMIT, content_key
 from feedcollector.timestamps import format_timestamp, utc_now
 
@@ -829,3 +834,39 @@ def test_the_restore_command_names_a_dead_holder_of_a_lease_in_the_way(drill: Dr
     ), result.stderr
     assert f"Run restore again once its lease runs out at {until}" in result.stderr
     assert drill.items() == []
+
+
+def test_an_item_stored_under_its_earlier_guid_is_found_by_restore(tmp_path: Path) -> None:
+    """Versions before the text repair stored ``urn:CafÃ©``: a restore replaying its backup
+    (read as ``urn:Café`` now) writes its lost HTML again and finds its unlinked images."""
+    written, repaired = "urn:Caf\u00c3\u00a9", "urn:Caf\u00e9"
+    record = ItemRecord("new-id", repaired, None, "t", "2026-03-02T08:00:00Z", "<p>x</p>", ())
+    record = record._replace(earlier_guid=written)
+    objects = LocalObjectStore(tmp_path / "objects")
+    lost = {written: "content/f/abc.html"}
+    assert asyncio.run(_write_lost_html(objects, [record], lost, "backups/f/1.xml")) == 1
+    assert lost == {}
+    assert (tmp_path / "objects/content/f/abc.html").read_bytes() == b"<p>x</p>"
+
+    async def unlinked() -> list[Uncertain]:
+        db = SQLiteDatabase(tmp_path / "collector.db")
+        try:
+            await migrate(db)
+            await store.sync_feeds(db, [FeedSpec("https://a.example/")], START)
+            feed_id = feed_id_for("https://a.example/")
+            await db.query(
+                "INSERT INTO items (id, feed_id, guid, created_at) VALUES ('old-id', ?, ?, ?)",
+                (feed_id, written, format_timestamp(START)),
+            )
+            await db.query(
+                "INSERT INTO image_tasks (id, item_id, original_url, status, created_at, "
+                "updated_at, position) VALUES ('t', 'old-id', 'https://a.example/i.png', "
+                "'failed', ?, ?, 0)",
+                (format_timestamp(START), format_timestamp(START)),
+            )
+            return await stored_with_unlinked_images(db, feed_id, [record])
+        finally:
+            await db.close()
+
+    [found] = asyncio.run(unlinked())
+    assert (found.record.id, found.record.guid) == ("old-id", written)

@@ -369,6 +369,7 @@ def test_old_tombstones_go_unless_the_newest_backup_still_lists_the_item(pair: P
         await store.sync_feeds(pair.db, subscribed, NOW - timedelta(days=700))
         tombstones = [
             (FEED_ID, "still-listed"),
+            (FEED_ID, "urn:Caf\u00c3\u00a9"),  # as versions before the text repair stored it
             (FEED_ID, "no-longer-listed"),
             (feed_id_for(quiet_url), "unknown"),
             (feed_id_for(gone_url), "unsubscribed"),
@@ -385,7 +386,8 @@ def test_old_tombstones_go_unless_the_newest_backup_still_lists_the_item(pair: P
         listing = (
             b'<?xml version="1.0"?><rss version="2.0"><channel><title>t</title>'
             b"<item><guid>still-listed</guid><title>x</title></item>"
-            b"<item><guid>brand-new</guid><title>y</title></item></channel></rss>"
+            + "<item><guid>urn:Caf\u00c3\u00a9</guid><title>z</title></item>".encode()
+            + b"<item><guid>brand-new</guid><title>y</title></item></channel></rss>"
         )
         older = b"<rss><channel><item><guid>no-longer-listed</guid></item></channel></rss>"
         await pair.objects.put(backup_key(FEED_ID, NOW - timedelta(days=40)), older)
@@ -400,8 +402,9 @@ def test_old_tombstones_go_unless_the_newest_backup_still_lists_the_item(pair: P
         ("recent", format_timestamp(ITEM_CUTOFF)),
         ("still-listed", format_timestamp(ITEM_CUTOFF - SECOND)),
         ("unknown", format_timestamp(ITEM_CUTOFF - SECOND)),
+        ("urn:Caf\u00c3\u00a9", format_timestamp(ITEM_CUTOFF - SECOND)),
     ]
-    assert (report.tombstones_dropped, report.tombstones_kept) == (2, 2)
+    assert (report.tombstones_dropped, report.tombstones_kept) == (2, 3)
 
 
 def test_a_tombstone_outlives_the_backups_a_restore_replays(pair: Pair) -> None:

@@ -327,15 +327,17 @@ async def _write_lost_html(
     objects: ObjectStore, records: Sequence[ItemRecord], lost: dict[str, str], backup: str
 ) -> int:
     """Put the HTML of the stored items among ``records`` whose spilled object is gone
-    (``lost``: GUID -> key) under that key again, from this backup, the first replayed that
-    lists them (the item's stored version, unless the publisher edited it before then)."""
+    (``lost``: stored GUID, maybe a record's earlier one, -> key) under that key again, from
+    this backup, the first replayed that lists them (the item's stored version, unless the
+    publisher edited it before then)."""
     written = 0
     for record in records:
-        key = lost.get(record.guid)
-        if key is None or not record.content_html:
+        stored_as = record.guid if record.guid in lost else record.earlier_guid
+        key = lost.get(stored_as or "")
+        if stored_as is None or key is None or not record.content_html:
             continue
         await objects.put(key, record.content_html.encode("utf-8"), CONTENT_TYPE)
-        del lost[record.guid]
+        del lost[stored_as]
         written += 1
         log.warning(
             "restore: the HTML of item %r was gone from the object store; written again to %s "

@@ -43,8 +43,10 @@ async def stored_with_unlinked_images(
     not recorded) left archived images unlinked, which a second run now links instead of
     downloading them anew; a database copy put back after a loss has tasks ``failed`` whose
     images were archived after the copy was taken. Each GUID is looked at once a run (its
-    first backup)."""
-    by_guid = {record.guid: record for record in records}
+    first backup). An item stored under its earlier GUID (:attr:`.ItemRecord.earlier_guid`)
+    comes with that one, which its images' keys derive from."""
+    by_guid = {record.earlier_guid: record for record in records if record.earlier_guid}
+    by_guid.update((record.guid, record) for record in records)
     found: list[Uncertain] = []
     for chunk in chunked(list(by_guid), MAX_PARAMS - 1):
         rows = await db.query(
@@ -55,7 +57,8 @@ async def stored_with_unlinked_images(
         )
         found += [
             Uncertain(
-                by_guid[row["guid"]]._replace(id=row["id"]), parse_timestamp(row["created_at"])
+                by_guid[row["guid"]]._replace(id=row["id"], guid=row["guid"]),
+                parse_timestamp(row["created_at"]),
             )
             for row in rows
         ]

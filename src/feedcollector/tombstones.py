@@ -128,7 +128,10 @@ async def feed_listing(
                 "cleanup: cannot read %s (%s); the tombstones of %s are kept", backup.key, exc, url
             )
             return FeedListing(subscribed=True, listed=None)
-        listed.update(item.guid for item in parsed.items)
+        for item in parsed.items:  # and the GUID as written, as versions before the text
+            listed.add(item.guid)  # repair stored it (and its tombstone)
+            if item.earlier_guid is not None:
+                listed.add(item.earlier_guid)
     return FeedListing(subscribed=True, listed=frozenset(listed))
 
 
