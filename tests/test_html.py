@@ -159,6 +159,7 @@ def test_pre_check_suffixes_cover_every_url_attribute() -> None:
 IMAGE_CASES = {
     '<p><img src="a.png"><img src="/b.png"></p>': ["a.png", "/b.png"],
     '<img src=" https://x.example/a.png\n">': ["https://x.example/a.png"],
+    '<img src="https://x.example/new\nline/\ttab&#10;.png">': ["https://x.example/newline/tab.png"],
     '<img src="https://x.example/a.png?w=1&amp;h=2">': ["https://x.example/a.png?w=1&h=2"],
     "<img src='https://x.example/&#233;t&eacute;.png'>": ["https://x.example/été.png"],
     '<IMG SRC="UPPER.PNG">': ["UPPER.PNG"],

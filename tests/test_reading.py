@@ -90,6 +90,16 @@ def test_render_replaces_only_success_images_and_only_in_src(tmp_path: Path) -> 
     assert render_item_html(html, tasks[2:4], objects) == html
 
 
+def test_render_finds_an_image_whose_src_holds_a_line_break(tmp_path: Path) -> None:
+    """Browsers drop tabs and line breaks from a URL; so did the download, to its task's
+    ``original_url``."""
+    objects = LocalObjectStore(tmp_path / "objects")
+    html = f'<img src="{ORIGIN}/broken\nover/two&#9;lines.png">'
+    tasks = [image(0, f"{ORIGIN}/brokenover/twolines.png", "success", "images/f/ab/0.png")]
+    stored = (tmp_path / "objects" / "images/f/ab/0.png").as_uri()
+    assert render_item_html(html, tasks, objects) == f'<img src="{stored}">'
+
+
 def test_public_urls_come_from_the_store(tmp_path: Path) -> None:
     html = f'<img src="{ORIGIN}/a.png?x=1&amp;y=2">'
     tasks = [image(0, f"{ORIGIN}/a.png?x=1&y=2", "success", "images/f/ab/0.png")]

@@ -78,10 +78,25 @@ def _raw_sources(html: str) -> list[str]:
     return values
 
 
+_TAB_AND_LINE_BREAKS = str.maketrans("", "", "\t\n\r")
+
+
+def attribute_url(value: str) -> str:
+    """A URL as browsers read it from an attribute (entities decoded): trimmed, and without
+    the tabs and line breaks the URL standard drops anywhere in it (an ``<img src>`` broken
+    over two lines loads in a browser; kept, it failed all three attempts)."""
+    value = value.strip()
+    return (
+        value.translate(_TAB_AND_LINE_BREAKS)
+        if "\n" in value or "\t" in value or "\r" in value
+        else value
+    )
+
+
 def _kept(raw: list[str]) -> list[str]:
     sources: list[str] = []
     for value in raw:
-        value = value.strip()
+        value = attribute_url(value)
         if value and value[:5].lower() != "data:":
             sources.append(value)
     return sources

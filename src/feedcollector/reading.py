@@ -34,6 +34,7 @@ from .html import (
     raw_text_end,
     unescape_attribute,
 )
+from .html_images import attribute_url
 from .objectstore import ObjectStore
 from .store import MAX_PARAMS, chunked, placeholders
 from .timestamps import format_timestamp
@@ -166,7 +167,8 @@ early (the bound keeps the comparison's text in four-digit years)."""
 
 
 def replace_image_sources(content_html: str, replacements: Mapping[str, str]) -> str:
-    """Swap ``<img src>`` values found in ``replacements`` (keys are decoded, trimmed URLs).
+    """Swap ``<img src>`` values found in ``replacements`` (keys: URLs as
+    :func:`.html_images.attribute_url` reads them).
 
     A swapped image loses its ``srcset``, and so do the ``<source>`` elements of its
     ``<picture>``: browsers prefer those, which point at the originals."""
@@ -216,7 +218,7 @@ def _replace_src(attrs: str, replacements: Mapping[str, str]) -> str | None:
 
     def swap(raw: str, quote: str, _: None) -> str | None:
         nonlocal first
-        new = replacements.get(unescape_attribute(raw).strip()) if first else None
+        new = replacements.get(attribute_url(unescape_attribute(raw))) if first else None
         first = False
         return None if new is None else f' src="{html.escape(new, quote=True)}"'
 
