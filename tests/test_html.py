@@ -57,6 +57,13 @@ ABSOLUTIZE_CASES = {
     '<svg><image xlink:href="i.svg"/></svg>': (
         '<svg><image xlink:href="https://example.com/blog/i.svg"/></svg>'
     ),
+    # comments as HTML5 ends them: abruptly (<!--> and <!--->) and with --!>; the parser that
+    # finds the images reads them so, and an image after one was left relative, untracked
+    '<!--><img src="a.png">': '<!--><img src="https://example.com/blog/a.png">',
+    '<!---><img src="a.png">': '<!---><img src="https://example.com/blog/a.png">',
+    '<!-- c --!><img src="a.png"><!-- d -->': (
+        '<!-- c --!><img src="https://example.com/blog/a.png"><!-- d -->'
+    ),
     # attributes glued together, self-closing tags
     '<img alt="x"src="a.png"/>': '<img alt="x"src="https://example.com/blog/a.png"/>',
 }
@@ -172,6 +179,7 @@ IMAGE_CASES = {
     ],
     "<template><img src='t.png'></template>": [],
     "<!-- <img src='c.png'> -->": [],
+    "<!--><img src='d.png'><!-- c --!><img src='e.png'>": ["d.png", "e.png"],
     "no markup at all": [],
     '<img src="a.png"><img src="a.png">': ["a.png", "a.png"],
     '<img src="javascript:alert(1)">': ["javascript:alert(1)"],

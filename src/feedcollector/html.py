@@ -43,7 +43,7 @@ RAW_TEXT_ELEMENTS = frozenset({"script", "style", "textarea", "title", "xmp"})
 
 _SCHEME_RE = re.compile(r"[a-zA-Z][a-zA-Z0-9+.\-]*:")
 MARKUP_RE = re.compile(
-    r"<!--.*?(?:-->|\Z)"  # comment (an unclosed one runs to the end, as in browsers)
+    r"<!--(?:-?>|.*?(?:--!?>|\Z))"  # comment, as HTML5 ends one (an unclosed one: the end)
     r"|<[!?/][^>]*(?:>|\Z)"  # doctype, bogus comment, processing instruction, end tag
     r"|<(?P<name>[a-zA-Z][^\s/>]*)"
     r"(?P<attrs>(?:[^>\"']|\"[^\"]*(?:\"|\Z)|'[^']*(?:'|\Z))*+)(?:>|\Z)",
