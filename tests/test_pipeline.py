@@ -500,13 +500,24 @@ def test_a_body_cut_inside_an_item_keeps_no_validators_so_the_whole_feed_comes_n
         2,
         [{"last_etag": None, "body_digest": None}],
     )
+    # its whole items are stored, and the feed fails all the same (seed section 8): backoff
+    [row] = p.rows("SELECT consecutive_failures, last_error, next_fetch_at FROM feeds")
+    assert row == {
+        "consecutive_failures": 1,
+        "last_error": "parse: the body ends inside an item, after 2 whole items (cut off in "
+        "transfer, or by the server?)",
+        "next_fetch_at": format_timestamp(p.clock() + timedelta(minutes=30)),
+    }
     p.clock.advance(minutes=30)
     assert p.cycle().new_items == 0, "the same cut body is read again, and stores nothing twice"
-    p.clock.advance(minutes=30)
+    assert p.rows("SELECT consecutive_failures FROM feeds") == [{"consecutive_failures": 2}]
+    p.clock.advance(hours=1)
     route.body = whole
     assert p.cycle().new_items == 2
     assert [h.headers.get("If-None-Match") for h in feed_server.hits("/feed")] == [None] * 3
-    assert p.rows("SELECT last_etag FROM feeds") == [{"last_etag": '"v1"'}]
+    assert p.rows("SELECT last_etag, consecutive_failures, last_error FROM feeds") == [
+        {"last_etag": '"v1"', "consecutive_failures": 0, "last_error": None}
+    ]
     p.clock.advance(minutes=30)
     assert p.cycle().not_modified == 1, "a whole body's validators are used"
 

@@ -46,6 +46,7 @@ from .schedule import (
     MAX_STORED_SECONDS,
     deferred_until,
     images_share,
+    next_fetch_after_failure,
     posting_stats,
 )
 from .spill import plan_batch_spill, spilled_records
@@ -193,7 +194,15 @@ async def refresh_feed(
         outcome.next_fetch_at = outcomes.next_fetch(collector, outcome, response.hints, ttl, stats)
         # A body cut inside an item keeps no validators and no digest: the next fetch asks for
         # the whole feed (not a 304) and reads it, so the cut item and those after it come.
+        # Its whole items are stored, and the feed counts a failure all the same (a body the
+        # parser cannot read whole fails, seed section 8): backoff, `status` says so.
         whole = not parsed.cut_off
+        if not whole:
+            outcome.error = (
+                f"parse: the body ends inside an item, after {len(parsed.items)} whole items "
+                "(cut off in transfer, or by the server?)"
+            )
+            outcome.next_fetch_at = next_fetch_after_failure(now, feed.consecutive_failures + 1)
         success = store.FetchSuccess(
             title=parsed.title,
             etag=response.etag if whole else None,
@@ -205,6 +214,7 @@ async def refresh_feed(
             post_gap_seconds=outcomes.whole_seconds(stats.gap) if stats else None,
             newest_item_at=format_timestamp(stats.newest) if stats else None,
             body_digest=digest if whole else None,
+            failure=outcome.error,
         )
         plan = await plan_batch_spill(collector.db, feed.id, records)
         async with spilled_records(

@@ -335,6 +335,9 @@ class FetchSuccess:
     post_gap_seconds: int | None = None
     newest_item_at: str | None = None
     body_digest: str | None = None
+    failure: str | None = None
+    """Set for a body read in part (cut inside an item): its items are stored, and the feed
+    counts one failure more, with this as its ``last_error``."""
 
 
 @dataclass(frozen=True, slots=True)

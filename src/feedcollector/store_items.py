@@ -182,7 +182,8 @@ async def save_items(
             "UPDATE feeds SET title = COALESCE(config_title, ?, title), "
             "channel_title = COALESCE(?, channel_title), last_etag = ?, "
             "last_modified = ?, last_fetched_at = ?, next_fetch_at = ?, "
-            "consecutive_failures = 0, last_error = NULL, last_status = ?, "
+            "consecutive_failures = CASE WHEN ? IS NULL THEN 0 ELSE consecutive_failures + 1 "
+            "END, last_error = ?, last_status = ?, "
             "feed_ttl_seconds = ?, post_gap_seconds = ?, newest_item_at = ?, "
             "gone_at = NULL, retry_after_until = NULL, body_digest = ?, "
             "lease_owner = NULL, lease_until = NULL WHERE id = ?",
@@ -193,6 +194,8 @@ async def save_items(
                 outcome.last_modified,
                 stamp,
                 format_timestamp(outcome.next_fetch_at),
+                outcome.failure,
+                outcome.failure,
                 outcome.status,
                 outcome.feed_ttl_seconds,
                 outcome.post_gap_seconds,
