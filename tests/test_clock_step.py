@@ -87,24 +87,16 @@ def test_a_step_back_moves_the_stored_schedules_back_once(pair: Pair) -> None:
     pair.run(add_feed(pair.db))
     pair.run(add_feed(pair.db, OTHER_URL))
     pair.run(add_item(pair, "post", NOW - DAY, images=(False, False)))
-    pair.rows(
+    set_feed = (
         "UPDATE feeds SET next_fetch_at = ?, retry_after_until = ?, lease_until = ?, "
-        "lease_owner = ? WHERE url = ?",
-        at(DAY + timedelta(minutes=30)),
-        at(DAY + timedelta(hours=2)),
-        at(DAY + timedelta(minutes=15)),
-        "this-host:2:abcdef01",
-        FEED_URL,
+        "lease_owner = ? WHERE url = ?"
     )
+    two_hours, quarter = timedelta(hours=2), timedelta(minutes=15)
+    half = timedelta(minutes=30)
     pair.rows(
-        "UPDATE feeds SET next_fetch_at = ?, retry_after_until = ?, lease_until = ?, "
-        "lease_owner = ? WHERE url = ?",
-        at(timedelta(hours=2)),
-        at(timedelta(hours=2)),
-        at(timedelta(minutes=15)),
-        "another-host:2:abcdef01",
-        OTHER_URL,
+        set_feed, at(DAY + half), at(DAY + two_hours), at(DAY + quarter), "this-host:2:0", FEED_URL
     )
+    pair.rows(set_feed, at(two_hours), at(two_hours), at(quarter), "another-host:2:0", OTHER_URL)
     pair.rows(
         "UPDATE image_tasks SET status = CASE position WHEN 0 THEN 'pending' ELSE 'failed' END, "
         "retry_at = CASE position WHEN 0 THEN ? ELSE ? END, lease_until = ?",
