@@ -104,6 +104,19 @@ def test_a_feed_url_is_its_own_answer(feed_server: FeedServer) -> None:
     assert feed_server.requests[0].headers["User-Agent"] == "feedcollector-test/1"
 
 
+def test_a_feed_that_moved_for_good_is_added_where_it_is(feed_server: FeedServer) -> None:
+    """Written at its old address, the next cycle asked to fix the feeds file by hand (and
+    an old address listed again beside the new one is a second feed)."""
+    url = feed_server.route("/feed", body=rss([Entry("a", guid="a")], title="Mine"), headers=RSS)
+    feed_server.route("/old", Route(status=301, headers={"Location": "/mid"}))
+    feed_server.route("/mid", Route(status=308, headers={"Location": "/feed"}))
+    feed_server.route("/away", Route(status=302, headers={"Location": "/feed"}))
+    assert [f.url for f in discover(feed_server.url("/old")).feeds] == [url]
+    assert [f.url for f in discover(feed_server.url("/away")).feeds] == [
+        feed_server.url("/away")
+    ], "a temporary redirect keeps the address given"
+
+
 def test_announced_links_are_validated_in_order(feed_server: FeedServer) -> None:
     feed_server.route("/blog/broken.xml", body=b"<html>not a feed</html>", headers=HTML)
     feed_server.route("/blog/posts.xml", body=rss([Entry("p", guid="p")], title="Posts"))
@@ -139,8 +152,8 @@ def test_common_paths_when_the_page_announces_nothing(feed_server: FeedServer) -
     feed_server.route("/rss", Route(status=301, headers={"Location": "/index.xml"}))
     site = feed_server.route("/", body=page(""), headers=HTML)
     found = discover(site, want=None)
-    assert [(f.url, f.via) for f in found.feeds] == [(feed_server.url("/rss"), "path")], (
-        "the redirect and its target are one feed"
+    assert [(f.url, f.via) for f in found.feeds] == [(feed_server.url("/index.xml"), "path")], (
+        "the redirect and its target are one feed, added where it moved for good"
     )
     assert found.rejected == (), "missing common paths are not reported"
 

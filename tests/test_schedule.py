@@ -27,6 +27,7 @@ from feedcollector.schedule import (
     next_fetch_after_success,
     plan_feed_sync,
     posting_stats,
+    unused_feed_id,
 )
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -115,6 +116,33 @@ def test_a_moved_feed_listed_at_its_new_url_is_renamed_not_added() -> None:
     removed_earlier = KnownFeed(old.id, old.url, False, None, None, old.moved_to)
     again = plan_feed_sync({old.url: removed_earlier}, [FeedSpec("https://new.example/f")])
     assert [row.id for row, _ in again.renamed] == ["id-old"]
+
+
+def test_a_url_spelled_otherwise_is_the_same_feed_renamed() -> None:
+    """Scheme and host in other case, a fragment: the feeds file's own notion of one address
+    (``add``, ``remove`` and ``fetch`` compare so); added, the feed was stored twice."""
+    upper = KnownFeed("id-1", "HTTP://A.Example/feed", True, None, None, None)
+    fragment = KnownFeed("id-2", "https://b.example/feed#top", True, None, None, None)
+    plan = plan_feed_sync(
+        {upper.url: upper, fragment.url: fragment},
+        [FeedSpec("http://a.example/feed"), FeedSpec("https://b.example/feed")],
+    )
+    assert [(row.id, spec.url) for row, spec in plan.renamed] == [
+        ("id-1", "http://a.example/feed"),
+        ("id-2", "https://b.example/feed"),
+    ]
+    assert (plan.added, plan.removed) == ((), ())
+    other_path = plan_feed_sync({upper.url: upper}, [FeedSpec("http://a.example/Feed")])
+    assert [spec.url for spec in other_path.added] == ["http://a.example/Feed"], "paths keep case"
+
+
+def test_an_id_a_renamed_feed_holds_is_not_taken_again() -> None:
+    old_url = "https://old.example/feed"
+    taken = {feed_id_for(old_url): "https://new.example/f"}  # renamed: id of its old URL
+    twin = unused_feed_id(old_url, taken)
+    assert twin == feed_id_for(old_url + "#2")
+    assert unused_feed_id(old_url, {**taken, twin: "x"}) == feed_id_for(old_url + "#3")
+    assert unused_feed_id("https://free.example/", taken) == feed_id_for("https://free.example/")
 
 
 # --- the next fetch after an answer -----------------------------------------------------------

@@ -107,6 +107,37 @@ def test_sync_inserts_new_feeds_due_now_and_keeps_removed_ones(db: Database) -> 
     assert run(db.query("SELECT COUNT(*) AS n FROM feeds"))[0]["n"] == 2
 
 
+def test_a_respelled_url_keeps_its_feed_and_an_old_address_listed_again_is_a_feed_of_its_own(
+    db: Database,
+) -> None:
+    run(store.sync_feeds(db, [FeedSpec("HTTP://A.EXAMPLE/feed#top")], NOW))
+    [first] = run(db.query("SELECT id FROM feeds"))
+    report = run(store.sync_feeds(db, [FeedSpec("http://a.example/feed")], NOW))
+    assert (report.added, report.removed, report.renamed) == (
+        0,
+        0,
+        (("HTTP://A.EXAMPLE/feed#top", "http://a.example/feed"),),
+    )
+    assert run(db.query("SELECT id, url FROM feeds")) == [
+        {"id": first["id"], "url": "http://a.example/feed"}
+    ]
+    # a feed moved and was renamed; its old address is listed again beside the new one
+    old = "https://old.example/feed"
+    run(store.sync_feeds(db, [FeedSpec("http://a.example/feed"), FeedSpec(old)], NOW))
+    run(db.query("UPDATE feeds SET moved_to = 'https://new.example/f' WHERE url = ?", (old,)))
+    kept = FeedSpec("http://a.example/feed")
+    run(store.sync_feeds(db, [kept, FeedSpec("https://new.example/f")], NOW))
+    both = [kept, FeedSpec("https://new.example/f"), FeedSpec(old)]
+    report = run(store.sync_feeds(db, both, NOW))
+    assert (report.added, report.twins) == (1, ((old, "https://new.example/f"),))
+    rows = run(db.query("SELECT id, url FROM feeds WHERE url <> ? ORDER BY url", (kept.url,)))
+    assert rows == [
+        {"id": feed_id_for(old), "url": "https://new.example/f"},
+        {"id": feed_id_for(old + "#2"), "url": old},
+    ]
+    assert len(claim(db)) == 3
+
+
 def test_a_shorter_interval_in_the_file_brings_the_next_fetch_forward(
     any_db: Live[Database],
 ) -> None:

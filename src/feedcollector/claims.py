@@ -178,8 +178,14 @@ async def sync_feeds_file(collector: Collector, now: datetime) -> None:
             sync.removed,
         )
     for old, new in sync.renamed:
-        log.info(
-            "schedule: %s is now listed at %s, where it had moved: same feed and items", old, new
+        log.info("schedule: %s is now listed as %s: the same feed, its items kept", old, new)
+    for added, holder in sync.twins:
+        log.warning(
+            "schedule: %s is listed again beside %s, where it moved: two feeds now, both "
+            "fetching the same document (its items stored twice). Keep one of them in %s",
+            added,
+            holder,
+            path,
         )
     if digest is not None:
         synced = PARTLY + digest if sync.kept else digest

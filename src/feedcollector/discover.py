@@ -104,7 +104,8 @@ async def discover_feeds(
     except ParseError:
         pass
     else:
-        found = FoundFeed(url, parsed.title, parsed.format, len(records), "given")
+        where = page.permanent_url or url  # a feed that moved for good is added where it is
+        found = FoundFeed(where, parsed.title, parsed.format, len(records), "given")
         return Discovery(url, (found,))
     feeds: list[FoundFeed] = []
     rejected: list[tuple[str, str]] = []
@@ -142,5 +143,5 @@ async def _check(
         )
     except (FetchError, ParseError) as exc:
         return str(exc)
-    found = FoundFeed(url, parsed.title, parsed.format, len(records), via)
+    found = FoundFeed(response.permanent_url or url, parsed.title, parsed.format, len(records), via)
     return found, feed_url_key(response.final_url)

@@ -10,10 +10,11 @@ it posts, within bounds), never earlier than the server's own hints (Cache-Contr
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from .feeds_file import feed_url_key
 from .models import FeedSpec
 
 BACKOFF_BASE = timedelta(minutes=30)
@@ -25,6 +26,17 @@ FAILURE_ALERT_THRESHOLD = 10
 def feed_id_for(url: str) -> str:
     """A stable feed id derived from the URL, so object keys survive a lost database."""
     return hashlib.sha256(url.encode("utf-8")).hexdigest()[:16]
+
+
+def unused_feed_id(url: str, taken: Container[str]) -> str:
+    """:func:`feed_id_for`, or, when a row holds that id under another URL (the feed moved
+    and was renamed, and the file lists its old address again), the first free id of
+    ``url#2``, ``url#3``...: a feed of its own, whose objects a restore without the database
+    does not find under its URL (as a renamed feed's)."""
+    feed_id, copy = feed_id_for(url), 2
+    while feed_id in taken:
+        feed_id, copy = feed_id_for(f"{url}#{copy}"), copy + 1
+    return feed_id
 
 
 def backoff_delay(consecutive_failures: int) -> timedelta:
@@ -221,14 +233,21 @@ class FeedSyncPlan:
 
 
 def plan_feed_sync(known: Mapping[str, KnownFeed], specs: Iterable[FeedSpec]) -> FeedSyncPlan:
-    """Diff the feeds file against the table (keyed by URL)."""
+    """Diff the feeds file against the table (keyed by URL).
+
+    A URL the table does not hold is a row renamed when the file no longer lists that row's
+    URL and the new one is where it moved to, or its URL spelled otherwise (scheme and host
+    in other case, a fragment: :func:`.feeds_file.feed_url_key`): the same feed, its id and
+    items kept. Otherwise it is added."""
     specs = list(specs)
     listed_urls = {spec.url for spec in specs}
-    movers = {
-        row.moved_to: row
-        for row in sorted(known.values(), key=lambda r: r.url, reverse=True)
-        if row.moved_to and row.url not in listed_urls
-    }
+    unlisted = sorted(
+        (row for row in known.values() if row.url not in listed_urls),
+        key=lambda r: r.url,
+        reverse=True,
+    )
+    movers = {row.moved_to: row for row in unlisted if row.moved_to}
+    respelled = {feed_url_key(row.url): row for row in unlisted}
     renamed: list[tuple[KnownFeed, FeedSpec]] = []
     added: list[FeedSpec] = []
     reactivated: list[FeedSpec] = []
@@ -237,10 +256,12 @@ def plan_feed_sync(known: Mapping[str, KnownFeed], specs: Iterable[FeedSpec]) ->
     for spec in specs:
         listed.add(spec.url)
         row = known.get(spec.url)
-        if row is None and spec.url in movers:
-            renamed.append((movers.pop(spec.url), spec))
-        elif row is None:
-            added.append(spec)
+        if row is None:
+            row = movers.pop(spec.url, None) or respelled.pop(feed_url_key(spec.url), None)
+            if row is not None and all(row is not other for other, _ in renamed):
+                renamed.append((row, spec))
+            else:
+                added.append(spec)
         elif not row.active:
             reactivated.append(spec)
         elif row.interval_seconds != interval_seconds_of(spec) or row.config_title != spec.title:

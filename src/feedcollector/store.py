@@ -21,7 +21,13 @@ from typing import TypeVar
 from .database import Database, Row, Statement
 from .models import Feed, FeedSpec
 from .safe_text import stored_error
-from .schedule import KnownFeed, feed_id_for, interval_seconds_of, plan_feed_sync
+from .schedule import (
+    KnownFeed,
+    feed_id_for,
+    interval_seconds_of,
+    plan_feed_sync,
+    unused_feed_id,
+)
 from .timestamps import format_timestamp
 
 MAX_PARAMS = 100
@@ -93,6 +99,9 @@ class SyncReport:
     """``(old URL, new URL)`` of moved feeds now listed at their new URL (ids carried over)."""
     kept: int = 0
     """Feeds the file no longer lists, left scheduled (``keep_unlisted``)."""
+    twins: tuple[tuple[str, str], ...] = ()
+    """``(URL added, URL of the row that holds its id)``: a feed listed again at the address
+    it moved from, beside its new one (two feeds now, fetching the same document)."""
 
 
 _TITLES = "config_title = ?, title = COALESCE(?, channel_title, title)"
@@ -144,14 +153,29 @@ async def sync_feeds(
     if plan.is_empty:
         return SyncReport(0, 0, 0, 0)
     stamp = format_timestamp(now)
-    statements = [
-        Statement(
-            "INSERT OR IGNORE INTO feeds (id, url, config_title, title, interval_seconds, "
-            "next_fetch_at, created_at, active) VALUES (?, ?, ?, ?, ?, ?, ?, 1)",
-            (feed_id_for(s.url), s.url, s.title, s.title, interval_seconds_of(s), stamp, stamp),
+    by_id = {row.id: row.url for row in known.values()}
+    twins: list[tuple[str, str]] = []
+    statements: list[Statement] = []
+    for spec in plan.added:
+        feed_id = unused_feed_id(spec.url, by_id)
+        if feed_id != feed_id_for(spec.url):
+            twins.append((spec.url, by_id[feed_id_for(spec.url)]))
+        by_id[feed_id] = spec.url
+        statements.append(
+            Statement(
+                "INSERT OR IGNORE INTO feeds (id, url, config_title, title, interval_seconds, "
+                "next_fetch_at, created_at, active) VALUES (?, ?, ?, ?, ?, ?, ?, 1)",
+                (
+                    feed_id,
+                    spec.url,
+                    spec.title,
+                    spec.title,
+                    interval_seconds_of(spec),
+                    stamp,
+                    stamp,
+                ),
+            )
         )
-        for s in plan.added
-    ]
     statements += [
         Statement(
             f"UPDATE feeds SET active = 1, {_TITLES}, interval_seconds = ?, "
@@ -195,6 +219,7 @@ async def sync_feeds(
         0 if keep_unlisted else len(plan.removed),
         tuple((row.url, s.url) for row, s in plan.renamed),
         len(plan.removed) if keep_unlisted else 0,
+        tuple(twins),
     )
 
 
