@@ -195,6 +195,16 @@ def test_add_feed_checks_writes_atomically_and_keeps_mode(tmp_path: Path) -> Non
     assert load_feeds(feeds)[-1] == result.spec
 
 
+@pytest.mark.parametrize("before", ["", "\n", "# Feeds I follow\n\n", "  # indented\n"])
+def test_add_feed_fills_a_file_that_holds_nothing_yet(tmp_path: Path, before: str) -> None:
+    """``touch feeds.yaml`` or a header comment: the loader refuses such a file (no feeds
+    key), an edit fills it; refused, the user was told to write the feeds by hand."""
+    feeds = write(tmp_path / "feeds.yaml", before)
+    add_feed(feeds, NewEntry("https://a.example/feed"))
+    assert load_feeds(feeds) == [FeedSpec("https://a.example/feed")]
+    assert feeds.read_text().startswith(before.rstrip("\n"))
+
+
 def test_add_feed_keeps_crlf_and_bom(tmp_path: Path) -> None:
     original = "\ufefffeeds:\r\n  - url: https://a.example/feed\r\n"
     feeds = tmp_path / "feeds.yaml"

@@ -159,6 +159,14 @@ def test_malformed_opml_is_a_clear_config_error(data: bytes, expected: str) -> N
     assert "Export the OPML file again" in message
 
 
+def test_import_into_a_file_of_comments_only(tmp_path: Path) -> None:
+    feeds_file = write(tmp_path / "feeds.yaml", "# my subscriptions\n")
+    result = import_opml(write(tmp_path / "feedly.opml", FEEDLY), feeds_file)
+    assert [spec.url for spec in load_feeds(feeds_file)] == [f.url for f in result.added]
+    assert result.added
+    assert feeds_file.read_text(encoding="utf-8").startswith("# my subscriptions\n")
+
+
 def test_import_merges_into_yaml_keeping_comments_order_and_indentation(tmp_path: Path) -> None:
     feeds_file = write(tmp_path / "feeds.yaml", EXISTING_YAML)
     result = import_opml(write(tmp_path / "feedly.opml", FEEDLY), feeds_file)

@@ -86,7 +86,7 @@ def add_feed(feeds_file: Path, entry: NewEntry) -> EditResult:
     """Append ``entry`` to the feeds file (created if missing); AlreadySubscribed if there."""
     target = feeds_file.resolve()
     original, text = read_feeds_text(target)
-    before = load_feeds(target) if original is not None else []
+    before = listed_feeds(target, text) if original is not None else []
     present = find_feed(before, entry.url)
     if present is not None:
         raise AlreadySubscribed(present)
@@ -161,6 +161,18 @@ def _drop_json(feeds: list[object], key: str) -> None:
 
 def _is_json(path: Path) -> bool:
     return path.suffix.lower() == ".json"
+
+
+def listed_feeds(path: Path, text: str) -> list[FeedSpec]:
+    """The feeds a file lists, as the loader reads them; none in a file that holds nothing
+    yet but blank lines and comments (``touch feeds.yaml``, a header comment), which the
+    loader refuses but an edit fills."""
+    if not text.strip() or (
+        not _is_json(path)
+        and all(not line.strip() or line.lstrip().startswith("#") for line in text.splitlines())
+    ):
+        return []
+    return load_feeds(path)
 
 
 def read_feeds_text(path: Path) -> tuple[bytes | None, str]:

@@ -29,8 +29,15 @@ from lxml import etree
 from .config_values import Problem, check_http_url, config_error
 from .database import Database
 from .errors import ConfigError
-from .feeds_edit import entry_spec, json_entry, json_rewrite, read_feeds_text, replace_checked
-from .feeds_file import feed_url_key, load_feeds
+from .feeds_edit import (
+    entry_spec,
+    json_entry,
+    json_rewrite,
+    listed_feeds,
+    read_feeds_text,
+    replace_checked,
+)
+from .feeds_file import feed_url_key
 from .feeds_file_yaml import NOT_PRINTABLE
 from .feeds_yaml import NewEntry, UnsafeEdit, yaml_append_all
 from .models import FeedSpec
@@ -162,7 +169,7 @@ def import_opml(opml_path: Path, feeds_file: Path) -> ImportResult:
     document = read_opml(data, str(opml_path))
     target = feeds_file.resolve()
     original, text = read_feeds_text(target)
-    existing = load_feeds(target) if text.strip() else []
+    existing = listed_feeds(target, text)
     added, present = plan_import(existing, document.feeds)
     if added:
         entries = _new_entries(added)

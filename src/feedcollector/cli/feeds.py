@@ -185,9 +185,10 @@ def _checked_interval(interval: str | None) -> str | None:
 
 
 def _current_feeds(settings: Settings) -> list[FeedSpec]:
-    if not settings.feeds_file.exists():
-        return []
-    return guard(lambda: load_feeds(settings.feeds_file))
+    from ..feeds_edit import listed_feeds, read_feeds_text
+
+    original, text = guard(lambda: read_feeds_text(settings.feeds_file))
+    return [] if original is None else guard(lambda: listed_feeds(settings.feeds_file, text))
 
 
 def _already(url: str, settings: Settings) -> None:
