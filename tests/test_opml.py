@@ -159,6 +159,30 @@ def test_malformed_opml_is_a_clear_config_error(data: bytes, expected: str) -> N
     assert "Export the OPML file again" in message
 
 
+def test_outlines_naming_their_feed_in_url_are_read_and_pages_are_said_skipped() -> None:
+    """Podcast apps write ``type="rss" url=...``; a site's outline may give only ``htmlUrl``:
+    both were dropped without a word."""
+    data = (
+        b'<?xml version="1.0"?><opml version="2.0"><body>'
+        b'<outline type="rss" text="A podcast" url="https://a.example/feed.xml"/>'
+        b'<outline type="RSS" text="Another" URL="https://b.example/rss"/>'
+        b'<outline type="link" text="A link" url="https://c.example/page"/>'
+        b'<outline text="Site only" htmlUrl="https://d.example/blog/"/>'
+        b'<outline text="Folder"><outline text="x" xmlUrl="https://e.example/f"/></outline>'
+        b"</body></opml>"
+    )
+    document = read_opml(data, "subs.opml")
+    assert [feed.url for feed in document.feeds] == [
+        "https://a.example/feed.xml",
+        "https://b.example/rss",
+        "https://e.example/f",
+    ]
+    assert document.skipped == (
+        '"https://d.example/blog/": a site without its feed\'s address (htmlUrl only); '
+        "`feedcollector add https://d.example/blog/` finds its feed",
+    )
+
+
 def test_import_into_a_file_of_comments_only(tmp_path: Path) -> None:
     feeds_file = write(tmp_path / "feeds.yaml", "# my subscriptions\n")
     result = import_opml(write(tmp_path / "feedly.opml", FEEDLY), feeds_file)

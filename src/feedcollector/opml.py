@@ -41,7 +41,7 @@ from .feeds_file import feed_url_key
 from .feeds_file_yaml import NOT_PRINTABLE
 from .feeds_yaml import NewEntry, UnsafeEdit, yaml_append_all
 from .models import FeedSpec
-from .safe_text import xml_chars
+from .safe_text import QUOTED_CHARS, one_line, xml_chars
 
 EXPORT_TITLE = "feedcollector subscriptions"
 _REEXPORT = "Export the OPML file again from your reader, or fix it there."
@@ -102,10 +102,10 @@ def read_opml(data: bytes, display: str) -> OpmlDocument:
     if root.find("body") is None:
         what = "the OPML file has no <body> (the element holding the subscriptions)"
         raise config_error(display, [Problem(what, _REEXPORT, line=line)])
+    skipped = _feed_urls_in_url_attributes(root)
     # Re-serialized as UTF-8 with a declaration: listparser misreads undeclared non-ASCII.
     parsed = listparser.parse(etree.tostring(root, encoding="UTF-8", xml_declaration=True))
     feeds: list[OpmlFeed] = []
-    skipped: list[str] = []
     for entry in parsed.feeds:
         raw_url = str(entry.get("url") or "")
         try:
@@ -118,6 +118,30 @@ def read_opml(data: bytes, display: str) -> OpmlDocument:
         categories = entry.get("categories") or [[]]
         feeds.append(OpmlFeed(url, title, tuple(str(c) for c in categories[0])))
     return OpmlDocument(tuple(feeds), tuple(skipped))
+
+
+_FEED_OUTLINE_TYPES = frozenset({"rss", "atom", "feed"})
+
+
+def _feed_urls_in_url_attributes(root: etree._Element) -> list[str]:
+    """Outlines that name their feed in ``url`` (podcast apps write ``type="rss" url=...``)
+    get it as ``xmlUrl``, which listparser reads; those naming only a page (``htmlUrl``) are
+    returned as skipped, with what to do: both were dropped without a word."""
+    skipped: list[str] = []
+    for outline in root.iter("outline"):
+        names = {name.lower(): name for name in outline.attrib if isinstance(name, str)}
+        if "xmlurl" in names:
+            continue
+        kind = (outline.get(names.get("type", "type")) or "").strip().lower()
+        if "url" in names and kind in _FEED_OUTLINE_TYPES:
+            outline.set("xmlUrl", outline.get(names["url"]) or "")
+        elif "htmlurl" in names and len(outline) == 0:
+            page = one_line(outline.get(names["htmlurl"]) or "", QUOTED_CHARS)
+            skipped.append(
+                f'"{page}": a site without its feed\'s address (htmlUrl only); '
+                f"`feedcollector add {page}` finds its feed"
+            )
+    return skipped
 
 
 def _local_names(root: etree._Element) -> None:
