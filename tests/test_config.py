@@ -812,7 +812,12 @@ def test_duplicate_yaml_keys_are_refused(tmp_path: Path) -> None:
     )
     message = feeds_error(path)
     assert f"{path} line 3, column 5" in message
-    assert "duplicate key" in message
+    assert 'the key "url" is written twice in one mapping. Keep one of the two' in message
+    many = "".join(f"  - https://f{n}.example/feed\n" for n in range(5000))
+    twice = write(tmp_path, "twice.yaml", f"feeds:\n{many}feeds:\n  - https://g.example/\n")
+    message = feeds_error(twice)
+    assert 'line 5002, column 1: the key "feeds" is written twice' in message
+    assert len(message) < 300, "the two lists were quoted whole: 448,125 characters"
 
 
 def test_malformed_json_gives_line_and_column(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from functools import lru_cache
 import yaml
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.constructor import DuplicateKeyError
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.nodes import ScalarNode
 from ruamel.yaml.reader import ReaderError
@@ -30,11 +31,15 @@ from ruamel.yaml.scalarstring import DoubleQuotedScalarString, SingleQuotedScala
 
 from .config_values import Problem, config_error, has_long_number, long_number_problem
 from .feeds_file import FLAT_LIST_FIX, MAX_DOCUMENT_VALUES, Node, line_and_column, too_deep
+from .safe_text import QUOTED_CHARS, one_line
 
 COMMENT_FIX = (
     'Move the comments between a key and its value (a comment after "key:" with the value '
     "on a later line) onto the key's line or a line of their own."
 )
+
+
+_DUPLICATE_KEY_RE = re.compile(r'duplicate key "([^"]{0,200})')
 
 
 def parse_yaml(text: str, display: str) -> Node:
@@ -51,13 +56,20 @@ def ruamel_nodes(text: str, display: str) -> Node:
         document = reader.load(text)
     except RecursionError as exc:
         raise too_deep(display) from exc
+    except DuplicateKeyError as exc:  # its message quotes both values whole (a 5,000-feed list)
+        mark = exc.problem_mark or exc.context_mark
+        line, column = (mark.line + 1, mark.column + 1) if mark is not None else (None, None)
+        key = _DUPLICATE_KEY_RE.search(str(exc.problem))
+        what = f'the key "{key[1] if key else "?"}" is written twice in one mapping'
+        fix = "Keep one of the two (merge the entries of two feeds: lists into one)."
+        raise config_error(display, [Problem(what, fix, line=line, column=column)]) from exc
     except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line, column = (mark.line + 1, mark.column + 1) if mark is not None else (None, None)
-        what = f"YAML syntax error: {exc.problem or exc.context}"
+        what = f"YAML syntax error: {one_line(str(exc.problem or exc.context), QUOTED_CHARS)}"
         fix = (
             'Fix the syntax there: list entries start with "- " under "feeds:", with a space '
-            "after every colon and consistent indentation."
+            "after every colon and consistent indentation (spaces, not tabs)."
         )
         raise config_error(display, [Problem(what, fix, line=line, column=column)]) from exc
     except ReaderError as exc:  # a character YAML refuses (NUL...): ruamel gives its index
