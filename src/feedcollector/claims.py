@@ -15,6 +15,8 @@ from .collector import Collector, owner_has_stopped
 from .config import load_feeds
 from .database import Database, Statement
 from .feeds_file import feeds_file_digest
+from .image_stage import image_lease, page_size
+from .maintenance_leases import LONGEST_LEASE as LONGEST_MAINTENANCE_LEASE
 from .models import Feed
 from .report import CycleReport
 from .timestamps import format_timestamp, parse_timestamp
@@ -137,9 +139,18 @@ async def sync_feeds_file(collector: Collector, now: datetime) -> None:
     last = await last_feeds_sync(collector.db, clock_key)
     collector.clock_mark = last.clock_mark
     went_back_here = collector.wall_clock_went_back(now)
-    longest = collector.schedule_policy.max_retry_after
+    images = collector.settings.images
     moved = await settle_clock(
-        collector.db, clock_key, last.clock_mark, now, longest_retry_after=longest
+        collector.db,
+        clock_key,
+        last.clock_mark,
+        now,
+        longest_retry_after=collector.schedule_policy.max_retry_after,
+        longest_lease=max(
+            feed_lease(collector),
+            image_lease(page_size(images.concurrency), images.concurrency, images.deadline),
+            LONGEST_MAINTENANCE_LEASE,
+        ),
     )
     if moved is not None:
         collector.clock_mark = format_timestamp(now)

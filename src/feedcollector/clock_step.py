@@ -11,8 +11,9 @@ read with the feeds file's digest at the start of every cycle and written at the
 when it is :data:`MARK_EVERY` old (a write that fails is only tried again by the next cycle:
 the mark is bookkeeping, and a database another process holds locked fails the claims
 anyway). When this machine's clock reads more than :data:`STEP_TOLERANCE`
-before its mark, every stored time ahead of now moves back by the step, in one batch guarded
-by the mark, so two processes of the machine never move them twice. Marks are per machine: a
+before its mark, the stored times ahead of now move back by the step (leases and
+Retry-Afters only where no right clock can have written them), in one batch guarded by the
+mark, so two processes of the machine never move them twice. Marks are per machine: a
 collector on another machine whose clock is off does not move them. Item dates and
 ``last_fetched_at`` are history and stay: the next fetch of a feed whose last one is ahead is
 dated a second after it (a backup's key never repeats), its schedule from now.
@@ -58,30 +59,37 @@ def mark_is_due(mark: str | None, now: datetime) -> bool:
 
 
 def shift_statements(
-    key: str, mark: str, step: timedelta, now: datetime, *, longest_retry_after: timedelta
+    key: str,
+    mark: str,
+    step: timedelta,
+    now: datetime,
+    *,
+    longest_retry_after: timedelta,
+    longest_lease: timedelta,
 ) -> list[Statement]:
     """Move the stored times ahead of ``now`` back by ``step``, then the mark to now; each
     statement only while the mark still reads ``mark`` (pure).
 
-    Schedules move whoever wrote them: another machine's feeds and images come one fetch or
-    try early, once. Leases move only where this machine holds them (another machine's are
-    live: moved, its feeds and maintenance would be taken from under it), a Retry-After only
-    beyond ``longest_retry_after`` (the rest may be a server's wish another machine heard);
-    image tasks' leases are left to the page that holds them."""
+    Schedules move whoever wrote them: a feed or an image another process scheduled by a
+    right clock comes one fetch or try early, once. Leases and Retry-Afters move only when
+    no right clock can have written them (further ahead than the longest lease or Retry-After,
+    and the tolerance): a lease a live process took after the clock came back, moved, let
+    another process take its feed from under it."""
     stamp = format_timestamp(now)
-    own = key.removeprefix(CLOCK_MARK_PREFIX) + ":"
-    own_lease = (" AND substr(lease_owner, 1, ?) = ?", (len(own), own))
+    beyond_lease = format_timestamp(now + longest_lease + STEP_TOLERANCE)
+    beyond_retry_after = format_timestamp(now + longest_retry_after + STEP_TOLERANCE)
     shifted: list[tuple[str, str, str, tuple[SqlValue, ...]]] = [
         ("feeds", "next_fetch_at", "", ()),
-        (
-            "feeds",
-            "retry_after_until",
-            " AND retry_after_until > ?",
-            (format_timestamp(now + longest_retry_after),),
-        ),
-        ("feeds", "lease_until", *own_lease),
+        ("feeds", "retry_after_until", " AND retry_after_until > ?", (beyond_retry_after,)),
+        ("feeds", "lease_until", " AND lease_until > ?", (beyond_lease,)),
         ("image_tasks", "retry_at", " AND status = 'pending'", ()),
-        ("maintenance", "lease_until", *own_lease),
+        (
+            "image_tasks",
+            "lease_until",
+            " AND status = 'pending' AND lease_until > ?",
+            (beyond_lease,),
+        ),
+        ("maintenance", "lease_until", " AND lease_until > ?", (beyond_lease,)),
         ("maintenance", "last_done_at", "", ()),
     ]
     guard = " AND (SELECT value FROM collector_state WHERE key = ?) = ?"
@@ -121,13 +129,21 @@ async def settle_clock(
     now: datetime,
     *,
     longest_retry_after: timedelta,
+    longest_lease: timedelta,
 ) -> timedelta | None:
     """Compare the clock with its mark (read by the caller) and move the stored times back
     when it went back: the step, or None when it did not or another process did it first."""
     step = went_back(mark, now)
     if step is None or mark is None:
         return None
-    statements = shift_statements(key, mark, step, now, longest_retry_after=longest_retry_after)
+    statements = shift_statements(
+        key,
+        mark,
+        step,
+        now,
+        longest_retry_after=longest_retry_after,
+        longest_lease=longest_lease,
+    )
     answers = await db.batch(statements)
     if not answers[-1]:
         return None

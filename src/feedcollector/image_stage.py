@@ -58,6 +58,11 @@ IMAGE_LEASE = timedelta(minutes=15)
 """How long claimed image tasks stay reserved at least (see :func:`image_lease`)."""
 
 
+def page_size(concurrency: int) -> int:
+    """Tasks claimed a page at a time: 50, or 8 per download slot."""
+    return max(50, concurrency * 8)
+
+
 def image_lease(page: int, concurrency: int, deadline: timedelta) -> timedelta:
     """How long a claimed page of tasks stays reserved: long enough for every task of it to
     use its whole ``[images] deadline``, ``concurrency`` at a time, with as much again to spare
@@ -76,7 +81,7 @@ async def download_pending_images(
     began = time.monotonic()
     settings = collector.settings.images
     limit = asyncio.Semaphore(settings.concurrency)
-    page = max(50, settings.concurrency * 8)
+    page = page_size(settings.concurrency)
     lease = image_lease(page, settings.concurrency, settings.deadline)
     cursor = store_images.TaskCursor()
     reserved: dict[str, str] = {}  # object key -> item id, see store_images.image_key
