@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
-from feedcollector import store
+from feedcollector import store_sync
 from feedcollector.collector import open_collector
 from feedcollector.config import load_feeds, load_settings
 from feedcollector.timestamps import format_timestamp
@@ -53,7 +53,9 @@ def register(project: Project) -> None:
     async def go() -> None:
         settings = load_settings(project.config)
         async with open_collector(settings, clock=project.clock) as collector:
-            await store.sync_feeds(collector.db, load_feeds(settings.feeds_file), project.clock())
+            await store_sync.sync_feeds(
+                collector.db, load_feeds(settings.feeds_file), project.clock()
+            )
 
     asyncio.run(go())
 

@@ -30,7 +30,7 @@ from typing import Any
 import httpx
 import pytest
 
-from feedcollector import store, store_items
+from feedcollector import store, store_items, store_sync
 from feedcollector.collector import open_collector
 from feedcollector.config import Settings, load_settings
 from feedcollector.errors import DatabaseError
@@ -430,7 +430,7 @@ def test_without_spilling_d1_refuses_the_whole_batch(d1_proxy: D1Proxy) -> None:
         db = d1_database(d1_proxy)
         try:
             await migrate(db)
-            await store.sync_feeds(db, [FeedSpec("https://a.example/")], START)
+            await store_sync.sync_feeds(db, [FeedSpec("https://a.example/")], START)
             (feed,) = await store.claim_feeds_by_id(
                 db,
                 [feed_id_for("https://a.example/")],

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from feedcollector import store
+from feedcollector import store_sync
 from feedcollector.backends.local import LocalObjectStore
 from feedcollector.backends.s3 import S3ObjectStore
 from feedcollector.backends.sqlite import SQLiteDatabase
@@ -451,7 +451,7 @@ def test_listing_items_keeps_every_d1_answer_far_under_its_result_limit(
         db = cloud.d1_database(d1_proxy, timeout_s=120)
         try:
             await migrate(db)
-            await store.sync_feeds(db, [FeedSpec("https://a.example/")], START)
+            await store_sync.sync_feeds(db, [FeedSpec("https://a.example/")], START)
             for n, html in enumerate(htmls):
                 await db.query(
                     "INSERT INTO items (id, feed_id, guid, pub_date, content_html, created_at) "

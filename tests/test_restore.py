@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from feedcollector import store
+from feedcollector import store_sync
 from feedcollector.backends.local import LocalObjectStore
 from feedcollector.backends.sqlite import SQLiteDatabase
 from feedcollector.backups import backup_key, write_backup
@@ -852,7 +852,7 @@ def test_an_item_stored_under_its_earlier_guid_is_found_by_restore(tmp_path: Pat
         db = SQLiteDatabase(tmp_path / "collector.db")
         try:
             await migrate(db)
-            await store.sync_feeds(db, [FeedSpec("https://a.example/")], START)
+            await store_sync.sync_feeds(db, [FeedSpec("https://a.example/")], START)
             feed_id = feed_id_for("https://a.example/")
             await db.query(
                 "INSERT INTO items (id, feed_id, guid, created_at) VALUES ('old-id', ?, ?, ?)",

@@ -15,7 +15,7 @@ from typing import TypeVar
 import pytest
 
 from feedcollector import maintenance_leases as leases
-from feedcollector import store, store_items
+from feedcollector import store, store_items, store_sync
 from feedcollector.backends.local import LocalObjectStore
 from feedcollector.backends.sqlite import SQLiteDatabase
 from feedcollector.backups import backup_key, content_type_key
@@ -176,7 +176,7 @@ class HeldStore:
 
 
 async def add_feed(db: Database, url: str = FEED_URL) -> None:
-    await store.sync_feeds(db, [FeedSpec(url)], NOW - timedelta(days=400))
+    await store_sync.sync_feeds(db, [FeedSpec(url)], NOW - timedelta(days=400))
 
 
 async def add_item(
@@ -363,10 +363,10 @@ def test_old_tombstones_go_unless_the_newest_backup_still_lists_the_item(pair: P
 
     async def seed() -> None:
         subscribed = [FeedSpec(FEED_URL), FeedSpec(quiet_url)]
-        await store.sync_feeds(
+        await store_sync.sync_feeds(
             pair.db, [*subscribed, FeedSpec(gone_url)], NOW - timedelta(days=800)
         )
-        await store.sync_feeds(pair.db, subscribed, NOW - timedelta(days=700))
+        await store_sync.sync_feeds(pair.db, subscribed, NOW - timedelta(days=700))
         tombstones = [
             (FEED_ID, "still-listed"),
             (FEED_ID, "urn:Caf\u00c3\u00a9"),  # as versions before the text repair stored it
@@ -414,7 +414,7 @@ def test_a_tombstone_outlives_the_backups_a_restore_replays(pair: Pair) -> None:
     listing = rss([Entry("Old", guid="old"), Entry("New", guid="new")])
 
     async def seed() -> None:
-        await store.sync_feeds(pair.db, [FeedSpec(FEED_URL)], NOW - timedelta(days=800))
+        await store_sync.sync_feeds(pair.db, [FeedSpec(FEED_URL)], NOW - timedelta(days=800))
         await pair.db.query(
             "INSERT INTO item_tombstones (feed_id, guid, deleted_at) VALUES (?, ?, ?)",
             (FEED_ID, "old", format_timestamp(ITEM_CUTOFF - SECOND)),
@@ -445,7 +445,7 @@ def test_a_backup_from_the_future_or_one_unreadable_decides_no_tombstone(pair: P
     unreadable newest backup ended the cleanup. Both now leave the tombstones as they are."""
 
     async def seed() -> None:
-        await store.sync_feeds(pair.db, [FeedSpec(FEED_URL)], NOW - timedelta(days=700))
+        await store_sync.sync_feeds(pair.db, [FeedSpec(FEED_URL)], NOW - timedelta(days=700))
         await pair.db.query(
             "INSERT INTO item_tombstones (feed_id, guid, deleted_at) VALUES (?, ?, ?)",
             (FEED_ID, "listed-today", format_timestamp(ITEM_CUTOFF - SECOND)),

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from feedcollector import spill, store, store_images, store_items
+from feedcollector import spill, store, store_images, store_items, store_sync
 from feedcollector.backends.local import LocalObjectStore
 from feedcollector.backends.sqlite import SQLiteDatabase
 from feedcollector.database import CountingDatabase, Database, Row, SqlValue, Statement
@@ -83,7 +83,9 @@ def claim(
 
 def test_sync_inserts_new_feeds_due_now_and_keeps_removed_ones(db: Database) -> None:
     report = run(
-        store.sync_feeds(db, [FeedSpec("https://a.example/"), FeedSpec("https://b.example/")], NOW)
+        store_sync.sync_feeds(
+            db, [FeedSpec("https://a.example/"), FeedSpec("https://b.example/")], NOW
+        )
     )
     assert (report.added, report.removed) == (2, 0)
     rows = run(db.query("SELECT url, next_fetch_at, active, created_at FROM feeds ORDER BY url"))
@@ -101,7 +103,7 @@ def test_sync_inserts_new_feeds_due_now_and_keeps_removed_ones(db: Database) -> 
             "created_at": "2026-03-01T12:00:00Z",
         },
     ]
-    report = run(store.sync_feeds(db, [FeedSpec("https://a.example/")], NOW))
+    report = run(store_sync.sync_feeds(db, [FeedSpec("https://a.example/")], NOW))
     assert report.removed == 1
     assert [f.url for f in claim(db)] == ["https://a.example/"]
     assert run(db.query("SELECT COUNT(*) AS n FROM feeds"))[0]["n"] == 2
@@ -110,9 +112,9 @@ def test_sync_inserts_new_feeds_due_now_and_keeps_removed_ones(db: Database) -> 
 def test_a_respelled_url_keeps_its_feed_and_an_old_address_listed_again_is_a_feed_of_its_own(
     db: Database,
 ) -> None:
-    run(store.sync_feeds(db, [FeedSpec("HTTP://A.EXAMPLE/feed#top")], NOW))
+    run(store_sync.sync_feeds(db, [FeedSpec("HTTP://A.EXAMPLE/feed#top")], NOW))
     [first] = run(db.query("SELECT id FROM feeds"))
-    report = run(store.sync_feeds(db, [FeedSpec("http://a.example/feed")], NOW))
+    report = run(store_sync.sync_feeds(db, [FeedSpec("http://a.example/feed")], NOW))
     assert (report.added, report.removed, report.renamed) == (
         0,
         0,
@@ -123,12 +125,12 @@ def test_a_respelled_url_keeps_its_feed_and_an_old_address_listed_again_is_a_fee
     ]
     # a feed moved and was renamed; its old address is listed again beside the new one
     old = "https://old.example/feed"
-    run(store.sync_feeds(db, [FeedSpec("http://a.example/feed"), FeedSpec(old)], NOW))
+    run(store_sync.sync_feeds(db, [FeedSpec("http://a.example/feed"), FeedSpec(old)], NOW))
     run(db.query("UPDATE feeds SET moved_to = 'https://new.example/f' WHERE url = ?", (old,)))
     kept = FeedSpec("http://a.example/feed")
-    run(store.sync_feeds(db, [kept, FeedSpec("https://new.example/f")], NOW))
+    run(store_sync.sync_feeds(db, [kept, FeedSpec("https://new.example/f")], NOW))
     both = [kept, FeedSpec("https://new.example/f"), FeedSpec(old)]
-    report = run(store.sync_feeds(db, both, NOW))
+    report = run(store_sync.sync_feeds(db, both, NOW))
     assert (report.added, report.twins) == (1, ((old, "https://new.example/f"),))
     rows = run(db.query("SELECT id, url FROM feeds WHERE url <> ? ORDER BY url", (kept.url,)))
     assert rows == [
@@ -147,7 +149,7 @@ def test_a_shorter_interval_in_the_file_brings_the_next_fetch_forward(
     db = any_db.backend
     urls = [f"https://{name}.example/" for name in "abcdef"]
     day = timedelta(days=1)
-    any_db.run(store.sync_feeds(db, [FeedSpec(url, interval=day) for url in urls], NOW))
+    any_db.run(store_sync.sync_feeds(db, [FeedSpec(url, interval=day) for url in urls], NOW))
     fetched, tomorrow = format_timestamp(NOW), format_timestamp(NOW + day)
     any_db.run(
         db.query("UPDATE feeds SET last_fetched_at = ?, next_fetch_at = ?", (fetched, tomorrow))
@@ -165,7 +167,7 @@ def test_a_shorter_interval_in_the_file_brings_the_next_fetch_forward(
         FeedSpec(urls[4], interval=day, title="renamed"),
         FeedSpec(urls[5], interval=shorter),
     ]
-    report = any_db.run(store.sync_feeds(db, specs, NOW))
+    report = any_db.run(store_sync.sync_feeds(db, specs, NOW))
     assert report.changed == 6
     rows = any_db.run(
         db.query("SELECT url, interval_seconds, next_fetch_at FROM feeds ORDER BY url")
@@ -181,8 +183,14 @@ def test_a_shorter_interval_in_the_file_brings_the_next_fetch_forward(
 
 
 def test_feeds_another_collectors_file_lists_stay_scheduled_when_asked(db: Database) -> None:
-    run(store.sync_feeds(db, [FeedSpec("https://a.example/"), FeedSpec("https://b.example/")], NOW))
-    report = run(store.sync_feeds(db, [FeedSpec("https://a.example/")], NOW, keep_unlisted=True))
+    run(
+        store_sync.sync_feeds(
+            db, [FeedSpec("https://a.example/"), FeedSpec("https://b.example/")], NOW
+        )
+    )
+    report = run(
+        store_sync.sync_feeds(db, [FeedSpec("https://a.example/")], NOW, keep_unlisted=True)
+    )
     assert (report.removed, report.kept) == (0, 1)
     assert sorted(f.url for f in claim(db)) == ["https://a.example/", "https://b.example/"]
 
@@ -190,7 +198,7 @@ def test_feeds_another_collectors_file_lists_stay_scheduled_when_asked(db: Datab
 def test_a_collector_takes_again_a_feed_its_own_lease_holds(db: Database) -> None:
     """Its release did not reach the database (the Worker restarting): the feed was skipped
     for the whole lease by the very collector that held it; another still waits."""
-    run(store.sync_feeds(db, [FeedSpec("https://a.example/")], NOW))
+    run(store_sync.sync_feeds(db, [FeedSpec("https://a.example/")], NOW))
     assert [f.url for f in claim(db, owner="a")] == ["https://a.example/"]
     assert claim(db, owner="b") == []
     assert [f.url for f in claim(db, owner="a")] == ["https://a.example/"]
@@ -201,10 +209,14 @@ def test_a_collector_takes_again_a_feed_its_own_lease_holds(db: Database) -> Non
 
 
 def test_a_feed_back_in_the_file_is_due_again(db: Database) -> None:
-    run(store.sync_feeds(db, [FeedSpec("https://a.example/")], NOW))
-    run(store.sync_feeds(db, [], NOW))
+    run(store_sync.sync_feeds(db, [FeedSpec("https://a.example/")], NOW))
+    run(store_sync.sync_feeds(db, [], NOW))
     later = NOW + timedelta(days=3)
-    run(store.sync_feeds(db, [FeedSpec("https://a.example/", interval=timedelta(hours=2))], later))
+    run(
+        store_sync.sync_feeds(
+            db, [FeedSpec("https://a.example/", interval=timedelta(hours=2))], later
+        )
+    )
     feeds = claim(db, now=later)
     assert [(f.url, f.interval_seconds, f.next_fetch_at) for f in feeds] == [
         ("https://a.example/", 7200, "2026-03-04T12:00:00Z")
@@ -213,14 +225,14 @@ def test_a_feed_back_in_the_file_is_due_again(db: Database) -> None:
 
 def test_unchanged_file_costs_one_query(db: Database) -> None:
     specs = [FeedSpec(f"https://{n}.example/") for n in range(50)]
-    run(store.sync_feeds(db, specs, NOW))
+    run(store_sync.sync_feeds(db, specs, NOW))
     counting = CountingDatabase(db)
-    run(store.sync_feeds(counting, specs, NOW))
+    run(store_sync.sync_feeds(counting, specs, NOW))
     assert counting.round_trips == 1
 
 
 def test_claims_are_leased_so_a_second_collector_gets_nothing(db: Database) -> None:
-    run(store.sync_feeds(db, [FeedSpec(f"https://{n}.example/") for n in range(5)], NOW))
+    run(store_sync.sync_feeds(db, [FeedSpec(f"https://{n}.example/") for n in range(5)], NOW))
     first = claim(db, owner="a")
     assert len(first) == 5
     assert claim(db, owner="b") == []
@@ -228,7 +240,7 @@ def test_claims_are_leased_so_a_second_collector_gets_nothing(db: Database) -> N
 
 
 def test_claim_cursor_never_returns_a_feed_twice_in_one_cycle(db: Database) -> None:
-    run(store.sync_feeds(db, [FeedSpec(f"https://{n}.example/") for n in range(5)], NOW))
+    run(store_sync.sync_feeds(db, [FeedSpec(f"https://{n}.example/") for n in range(5)], NOW))
     page = run(
         store.claim_due_feeds(
             db, due_by=NOW, now=NOW, owner="a", lease=LEASE, limit=2, after=store.ClaimCursor()
@@ -248,14 +260,14 @@ def test_claim_cursor_never_returns_a_feed_twice_in_one_cycle(db: Database) -> N
 
 
 def test_feeds_not_yet_due_are_not_claimed(db: Database) -> None:
-    run(store.sync_feeds(db, [FeedSpec("https://a.example/")], NOW + timedelta(minutes=5)))
+    run(store_sync.sync_feeds(db, [FeedSpec("https://a.example/")], NOW + timedelta(minutes=5)))
     assert claim(db) == []
 
 
 def test_save_items_is_one_batch_insert_or_ignore_and_tasks_only_for_new_items(
     db: Database,
 ) -> None:
-    run(store.sync_feeds(db, [FeedSpec("https://a.example/")], NOW))
+    run(store_sync.sync_feeds(db, [FeedSpec("https://a.example/")], NOW))
     (feed,) = claim(db)
     counting = CountingDatabase(db)
     new = run(
@@ -321,7 +333,7 @@ def test_save_items_is_one_batch_insert_or_ignore_and_tasks_only_for_new_items(
 
 
 def test_a_failing_batch_leaves_nothing_behind(db: Database) -> None:
-    run(store.sync_feeds(db, [FeedSpec("https://a.example/")], NOW))
+    run(store_sync.sync_feeds(db, [FeedSpec("https://a.example/")], NOW))
     (feed,) = claim(db)
     run(
         db.exec(
@@ -341,7 +353,7 @@ def test_a_failing_batch_leaves_nothing_behind(db: Database) -> None:
 
 
 def test_config_title_wins_over_the_channel_title(db: Database) -> None:
-    run(store.sync_feeds(db, [FeedSpec("https://a.example/", title="My name")], NOW))
+    run(store_sync.sync_feeds(db, [FeedSpec("https://a.example/", title="My name")], NOW))
     (feed,) = claim(db)
     run(store_items.save_items(db, feed, [], success()))
     assert run(db.query("SELECT title FROM feeds"))[0]["title"] == "My name"
@@ -355,7 +367,7 @@ def test_deleting_the_feeds_file_title_brings_back_the_channel_title(db: Databas
     """The feeds file's title wrote over ``feeds.title``: deleted from the file, it stayed
     (and was exported to OPML) until the feed sent a changed body, forever behind 304s."""
     url = "https://a.example/"
-    run(store.sync_feeds(db, [FeedSpec(url, title="My name")], NOW))
+    run(store_sync.sync_feeds(db, [FeedSpec(url, title="My name")], NOW))
     (feed,) = claim(db)
     run(store_items.save_items(db, feed, [], success()))
     assert titles(db) == {
@@ -365,17 +377,17 @@ def test_deleting_the_feeds_file_title_brings_back_the_channel_title(db: Databas
         "last_etag": '"v1"',
     }
 
-    run(store.sync_feeds(db, [FeedSpec(url)], NOW))
+    run(store_sync.sync_feeds(db, [FeedSpec(url)], NOW))
     assert titles(db) == {
         "title": "Blog",
         "config_title": None,
         "channel_title": "Blog",
         "last_etag": '"v1"',
     }
-    run(store.sync_feeds(db, [FeedSpec(url, title="Renamed")], NOW))
+    run(store_sync.sync_feeds(db, [FeedSpec(url, title="Renamed")], NOW))
     assert titles(db)["title"] == "Renamed"
-    run(store.sync_feeds(db, [], NOW))
-    run(store.sync_feeds(db, [FeedSpec(url)], NOW))  # back in the file, without its title
+    run(store_sync.sync_feeds(db, [], NOW))
+    run(store_sync.sync_feeds(db, [FeedSpec(url)], NOW))  # back in the file, without its title
     assert titles(db)["title"] == "Blog"
 
 
@@ -385,12 +397,12 @@ def test_a_title_deleted_before_the_channel_title_was_kept_reads_the_body_again(
     """A feed stored before ``channel_title`` existed: its own title is unknown, so the next
     fetch is unconditional and reads the body (a 304 or the same body would not name it)."""
     url = "https://a.example/"
-    run(store.sync_feeds(db, [FeedSpec(url, title="My name")], NOW))
+    run(store_sync.sync_feeds(db, [FeedSpec(url, title="My name")], NOW))
     (feed,) = claim(db)
     run(store_items.save_items(db, feed, [], success()))
     run(db.query("UPDATE feeds SET channel_title = NULL, body_digest = 'digest'"))
 
-    run(store.sync_feeds(db, [FeedSpec(url)], NOW))
+    run(store_sync.sync_feeds(db, [FeedSpec(url)], NOW))
     assert titles(db) == {
         "title": "My name",
         "config_title": None,
@@ -406,7 +418,11 @@ def test_a_title_deleted_before_the_channel_title_was_kept_reads_the_body_again(
 
 
 def test_failures_and_not_modified_bookkeeping(db: Database) -> None:
-    run(store.sync_feeds(db, [FeedSpec("https://a.example/"), FeedSpec("https://b.example/")], NOW))
+    run(
+        store_sync.sync_feeds(
+            db, [FeedSpec("https://a.example/"), FeedSpec("https://b.example/")], NOW
+        )
+    )
     a, b = sorted(claim(db), key=lambda f: f.url)
     run(
         store.record_failure(
@@ -457,7 +473,7 @@ def test_failures_and_not_modified_bookkeeping(db: Database) -> None:
 
 def test_manual_claims_ignore_the_schedule_but_not_leases(db: Database) -> None:
     run(
-        store.sync_feeds(
+        store_sync.sync_feeds(
             db,
             [FeedSpec("https://a.example/"), FeedSpec("https://b.example/")],
             NOW + timedelta(hours=1),
@@ -473,7 +489,7 @@ def test_manual_claims_ignore_the_schedule_but_not_leases(db: Database) -> None:
 
 
 def test_image_tasks_count_attempts_and_fail_at_three(db: Database) -> None:
-    run(store.sync_feeds(db, [FeedSpec("https://a.example/")], NOW))
+    run(store_sync.sync_feeds(db, [FeedSpec("https://a.example/")], NOW))
     (feed,) = claim(db)
     run(
         store_items.save_items(
@@ -595,7 +611,7 @@ def test_plan_spill_keeps_the_batch_under_its_budget_by_spilling_the_largest_fir
 
 
 def test_spilled_items_are_stored_with_null_content_and_their_key(db: Database) -> None:
-    run(store.sync_feeds(db, [FeedSpec("https://a.example/")], NOW))
+    run(store_sync.sync_feeds(db, [FeedSpec("https://a.example/")], NOW))
     (feed,) = claim(db)
     plan = spill.plan_spill(
         feed.id,
@@ -616,7 +632,7 @@ def test_a_refetch_over_the_budget_spills_only_the_items_it_will_insert(
     db: Database, tmp_path: Path
 ) -> None:
     """Stored items are kept by INSERT OR IGNORE: spilling them would write orphan objects."""
-    run(store.sync_feeds(db, [FeedSpec("https://a.example/")], NOW))
+    run(store_sync.sync_feeds(db, [FeedSpec("https://a.example/")], NOW))
     (feed,) = claim(db)
     objects = LocalObjectStore(tmp_path / "objects")
     limits = {"inline_limit": 1000, "batch_budget": 8000}
@@ -680,7 +696,7 @@ def test_objects_spilled_for_a_batch_refused_as_too_large_are_deleted_again(
     """A batch refused as too large stores nothing, and is refused on every try: the objects
     written for it would belong to no row. Those it reused stay; after any other failure
     (the batch may have been stored) every object stays, for the retry to reuse."""
-    run(store.sync_feeds(db, [FeedSpec("https://a.example/")], NOW))
+    run(store_sync.sync_feeds(db, [FeedSpec("https://a.example/")], NOW))
     (feed,) = claim(db)
     objects = LocalObjectStore(tmp_path / "objects")
     records = [sized("new", 3000), sized("reused", 3000), sized("small", 10)]
@@ -702,7 +718,7 @@ def test_a_refused_batch_keeps_the_objects_a_row_names_meanwhile(
 ) -> None:
     """Another collector (a restore, say) may store a row naming the object between this
     batch's write and its refusal: that object is the row's now and stays."""
-    run(store.sync_feeds(db, [FeedSpec("https://a.example/")], NOW))
+    run(store_sync.sync_feeds(db, [FeedSpec("https://a.example/")], NOW))
     (feed,) = claim(db)
     objects = LocalObjectStore(tmp_path / "objects")
     plan = spill.plan_spill(feed.id, [sized("big", 3000), sized("other", 3000)], inline_limit=2000)
@@ -799,7 +815,7 @@ def test_an_item_stored_or_expired_under_its_earlier_guid_is_not_stored_again(
     """Versions before the text repair stored ``urn:CafÃ©`` (and expired ``urn:gone\x92``):
     read again, the feed's items carry those as their earlier GUIDs and are not new."""
     db = any_db.backend
-    any_db.run(store.sync_feeds(db, [FeedSpec("https://a.example/")], NOW))
+    any_db.run(store_sync.sync_feeds(db, [FeedSpec("https://a.example/")], NOW))
     (feed,) = any_db.run(
         store.claim_due_feeds(
             db, due_by=NOW, now=NOW, owner="a", lease=LEASE, limit=1, after=store.ClaimCursor()
@@ -883,7 +899,7 @@ def any_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Live[Data
 
 def test_a_long_feed_is_stored_in_a_few_multi_row_statements(any_db: Live[Database]) -> None:
     db = any_db.backend
-    any_db.run(store.sync_feeds(db, [FeedSpec("https://a.example/")], NOW))
+    any_db.run(store_sync.sync_feeds(db, [FeedSpec("https://a.example/")], NOW))
     (feed,) = any_db.run(
         store.claim_due_feeds(
             db, due_by=NOW, now=NOW, owner="a", lease=LEASE, limit=10, after=store.ClaimCursor()
@@ -931,7 +947,7 @@ def test_failed_attempts_wait_for_their_retry_and_retry_images_requeues(
     third failure clears it, and ``retry-images`` counts what it queued (``total_changes()``), and
     with ``--waiting`` what it made due."""
     db = any_db.backend
-    any_db.run(store.sync_feeds(db, [FeedSpec("https://a.example/")], NOW))
+    any_db.run(store_sync.sync_feeds(db, [FeedSpec("https://a.example/")], NOW))
     (feed,) = any_db.run(
         store.claim_due_feeds(
             db, due_by=NOW, now=NOW, owner="a", lease=LEASE, limit=10, after=store.ClaimCursor()
@@ -998,7 +1014,7 @@ def test_a_page_hands_back_only_the_tasks_that_still_hold_its_lease(
     the process that took one over, and pushed the retry_at of one that process had failed
     for good (``status`` then said "next in 2h" of an image never tried again)."""
     db = any_db.backend
-    any_db.run(store.sync_feeds(db, [FeedSpec("https://a.example/")], NOW))
+    any_db.run(store_sync.sync_feeds(db, [FeedSpec("https://a.example/")], NOW))
     (feed,) = any_db.run(
         store.claim_due_feeds(
             db, due_by=NOW, now=NOW, owner="a", lease=LEASE, limit=10, after=store.ClaimCursor()

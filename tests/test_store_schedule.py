@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from feedcollector import store, store_schedule
+from feedcollector import store, store_schedule, store_sync
 from feedcollector.database import Database
 from feedcollector.models import FeedSpec
 from feedcollector.timestamps import format_timestamp
@@ -26,7 +26,7 @@ def feeds(database: Database) -> dict[str, dict[str, object]]:
 
 
 def test_gone_feeds_are_not_claimed_and_do_not_wake_the_scheduler(db: Database) -> None:
-    run(store.sync_feeds(db, [FeedSpec(A), FeedSpec(B)], NOW))
+    run(store_sync.sync_feeds(db, [FeedSpec(A), FeedSpec(B)], NOW))
     a_id = feeds(db)[A]["id"]
     assert run(store_schedule.record_gone(db, str(a_id), at=NOW, error="410")) is True
     later = NOW + timedelta(hours=1)
@@ -41,7 +41,7 @@ def test_gone_feeds_are_not_claimed_and_do_not_wake_the_scheduler(db: Database) 
 
 
 def test_deferral_never_brings_a_feed_forward_and_needs_our_lease(db: Database) -> None:
-    run(store.sync_feeds(db, [FeedSpec(A)], NOW))
+    run(store_sync.sync_feeds(db, [FeedSpec(A)], NOW))
     (feed,) = claim(db, owner="us")
     soon, late = NOW + timedelta(minutes=5), NOW + timedelta(hours=5)
     run(store_schedule.defer_feed(db, feed.id, until=late, owner="them"))
@@ -55,7 +55,7 @@ def test_deferral_never_brings_a_feed_forward_and_needs_our_lease(db: Database) 
 
 
 def test_leases_are_renewed_only_by_their_owner_and_released_in_bulk(db: Database) -> None:
-    run(store.sync_feeds(db, [FeedSpec(A), FeedSpec(B), FeedSpec(C)], NOW))
+    run(store_sync.sync_feeds(db, [FeedSpec(A), FeedSpec(B), FeedSpec(C)], NOW))
     claimed = claim(db, owner="us")
     ids = [f.id for f in claimed]
     until = NOW + timedelta(hours=1)
@@ -69,7 +69,7 @@ def test_leases_are_renewed_only_by_their_owner_and_released_in_bulk(db: Databas
 
 
 def test_live_rate_limits_and_moves(db: Database) -> None:
-    run(store.sync_feeds(db, [FeedSpec(A), FeedSpec(B), FeedSpec(C)], NOW))
+    run(store_sync.sync_feeds(db, [FeedSpec(A), FeedSpec(B), FeedSpec(C)], NOW))
     ids = {url: str(row["id"]) for url, row in feeds(db).items()}
     hour = NOW + timedelta(hours=1)
     for url, status in ((A, 429), (B, 503)):

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from . import store, store_schedule
+from . import store, store_schedule, store_sync
 from .clock_step import clock_mark_key, settle_clock
 from .collector import Collector, owner_has_stopped
 from .config import load_feeds
@@ -160,7 +160,7 @@ async def sync_feeds_file(collector: Collector, now: datetime) -> None:
         return
     specs = load_feeds(path)
     shared = another_feeds_file(last, digest, collector.owner, str(path), now)
-    sync = await store.sync_feeds(collector.db, specs, now, keep_unlisted=shared)
+    sync = await store_sync.sync_feeds(collector.db, specs, now, keep_unlisted=shared)
     if sync.kept and not collector.warned_of_another_file:
         collector.warned_of_another_file = True
         log.warning(
