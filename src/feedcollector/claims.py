@@ -137,25 +137,7 @@ async def sync_feeds_file(collector: Collector, now: datetime) -> None:
     digest = feeds_file_digest(path)
     clock_key = clock_mark_key(collector.owner)
     last = await last_feeds_sync(collector.db, clock_key)
-    collector.clock_mark = last.clock_mark
-    went_back_here = collector.wall_clock_went_back(now)
-    images = collector.settings.images
-    moved = await settle_clock(
-        collector.db,
-        clock_key,
-        last.clock_mark,
-        now,
-        longest_retry_after=collector.schedule_policy.max_retry_after,
-        longest_lease=max(
-            feed_lease(collector),
-            image_lease(page_size(images.concurrency), images.concurrency, images.deadline),
-            LONGEST_MAINTENANCE_LEASE,
-        ),
-    )
-    if moved is not None:
-        collector.clock_mark = format_timestamp(now)
-    if moved is not None or went_back_here:
-        collector.forget_wall_clock_state()
+    await _settle_the_clock(collector, clock_key, last.clock_mark, now)
     if digest is not None and digest == last.digest:
         return
     specs = load_feeds(path)
@@ -201,6 +183,33 @@ async def sync_feeds_file(collector: Collector, now: datetime) -> None:
     if digest is not None:
         synced = PARTLY + digest if sync.kept else digest
         await record_feeds_sync(collector.db, synced, collector.owner, str(path), now)
+
+
+async def _settle_the_clock(
+    collector: Collector, key: str, mark: str | None, now: datetime
+) -> None:
+    """This machine's clock against its mark (:mod:`.clock_step`), and this process's against
+    its monotonic clock: stored times moved back when it went back, and what the process
+    keeps by the wall clock forgotten."""
+    collector.clock_mark = mark
+    went_back_here = collector.wall_clock_went_back(now)
+    images = collector.settings.images
+    moved = await settle_clock(
+        collector.db,
+        key,
+        mark,
+        now,
+        longest_retry_after=collector.schedule_policy.max_retry_after,
+        longest_lease=max(
+            feed_lease(collector),
+            image_lease(page_size(images.concurrency), images.concurrency, images.deadline),
+            LONGEST_MAINTENANCE_LEASE,
+        ),
+    )
+    if moved is not None:
+        collector.clock_mark = format_timestamp(now)
+    if moved is not None or went_back_here:
+        collector.forget_wall_clock_state()
 
 
 async def due_pages(
