@@ -47,9 +47,10 @@ from .read_body import read_feed_body
 from .report import counted
 from .restore_images import Uncertain, relink_images, stored_with_unlinked_images
 from .safe_text import QUOTED_CHARS, one_line
-from .schedule import feed_id_for, interval_seconds_of
+from .schedule import feed_id_for
 from .spill import CONTENT_TYPE, plan_batch_spill, spilled_records
 from .store_items import inserted_ids, item_statements
+from .store_sync import new_feed_row
 from .timestamps import format_timestamp
 
 log = logging.getLogger("feedcollector")
@@ -209,20 +210,8 @@ async def restore_from_backups(
 async def _create_feed(db: Database, spec: FeedSpec, now: datetime) -> int:
     """The feeds-file feed's row, as registration would insert it (due at once)."""
     stamp = format_timestamp(now)
-    rows = await db.query(
-        "INSERT OR IGNORE INTO feeds (id, url, config_title, title, interval_seconds, "
-        "next_fetch_at, created_at, active) VALUES (?, ?, ?, ?, ?, ?, ?, 1) RETURNING id",
-        (
-            feed_id_for(spec.url),
-            spec.url,
-            spec.title,
-            spec.title,
-            interval_seconds_of(spec),
-            stamp,
-            stamp,
-        ),
-    )
-    return len(rows)
+    row = new_feed_row(feed_id_for(spec.url), spec, stamp, returning=True)
+    return len(await db.query(row.sql, row.params))
 
 
 async def _restore_feed(

@@ -59,6 +59,16 @@ title changed alone, or a longer interval, leaves the next fetch where it is. (C
 before the row's ``interval_seconds`` is set: SQLite reads a row's old values in SET.)"""
 
 
+def new_feed_row(feed_id: str, spec: FeedSpec, stamp: str, *, returning: bool = False) -> Statement:
+    """Insert a feeds-file feed's row, due at once (``RETURNING id`` tells whether it was new)."""
+    return Statement(
+        "INSERT OR IGNORE INTO feeds (id, url, config_title, title, interval_seconds, "
+        "next_fetch_at, created_at, active) VALUES (?, ?, ?, ?, ?, ?, ?, 1)"
+        + (" RETURNING id" if returning else ""),
+        (feed_id, spec.url, spec.title, spec.title, interval_seconds_of(spec), stamp, stamp),
+    )
+
+
 async def sync_feeds(
     db: Database, specs: Sequence[FeedSpec], now: datetime, *, keep_unlisted: bool = False
 ) -> SyncReport:
@@ -91,21 +101,7 @@ async def sync_feeds(
         if feed_id != feed_id_for(spec.url):
             twins.append((spec.url, by_id[feed_id_for(spec.url)]))
         by_id[feed_id] = spec.url
-        statements.append(
-            Statement(
-                "INSERT OR IGNORE INTO feeds (id, url, config_title, title, interval_seconds, "
-                "next_fetch_at, created_at, active) VALUES (?, ?, ?, ?, ?, ?, ?, 1)",
-                (
-                    feed_id,
-                    spec.url,
-                    spec.title,
-                    spec.title,
-                    interval_seconds_of(spec),
-                    stamp,
-                    stamp,
-                ),
-            )
-        )
+        statements.append(new_feed_row(feed_id, spec, stamp))
     statements += [
         Statement(
             f"UPDATE feeds SET active = 1, {_TITLES}, interval_seconds = ?, "
