@@ -37,7 +37,7 @@ from feedcollector.status import (
     read_status,
     worst_first_key,
 )
-from feedcollector.store import sync_feeds
+from feedcollector.store_sync import sync_feeds
 from feedcollector.timestamps import parse_timestamp, utc_now
 
 from . import test_retention
