@@ -172,6 +172,23 @@ def test_a_feed_left_out_of_the_file_shows_removed_before_the_next_cycle(
     assert (shown[urls["ok"]], shown[urls["removed"]]) == ("removed", "new")
 
 
+def test_an_edited_title_shows_before_the_next_cycle(
+    feed_server: FeedServer, tmp_path: Path
+) -> None:
+    """Shown as the next sync will store it: the file's title, else the channel's."""
+    config, urls = fill(feed_server, tmp_path)
+    titled, plain = urls["ok"], urls["gone"]
+    with sqlite3.connect(tmp_path / "collector.db") as conn:  # its title: line just deleted
+        conn.execute("UPDATE feeds SET config_title = 'Old', title = 'Old' WHERE url = ?", (plain,))
+    (tmp_path / "feeds.yaml").write_text(
+        f"feeds:\n  - url: {titled}\n    title: Renamed by hand\n  - url: {plain}\n"
+    )
+    result = CliRunner().invoke(app, ["--config", str(config), "status", "--json"])
+    assert result.exit_code == 0, result.output
+    titles = {feed["url"]: feed["title"] for feed in json.loads(result.stdout)["feeds"]}
+    assert (titles[titled], titles[plain]) == ("Renamed by hand", "Gone")
+
+
 def test_status_of_a_real_database(feed_server: FeedServer, tmp_path: Path) -> None:
     config, urls = fill(feed_server, tmp_path)
     settings = load_settings(config)

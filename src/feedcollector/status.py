@@ -142,7 +142,8 @@ def build_status(
     not followed yet (None: it has, or it cannot be read); its entries the database does not
     know, or knows as removed, are ``new``, and the feeds it no longer lists ``removed``, as
     the next cycle's sync will make them (they showed ``active`` until then), due at once
-    (``generated_at``): a feed put back showed the time its row last planned, long past.
+    (``generated_at``): a feed put back showed the time its row last planned, long past. Its
+    titles are shown as the sync will store them (the file's, else the channel's).
     ``image_retries``: per feed id, when its first waiting image is tried again."""
     retries = image_retries or {}
     statuses: list[FeedStatus] = []
@@ -155,10 +156,14 @@ def build_status(
     plan = plan_feed_sync(known, specs) if specs is not None else None
     leaving = {feed.url for feed in plan.removed} if plan else set()
     returning = {spec.url for spec in plan.reactivated} if plan else set()
+    listed = {spec.url: spec for spec in specs or ()}
     for row in rows:
         feed_id = row["id"]
         state = row["state"]
         next_fetch_at = row["next_fetch_at"]
+        title = row["title"]
+        if row["url"] in listed:  # the file's title as the next sync will store it
+            title = listed[row["url"]].title or row.get("channel_title") or title
         if row["url"] in leaving:
             state = "removed"
         elif row["url"] in returning:
@@ -167,7 +172,7 @@ def build_status(
             FeedStatus(
                 url=row["url"],
                 state=state,
-                title=row["title"],
+                title=title,
                 last_fetched_at=row["last_fetched_at"],
                 next_fetch_at=None if state in UNSCHEDULED else next_fetch_at,
                 consecutive_failures=int(row["consecutive_failures"] or 0),
@@ -212,7 +217,7 @@ async def read_status(
 ) -> StatusReport:
     """The status of every feed of the database and the feeds file, in four queries."""
     feed_rows = await db.query(
-        "SELECT id, url, COALESCE(config_title, title) AS title, "
+        "SELECT id, url, COALESCE(config_title, title) AS title, channel_title, "
         f"{FEED_STATE_SQL} AS state, last_fetched_at, next_fetch_at, consecutive_failures, "
         "last_error, last_status, gone_at, moved_to, "
         "CASE WHEN lease_until > ? THEN lease_owner END AS held_by, "
