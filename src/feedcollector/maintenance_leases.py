@@ -39,6 +39,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import partial
 
 from .collector import owner_has_stopped
 from .database import Database, SqlValue, Statement
@@ -125,6 +126,41 @@ def live(alias: str = "") -> str:
 
 
 async def claim(
+    db: Database,
+    task: str,
+    *,
+    owner: str,
+    now: datetime,
+    length: timedelta,
+    due_before: datetime | None = None,
+    wait_out_backoff: bool = False,
+) -> Claim:
+    """:func:`claim_once`; when only leases of stopped processes of this machine were in the
+    way (a cleanup or sweep killed mid-way), those are let go and the claim made again: they
+    kept every command waiting up to an hour for a process known to be gone."""
+    once = partial(
+        claim_once,
+        db,
+        task,
+        owner=owner,
+        now=now,
+        length=length,
+        due_before=due_before,
+        wait_out_backoff=wait_out_backoff,
+    )
+    claimed = await once()
+    dead = claimed.in_the_way
+    if claimed.taken or not dead or not all(owner_has_stopped(h.owner) for h in dead):
+        return claimed
+    let_go = "UPDATE maintenance SET lease_owner = NULL, lease_until = NULL WHERE task = ? "
+    when = "AND lease_owner = ? AND lease_until = ?"
+    await db.batch([Statement(let_go + when, (h.task, h.owner, h.until)) for h in dead])
+    for holder in dead:
+        log.warning("%s: its lease is let go", describe(holder))
+    return await once()
+
+
+async def claim_once(
     db: Database,
     task: str,
     *,
