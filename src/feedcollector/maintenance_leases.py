@@ -39,7 +39,6 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from functools import partial
 
 from .collector import owner_has_stopped
 from .database import Database, SqlValue, Statement
@@ -135,43 +134,11 @@ async def claim(
     due_before: datetime | None = None,
     wait_out_backoff: bool = False,
 ) -> Claim:
-    """:func:`claim_once`; when only leases of stopped processes of this machine were in the
-    way (a cleanup or sweep killed mid-way), those are let go and the claim made again: they
-    kept every command waiting up to an hour for a process known to be gone."""
-    once = partial(
-        claim_once,
-        db,
-        task,
-        owner=owner,
-        now=now,
-        length=length,
-        due_before=due_before,
-        wait_out_backoff=wait_out_backoff,
-    )
-    claimed = await once()
-    dead = claimed.in_the_way
-    if claimed.taken or not dead or not all(owner_has_stopped(h.owner) for h in dead):
-        return claimed
-    let_go = "UPDATE maintenance SET lease_owner = NULL, lease_until = NULL WHERE task = ? "
-    when = "AND lease_owner = ? AND lease_until = ?"
-    await db.batch([Statement(let_go + when, (h.task, h.owner, h.until)) for h in dead])
-    for holder in dead:
-        log.warning("%s: its lease is let go", describe(holder))
-    return await once()
-
-
-async def claim_once(
-    db: Database,
-    task: str,
-    *,
-    owner: str,
-    now: datetime,
-    length: timedelta,
-    due_before: datetime | None = None,
-    wait_out_backoff: bool = False,
-) -> Claim:
     """Take ``task``'s lease for ``owner`` unless a live lease of it or of a task it clashes
-    with is in the way, in one transaction; never raises for a refusal.
+    with is in the way, in one transaction; never raises for a refusal. When only leases of
+    stopped processes of this machine were in the way (a cleanup or sweep killed mid-way),
+    those are let go and the claim made again: they kept every command waiting up to an
+    hour for a process known to be gone.
 
     ``due_before``: only if the task was last done at or before then (the daily cleanup).
     ``wait_out_backoff``: an ownerless ``lease_until`` (a failed run's wait) holds it too, and
@@ -190,33 +157,41 @@ async def claim_once(
         params.append(format_timestamp(due_before))
     params += [*others, stamp]
     leftover = "UPDATE maintenance SET lease_owner = NULL WHERE task = ? AND lease_owner = ?"
-    results = await db.batch(
-        [
-            Statement("INSERT OR IGNORE INTO maintenance (task) VALUES (?)", (task,)),
-            *([Statement(leftover, (task, owner))] if wait_out_backoff else []),
-            Statement(
-                f"UPDATE maintenance SET lease_owner = ?, lease_until = ? WHERE task = ? "  # noqa: S608 (fixed text)
-                f"AND ({free}){due} AND NOT EXISTS (SELECT 1 FROM maintenance o WHERE o.task "
-                f"IN ({placeholders(len(others))}) AND {live('o.')}) RETURNING task",
-                tuple(params),
-            ),
-            Statement(
-                "SELECT task, last_done_at, lease_owner, lease_until FROM maintenance "  # noqa: S608 (placeholders)
-                f"WHERE task IN ({placeholders(len(clashing))}) ORDER BY task",
-                clashing,
-            ),
-        ]
-    )
-    taken = bool(results[-2])
-    rows = results[-1]
-    holders = tuple(
-        _holder(row["task"], row["lease_owner"], row["lease_until"], now)
-        for row in rows
-        if row["lease_owner"] is not None
-        and row["lease_until"] is not None
-        and row["lease_until"] > stamp
-        and not (taken and row["task"] == task)
-    )
+    statements = [
+        Statement("INSERT OR IGNORE INTO maintenance (task) VALUES (?)", (task,)),
+        *([Statement(leftover, (task, owner))] if wait_out_backoff else []),
+        Statement(
+            f"UPDATE maintenance SET lease_owner = ?, lease_until = ? WHERE task = ? "  # noqa: S608 (fixed text)
+            f"AND ({free}){due} AND NOT EXISTS (SELECT 1 FROM maintenance o WHERE o.task "
+            f"IN ({placeholders(len(others))}) AND {live('o.')}) RETURNING task",
+            tuple(params),
+        ),
+        Statement(
+            "SELECT task, last_done_at, lease_owner, lease_until FROM maintenance "  # noqa: S608 (placeholders)
+            f"WHERE task IN ({placeholders(len(clashing))}) ORDER BY task",
+            clashing,
+        ),
+    ]
+    for first_try in (True, False):
+        results = await db.batch(statements)
+        taken = bool(results[-2])
+        rows = results[-1]
+        holders = tuple(
+            _holder(row["task"], row["lease_owner"], row["lease_until"], now)
+            for row in rows
+            if row["lease_owner"] is not None
+            and row["lease_until"] is not None
+            and row["lease_until"] > stamp
+            and not (taken and row["task"] == task)
+        )
+        gone = holders and all(owner_has_stopped(holder.owner) for holder in holders)
+        if taken or not gone or not first_try:
+            break
+        let_go = "UPDATE maintenance SET lease_owner = NULL, lease_until = NULL WHERE task = ? "
+        when = "AND lease_owner = ? AND lease_until = ?"
+        await db.batch([Statement(let_go + when, (h.task, h.owner, h.until)) for h in holders])
+        for holder in holders:
+            log.warning("%s: its lease is let go", describe(holder))
     done = next((row["last_done_at"] for row in rows if row["task"] == task), None)
     return Claim(taken, holders, done)
 
