@@ -148,9 +148,9 @@ async def settle_clock(
     if not answers[-1]:
         return None
     log.warning(
-        "clock: this machine's clock went back by %s (it read %s before, %s now): every stored "
-        "schedule, lease and wait ahead of now moved back as much, so no feed, image or "
-        "cleanup waits for the lost time",
+        "clock: this machine's clock went back by %s (it read %s before, %s now): the stored "
+        "schedules ahead of now moved back as much, and the leases and waits no right clock "
+        "can have written, so no feed, image or cleanup waits for the lost time",
         step,
         mark,
         format_timestamp(now),

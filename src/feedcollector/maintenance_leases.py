@@ -80,8 +80,9 @@ LEASE = timedelta(minutes=5)
 CLEANUP_LEASE = timedelta(hours=1)
 """How long the cleanup's lease lasts unrenewed: also the wait of a daily cleanup that failed."""
 LENGTHS = {RESTORE: LEASE, ORPHANS: LEASE, CLEANUP: CLEANUP_LEASE}
-LONGEST_LEASE = max(LENGTHS.values())
 """Per task, how far ahead its lease is written: ``lease_until`` less this is when it was."""
+LONGEST_LEASE = max(LENGTHS.values())
+"""No right clock writes a maintenance lease further ahead (:mod:`.clock_step`)."""
 RENEW_EVERY = timedelta(minutes=1)
 """How often a holder renews its lease; also the least it must have left to go on."""
 IDLE_AFTER = 3 * RENEW_EVERY

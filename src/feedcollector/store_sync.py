@@ -97,9 +97,9 @@ async def sync_feeds(
     twins: list[tuple[str, str]] = []
     statements: list[Statement] = []
     for spec in plan.added:
-        feed_id = unused_feed_id(spec.url, by_id)
-        if feed_id != feed_id_for(spec.url):
-            twins.append((spec.url, by_id[feed_id_for(spec.url)]))
+        natural, feed_id = feed_id_for(spec.url), unused_feed_id(spec.url, by_id)
+        if feed_id != natural:
+            twins.append((spec.url, by_id[natural]))
         by_id[feed_id] = spec.url
         statements.append(new_feed_row(feed_id, spec, stamp))
     statements += [
