@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import os
 import random
@@ -409,9 +410,34 @@ def test_a_durable_local_write_reaches_the_disk_before_its_rename_and_the_rename
         store.run(store.backend.put("images/f/aa/1.png", b"png"))
         assert events[1:] == ["rename to objects/images/f/aa/1.png", "fsync objects/images/f/aa"]
         events.clear()
+        store.run(store.backend.put("images/f/bb/0.png", b"png"))  # its parent is there
+        assert events[1:] == [
+            "rename to objects/images/f/bb/0.png",
+            "rename to objects/images/f/bb/0.png",
+            "fsync objects/images/f/bb",
+            "fsync objects/images/f",
+        ]
+        events.clear()
         store.run(store.backend.put("backups/f/1.xml", b"<rss/>", durable=False))
         assert [event for event in events if event.startswith("fsync")] == []
         assert (root / "backups/f/1.xml").read_bytes() == b"<rss/>"
+
+
+def test_a_local_write_whose_temporary_name_is_taken_takes_another(tmp_path: Path) -> None:
+    """Temporary names are a nonce and a count: a forked process counts from where its parent
+    was, and a name another write holds must not be written over (or fail the write)."""
+    root = tmp_path / "objects"
+    store_a, store_b = LocalObjectStore(root), LocalObjectStore(root)
+    store_b._nonce, store_b._count = store_a._nonce, itertools.count()  # as after a fork
+    with live("local", lambda: store_a) as store:
+        store.run(store.backend.put("backups/f/1.xml", b"first"))
+        held = store_a._next_temporary()  # a write of store_a in progress holds this name
+        held.write_bytes(b"a write in progress")
+        store_b._count = itertools.count(int(held.name.rsplit("-", 1)[1]))
+        store.run(store_b.put("backups/f/2.xml", b"second"))
+        assert held.read_bytes() == b"a write in progress"
+        assert (root / "backups/f/2.xml").read_bytes() == b"second"
+        assert store_b._nonce != store_a._nonce
 
 
 def test_delete_many_deletes_only_given_keys_and_ignores_missing(

@@ -1,18 +1,23 @@
-"""Item records: ids that are UUIDv7s led by the fetch time."""
+"""Item records: ids that are UUIDv7s led by the time they were made."""
 
 from __future__ import annotations
 
+import time
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
+
+import pytest
 
 from feedcollector.models import ParsedItem
-from feedcollector.normalize import item_records, time_ordered_ids
+from feedcollector.normalize import id_stamp, item_records, time_ordered_ids
 
 FETCHED = datetime(2026, 3, 1, 12, 0, 0, 123000, tzinfo=UTC)
+STAMP = 1_772_366_400_123 << 12 | 2048
+"""2026-03-01T12:00:00.123Z and half a millisecond, as :func:`id_stamp` writes it."""
 
 
-def test_item_ids_are_distinct_uuid7s_carrying_the_fetch_time() -> None:
-    ids = time_ordered_ids(500, FETCHED)
+def test_item_ids_are_distinct_uuid7s_carrying_their_stamp() -> None:
+    ids = time_ordered_ids(500, STAMP)
 
     assert len(set(ids)) == 500
     for item_id in ids:
@@ -20,14 +25,33 @@ def test_item_ids_are_distinct_uuid7s_carrying_the_fetch_time() -> None:
         assert parsed.hex == item_id
         assert parsed.version == 7
         assert parsed.variant == uuid.RFC_4122
-        assert int(item_id[:12], 16) == int(FETCHED.timestamp() * 1000)
+        assert int(item_id[:12], 16) == 1_772_366_400_123
+        assert item_id[13:16] == "800"  # the millisecond's fraction: half of it
 
 
-def test_later_fetches_get_ids_that_sort_after_earlier_ones() -> None:
-    earlier = time_ordered_ids(50, FETCHED)
-    later = time_ordered_ids(50, FETCHED + timedelta(milliseconds=1))
+def test_later_stamps_get_ids_that_sort_after_earlier_ones() -> None:
+    earlier = time_ordered_ids(50, STAMP)
+    later = time_ordered_ids(50, STAMP + 1)  # a 4096th of a millisecond later
 
     assert max(earlier) < min(later)
+
+
+def test_stamps_tell_the_time_and_never_repeat_or_go_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Many feeds are read within one millisecond; each feed's ids must still land after the
+    last feed's (a feed's new rows together at the end of the indexes), even were the clock
+    set back."""
+    before = time.time_ns() // 1_000_000
+    stamps = [id_stamp() for _ in range(1000)]
+    after = time.time_ns() // 1_000_000
+
+    assert stamps == sorted(set(stamps))
+    assert before <= stamps[0] >> 12
+    assert stamps[-1] >> 12 <= after + 1  # the stamps may run ahead a 4096th at a time
+    monkeypatch.setattr(time, "time_ns", lambda: (after - 3_600_000) * 1_000_000)
+    set_back = [id_stamp(), id_stamp()]
+    assert stamps[-1] < set_back[0] < set_back[1]
 
 
 def test_item_records_number_every_item_with_its_own_id() -> None:

@@ -11,6 +11,7 @@ under a key the database already names.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import secrets
 import time
@@ -23,6 +24,7 @@ from ..objectstore import ListedObject, public_url_under
 
 _TEMP_DIR = ".partial"
 _TEMP_PREFIX = ".partial-"
+_CREATE_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
 ABANDONED_AFTER_S = 3600.0
 """A temporary file this old belongs to a write that died (a live write takes far less)."""
 
@@ -35,6 +37,8 @@ class LocalObjectStore:
         self.public_base_url = public_base_url
         self._temp = self.root / _TEMP_DIR
         self._swept = False
+        self._nonce = secrets.token_hex(8)
+        self._count = itertools.count()
 
     def _path(self, key: str) -> Path:
         parts = key.split("/")
@@ -75,24 +79,22 @@ class LocalObjectStore:
             self._write(key, data, durable=False)
 
     def _write(self, key: str, data: bytes, *, durable: bool) -> None:
+        """Written with the system calls themselves (``open()`` added three more a file: a
+        status, a terminal check, a seek), under a temporary name without a random draw each:
+        a first cycle writes a backup a feed, and each system call cost 10-30 us of CPU
+        there."""
         path = self._path(key)
         try:
             if not self._swept:
                 self._sweep_abandoned()
-            # "x": created here or not at all, with the mode any new file gets (mkstemp's
-            # 0600 stayed on the object, which a web server of another user could not serve)
-            temp = self._temp / f"{_TEMP_PREFIX}{secrets.token_hex(8)}"
+            temp, handle = self._create_temporary()
             try:
-                handle = open(temp, "xb")  # noqa: SIM115 (closed below, or unlinked)
-            except FileNotFoundError:  # folders are made when missing, not checked every time
-                self._temp.mkdir(parents=True, exist_ok=True)
-                handle = open(temp, "xb")  # noqa: SIM115
-            try:
-                with handle:
-                    handle.write(data)
+                try:
+                    _write_all(handle, data)
                     if durable:
-                        handle.flush()
-                        os.fsync(handle.fileno())
+                        os.fsync(handle)
+                finally:
+                    os.close(handle)
                 grown = _move_into_place(temp, path)
             except BaseException:
                 temp.unlink(missing_ok=True)
@@ -101,6 +103,26 @@ class LocalObjectStore:
                 _sync_folders(path.parent, grown or path.parent)
         except OSError as exc:
             raise ObjectStoreError(f"storage: cannot write {path}: {exc}") from exc
+
+    def _create_temporary(self) -> tuple[Path, int]:
+        """A new temporary file, created here or not at all (``O_EXCL``), with the mode any
+        new file gets (mkstemp's 0600 stayed on the object, which a web server of another user
+        could not serve). Named by this store's nonce and a count; a name taken (a forked
+        process counts from the same place) draws a new nonce. Folders are made when
+        missing, not checked every time."""
+        temp = self._next_temporary()
+        for _ in range(2):
+            try:
+                return temp, os.open(temp, _CREATE_NEW, 0o666)
+            except FileNotFoundError:
+                self._temp.mkdir(parents=True, exist_ok=True)
+            except FileExistsError:
+                self._nonce = secrets.token_hex(8)
+                temp = self._next_temporary()
+        return temp, os.open(temp, _CREATE_NEW, 0o666)
+
+    def _next_temporary(self) -> Path:
+        return self._temp / f"{_TEMP_PREFIX}{self._nonce}-{next(self._count)}"
 
     async def get(self, key: str) -> bytes:
         path = self._path(key)
@@ -214,7 +236,8 @@ MOVE_ATTEMPTS = 3
 def _move_into_place(temp: Path, path: Path) -> Path | None:
     """Rename ``temp`` to ``path``, making the key's folder when it is missing: new, or
     removed as empty by a delete (of another process too) since it was made. The folder that
-    got new folders in it, when it made some."""
+    got new folders in it, when it made some. A missing folder is made at once, and its
+    ancestors looked for only when that fails: a feed's first backup made its folder."""
     grown: Path | None = None
     for _ in range(MOVE_ATTEMPTS - 1):
         try:
@@ -222,11 +245,24 @@ def _move_into_place(temp: Path, path: Path) -> Path | None:
             return grown
         except FileNotFoundError:
             grown = path.parent
-            while not grown.is_dir() and grown != grown.parent:
+            try:
+                os.mkdir(grown)
                 grown = grown.parent
-            path.parent.mkdir(parents=True, exist_ok=True)
+            except FileExistsError:  # made meanwhile, by another write
+                pass
+            except FileNotFoundError:  # its parent is missing too
+                while not grown.is_dir() and grown != grown.parent:
+                    grown = grown.parent
+                path.parent.mkdir(parents=True, exist_ok=True)
     os.replace(temp, path)
     return grown
+
+
+def _write_all(handle: int, data: bytes) -> None:
+    """``data`` to the file, however many writes the kernel takes for it."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(handle, view) :]
 
 
 def _sync_folders(folder: Path, top: Path) -> None:
