@@ -8,7 +8,7 @@ feed's new rows land together at the end of the ``items`` and ``image_tasks`` pr
 and of the ``created_at`` indexes instead of on random pages of an ever larger B-tree (about
 3x less CPU per stored feed at 60k items, and the gap grows). Led by the fetch time's whole
 second, as they were, the feeds of one second shared a prefix and each item of a feed took a
-page of its own in two indexes: the first cycle over the real-world corpus spent 30% more on
+page of its own in two indexes: the first cycle over the real-world corpus spent 40% more on
 its SQLite batches. An item whose date cannot be read is dated at the fetch time (seed section
 5); the caller logs those.
 """
