@@ -68,3 +68,19 @@ def test_item_records_number_every_item_with_its_own_id() -> None:
     assert len({record.id for record in records}) == 3
     assert all(record.pub_date == "2026-03-01T12:00:00Z" for record in records)
     assert undated == []
+
+
+def test_a_later_feeds_items_sort_after_an_earlier_ones_fetched_the_same_second() -> None:
+    """Both fetched within one second (stored timestamps have whole seconds): the later
+    feed's rows still go after the earlier feed's, not among them."""
+    items = [
+        ParsedItem(
+            guid=f"g{n}", link=None, title=None, content_html=None, pub_date=None, raw_pub_date=None
+        )
+        for n in range(20)
+    ]
+
+    earlier, _ = item_records(items, FETCHED)
+    later, _ = item_records(items, FETCHED)
+
+    assert max(record.id for record in earlier) < min(record.id for record in later)
