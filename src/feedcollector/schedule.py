@@ -253,12 +253,14 @@ def plan_feed_sync(known: Mapping[str, KnownFeed], specs: Iterable[FeedSpec]) ->
     reactivated: list[FeedSpec] = []
     changed: list[FeedSpec] = []
     listed: set[str] = set()
+    moved_away: set[str] = set()  # rows renamed: one both a mover and respelled goes once
     for spec in specs:
         listed.add(spec.url)
         row = known.get(spec.url)
         if row is None:
             row = movers.pop(spec.url, None) or respelled.pop(feed_url_key(spec.url), None)
-            if row is not None and all(row is not other for other, _ in renamed):
+            if row is not None and row.url not in moved_away:
+                moved_away.add(row.url)
                 renamed.append((row, spec))
             else:
                 added.append(spec)
@@ -266,7 +268,6 @@ def plan_feed_sync(known: Mapping[str, KnownFeed], specs: Iterable[FeedSpec]) ->
             reactivated.append(spec)
         elif row.interval_seconds != interval_seconds_of(spec) or row.config_title != spec.title:
             changed.append(spec)
-    moved_away = {row.url for row, _ in renamed}
     removed = [
         row
         for url, row in known.items()
