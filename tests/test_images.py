@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
-from feedcollector import image_stage, store_images
+from feedcollector import image_results, image_stage, store_images
 from feedcollector.collector import Collector, open_collector
 from feedcollector.config import load_settings
 from feedcollector.errors import ImageError, ImageNotTried
@@ -820,8 +820,8 @@ def test_results_a_locked_database_refused_are_written_later_in_the_page(
     result was written: the stage stopped, that image stored but unrecorded and the whole page
     leased for half an hour. Now the results are kept, the page goes on, and a later write
     (the lock is free by then) records them, while the page's last image still downloads."""
-    monkeypatch.setattr(image_stage, "RECORD_EVERY", 1)
-    monkeypatch.setattr(image_stage, "RECORD_EVERY_S", 0.1)
+    monkeypatch.setattr(image_results, "RECORD_EVERY", 1)
+    monkeypatch.setattr(image_results, "RECORD_EVERY_S", 0.1)
     lock = WriteLock(tmp_path / "collector.db")
     seen: list[str] = []
 
@@ -870,7 +870,7 @@ def test_a_page_the_database_refuses_to_the_end_says_until_when_it_stays_leased(
     stay leased (nothing else can be done), the log says so and until when ("the next one
     resumes" was untrue for half an hour), and the first cycle after that stores them, to
     the same keys as the images already stored."""
-    monkeypatch.setattr(image_stage, "RECORD_EVERY", 1)
+    monkeypatch.setattr(image_results, "RECORD_EVERY", 1)
     lock = WriteLock(tmp_path / "collector.db")
 
     def lock_once_then_png(request: BaseHTTPRequestHandler) -> None:
@@ -912,7 +912,7 @@ def test_a_stop_after_a_refused_write_records_the_kept_results_and_hands_back_th
 ) -> None:
     """A stop (SIGTERM) comes after a refused write: the image in flight finishes, the kept
     results are written at the page's end and the task not tried is handed back at once."""
-    monkeypatch.setattr(image_stage, "RECORD_EVERY", 1)
+    monkeypatch.setattr(image_results, "RECORD_EVERY", 1)
     lock = WriteLock(tmp_path / "collector.db")
     stopped = threading.Event()
 
@@ -957,7 +957,7 @@ def test_a_cancelled_page_records_what_it_kept_and_hands_back_the_tasks_in_fligh
     """A second Ctrl-C cancels the cycle during a download, after a refused write: the kept
     result is written and the download cut short and the one not started are handed back
     (they were left leased, and the stored image unrecorded)."""
-    monkeypatch.setattr(image_stage, "RECORD_EVERY", 1)
+    monkeypatch.setattr(image_results, "RECORD_EVERY", 1)
     lock = WriteLock(tmp_path / "collector.db")
     answer = threading.Event()
 
@@ -1001,7 +1001,7 @@ def test_a_cancelled_page_waits_a_moment_at_most_for_a_locked_database(
     """A second Ctrl-C means exit at once: another process holding the lock longer than that,
     the page's last write is given up after ``CANCELLED_PATIENCE_S`` (not ``[database]
     timeout``) and the log says the tasks stay leased, and until when."""
-    monkeypatch.setattr(image_stage, "RECORD_EVERY", 1)
+    monkeypatch.setattr(image_results, "RECORD_EVERY", 1)
     lock = WriteLock(tmp_path / "collector.db")
     answer = threading.Event()
 

@@ -24,7 +24,7 @@ import pytest
 
 from feedcollector import collector as collector_module
 from feedcollector import fetch as fetch_module
-from feedcollector import image_stage, pipeline, store_images
+from feedcollector import image_results, image_stage, pipeline, store_images
 from feedcollector import parse as parse_module
 from feedcollector.backends.local import LocalObjectStore
 from feedcollector.breaker import STORAGE_TRIP_AFTER, StorageBreaker
@@ -665,7 +665,7 @@ def test_image_results_are_written_while_a_slow_image_of_the_page_downloads(
     """The results of a page were written once all of its downloads ended: a process killed
     during a slow one left the others stored but unrecorded, downloaded again next time, and
     their objects to no row when the retries then failed."""
-    monkeypatch.setattr(image_stage, "RECORD_EVERY_S", 0.2)
+    monkeypatch.setattr(image_results, "RECORD_EVERY_S", 0.2)
     seen: list[list[tuple[int, str]]] = []
 
     def slow(request: BaseHTTPRequestHandler) -> None:
