@@ -383,6 +383,16 @@ def test_opml_commands(feed_server: FeedServer, tmp_path: Path) -> None:
     assert to_file.returncode == 0, to_file.stderr
     assert "export-opml: 4 feeds written" in to_file.stderr
     assert target.read_bytes().startswith(b"<?xml version='1.0' encoding='UTF-8'?>\n<opml")
+    for own, what in (
+        ("./feeds.yaml", "feeds file"),
+        ("feedcollector.toml", "config file"),
+        ("collector.db", "SQLite database"),
+    ):
+        before_bytes = (tmp_path / own).read_bytes()
+        over = feedcollector("--config", config, "export-opml", own, cwd=tmp_path)
+        assert over.returncode == 2
+        assert f"refused to write over {Path(own)}: it is feedcollector's {what}" in over.stderr
+        assert (tmp_path / own).read_bytes() == before_bytes
 
     broken = write(tmp_path / "broken.opml", b"<opml><body>\n<outline xmlUrl='x'>\n</opml>")
     before = (tmp_path / "feeds.yaml").read_text()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import difflib
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -262,6 +263,13 @@ def export_opml_command(
     from ..opml import export_opml  # on use: listparser, the YAML libraries
 
     settings = load_command_settings(ctx)
+    own = None if file is None else _collector_file(settings, file)
+    if own is not None:
+        say_error(
+            f"export-opml: refused to write over {file}: it is feedcollector's {own}. "
+            "Name another file (e.g. feeds.opml), or leave the file out to print the OPML."
+        )
+        raise typer.Exit(2)
     specs = guard(lambda: load_feeds(settings.feeds_file))
     document = export_opml(specs, now=utc_now(), titles=_known_titles(settings))
     if file is None:
@@ -274,6 +282,22 @@ def export_opml_command(
         say_error(f"export-opml: cannot write {file}: {exc.strerror}")
         raise typer.Exit(2) from exc
     typer.echo(f"export-opml: {len(specs)} feeds written to {file}", err=True)
+
+
+def _collector_file(settings: Settings, file: Path) -> str | None:
+    """What ``file`` is to feedcollector, if it is one of its own files: written over with
+    OPML, the feeds file (the one source of the subscriptions), the config or the database
+    would be lost."""
+    own = {"feeds file": settings.feeds_file, "config file": settings.config_path}
+    if settings.database.backend == "sqlite":
+        own["SQLite database"] = settings.database.path
+    for name, path in own.items():
+        try:
+            if path is not None and os.path.samefile(file, path):
+                return name
+        except OSError:  # either is missing (or unreadable): not the same file
+            continue
+    return None
 
 
 def _known_titles(settings: Settings) -> dict[str, str]:
