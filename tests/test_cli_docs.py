@@ -75,3 +75,16 @@ def test_help_output_of_every_command() -> None:
         assert result.exit_code == 0, result.output
         for option in long_options(command):
             assert option in result.output
+
+
+def test_every_value_is_named_in_capitals_as_the_readme_names_it() -> None:
+    """``--feed URL``, not ``--feed <str>``; ``[FILE]``, not ``[file]``: every parameter that
+    takes a value names it as the README does (a fixed set of choices is listed instead; an
+    argument's type follows its name)."""
+    runner = CliRunner()
+    for words in [[], *[[name] for name, _ in COMMANDS]]:
+        shown = runner.invoke(app, [*words, "--help"], terminal_width=200).output
+        assert not re.search(r"--[\w-]+ <(str|path|int|float|list)", shown), shown
+        usage = shown.split("\n", 1)[0].split("[OPTIONS]", 1)[1]
+        arguments = re.findall(r"[A-Za-z_]+", usage)
+        assert all(word.isupper() for word in arguments), usage

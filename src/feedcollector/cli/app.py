@@ -98,6 +98,7 @@ def _global_options(
             "--config",
             "-c",
             envvar=CONFIG_ENV,
+            metavar="PATH",
             help="TOML config file (paths in it are relative to its folder). "
             "Without it: feeds.yaml, collector.db and objects/ in the current folder.",
         ),

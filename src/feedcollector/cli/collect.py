@@ -86,7 +86,8 @@ def _serve(
 def fetch(
     ctx: typer.Context,
     urls: Annotated[
-        list[str] | None, typer.Argument(help="Feed URLs from the feeds file to fetch now.")
+        list[str] | None,
+        typer.Argument(metavar="URL", help="Feed URLs from the feeds file to fetch now."),
     ] = None,
     all_feeds: Annotated[
         bool, typer.Option("--all", help="Fetch every feed of the feeds file now.")

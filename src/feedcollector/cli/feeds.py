@@ -56,18 +56,24 @@ def add(
     url: Annotated[
         str,
         typer.Argument(
+            metavar="URL",
             help="A feed URL, or a web page or site whose feeds are discovered "
-            "(https:// is assumed when no scheme is given)."
+            "(https:// is assumed when no scheme is given).",
         ),
     ],
     title: Annotated[
         str | None,
-        typer.Option("--title", help="Name of the feed (written as title:, overrides its own)."),
+        typer.Option(
+            "--title",
+            metavar="TITLE",
+            help="Name of the feed (written as title:, overrides its own).",
+        ),
     ] = None,
     interval: Annotated[
         str | None,
         typer.Option(
             "--interval",
+            metavar="DURATION",
             help="How often to fetch it, e.g. 15m or 2h (default: [fetch] default_interval).",
         ),
     ] = None,
@@ -141,7 +147,9 @@ def remove(
     ctx: typer.Context,
     url: Annotated[
         str,
-        typer.Argument(help="The feed's URL as in the feeds file (scheme and host ignore case)."),
+        typer.Argument(
+            metavar="URL", help="The feed's URL as in the feeds file (scheme and host ignore case)."
+        ),
     ],
 ) -> None:
     """Unsubscribe: remove a feed from the feeds file (its items and history are kept)."""
@@ -237,7 +245,7 @@ def _nothing_found(found: Discovery) -> None:
 @app.command("import-opml")
 def import_opml_command(
     ctx: typer.Context,
-    file: Annotated[Path, typer.Argument(help="OPML exported by another reader.")],
+    file: Annotated[Path, typer.Argument(metavar="FILE", help="OPML exported by another reader.")],
 ) -> None:
     """Add the subscriptions of an OPML file to the feeds file (comments and order kept)."""
     from ..opml import import_opml  # on use: listparser, the YAML libraries
@@ -256,7 +264,8 @@ def import_opml_command(
 def export_opml_command(
     ctx: typer.Context,
     file: Annotated[
-        Path | None, typer.Argument(help="Where to write it (default: standard output).")
+        Path | None,
+        typer.Argument(metavar="FILE", help="Where to write it (default: standard output)."),
     ] = None,
 ) -> None:
     """Write the feeds file as OPML 2.0, for other readers."""

@@ -19,7 +19,9 @@ def retry_images(
     ctx: typer.Context,
     feed: Annotated[
         str | None,
-        typer.Option("--feed", help="Only this feed's images (scheme and host ignore case)."),
+        typer.Option(
+            "--feed", metavar="URL", help="Only this feed's images (scheme and host ignore case)."
+        ),
     ] = None,
     waiting: Annotated[
         bool,

@@ -107,11 +107,14 @@ def _orphans_callback(display: ProgressDisplay) -> Callable[[OrphanReport], None
 def restore(
     ctx: typer.Context,
     feed: Annotated[
-        str | None, typer.Option("--feed", help="Only this feed (its URL as subscribed).")
+        str | None,
+        typer.Option("--feed", metavar="URL", help="Only this feed (its URL as subscribed)."),
     ] = None,
     since: Annotated[
         str | None,
-        typer.Option(help="Only backups taken since: 2026-03-01, 2026-03-01T08:00:00Z or 7d."),
+        typer.Option(
+            metavar="WHEN", help="Only backups taken since: 2026-03-01, 2026-03-01T08:00:00Z or 7d."
+        ),
     ] = None,
 ) -> None:
     """Rebuild items from the raw XML backups (idempotent; schedules are left alone)."""

@@ -43,13 +43,18 @@ def items(
     ctx: typer.Context,
     feed: Annotated[
         str | None,
-        typer.Option("--feed", help="Only this feed's items (scheme and host ignore case)."),
+        typer.Option(
+            "--feed", metavar="URL", help="Only this feed's items (scheme and host ignore case)."
+        ),
     ] = None,
     since: Annotated[
         str | None,
-        typer.Option(help="Only items stored since (inclusive): 2026-03-01, …T08:00:00Z or 7d."),
+        typer.Option(
+            metavar="WHEN",
+            help="Only items stored since (inclusive): 2026-03-01, …T08:00:00Z or 7d.",
+        ),
     ] = None,
-    limit: Annotated[int | None, typer.Option(min=1, help="At most this many items.")] = None,
+    limit: Annotated[int | None, typer.Option(min=1, metavar="N", help="At most N items.")] = None,
     jsonl: Annotated[
         bool, typer.Option("--jsonl", help="One JSON object per line, content included.")
     ] = False,

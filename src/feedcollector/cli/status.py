@@ -51,7 +51,10 @@ def status(
     state: Annotated[
         list[State] | None,
         typer.Option(
-            "--state", help="Only feeds in this state (repeatable); the totals count all."
+            "--state",
+            metavar="STATE",
+            help="Only feeds in this state: gone, failing, new, active or removed (repeatable); "
+            "the totals count all.",
         ),
     ] = None,
     limit: Annotated[
