@@ -14,8 +14,8 @@ from typing import TypeVar
 
 import pytest
 
+from feedcollector import held_lease, store, store_items, store_sync
 from feedcollector import maintenance_leases as leases
-from feedcollector import store, store_items, store_sync
 from feedcollector.backends.local import LocalObjectStore
 from feedcollector.backends.sqlite import SQLiteDatabase
 from feedcollector.backups import backup_key, content_type_key
@@ -661,7 +661,7 @@ def test_a_lease_is_renewed_while_its_work_runs_and_a_lapsed_one_stops_it(pair: 
     clock = Clock(NOW)
 
     async def scenario() -> None:
-        lease = await leases.take(
+        lease = await held_lease.take(
             pair.db,
             leases.RESTORE,
             owner=OWNER,
@@ -670,7 +670,7 @@ def test_a_lease_is_renewed_while_its_work_runs_and_a_lapsed_one_stops_it(pair: 
             clock=clock,
             every=timedelta(milliseconds=10),
         )
-        async with leases.renewed(lease):
+        async with held_lease.renewed(lease):
             lease.check()
             clock.now = NOW + timedelta(minutes=4)
             renewed_until = format_timestamp(NOW + timedelta(minutes=9))
@@ -687,7 +687,7 @@ def test_a_lease_is_renewed_while_its_work_runs_and_a_lapsed_one_stops_it(pair: 
             clock.now = NOW + timedelta(minutes=20)  # nothing renewed it since minute 4
             while lease.lost is None:
                 await asyncio.sleep(0.01)
-            with pytest.raises(leases.LeaseLost, match=r"^restore: stopped, its restore lease"):
+            with pytest.raises(held_lease.LeaseLost, match=r"^restore: stopped, its restore lease"):
                 lease.check()
             sweep = await leases.claim(
                 pair.db, leases.ORPHANS, owner="other:1:b", now=clock(), length=leases.LEASE
@@ -709,7 +709,9 @@ def test_a_refusal_says_when_a_lease_in_the_way_was_last_renewed(pair: Pair) -> 
     def refusal(task: str, renewed_ago: timedelta) -> str:
         hold_lease(pair, task, "web1:4242:0badf00d", NOW + leases.LENGTHS[task] - renewed_ago)
         with pytest.raises(ConfigError) as refused:
-            pair.run(leases.take(pair.db, leases.RESTORE, owner=OWNER, now=NOW, command="restore"))
+            pair.run(
+                held_lease.take(pair.db, leases.RESTORE, owner=OWNER, now=NOW, command="restore")
+            )
         pair.run(pair.db.query("DELETE FROM maintenance"))
         return str(refused.value)
 

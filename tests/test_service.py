@@ -23,8 +23,8 @@ from typing import TypeVar
 
 import pytest
 
+from feedcollector import held_lease, retention_daily, service
 from feedcollector import maintenance_leases as leases
-from feedcollector import retention_daily, service
 from feedcollector.backends.local import LocalObjectStore
 from feedcollector.breaker import STORAGE_TRIP_AFTER
 from feedcollector.collector import Collector, StopRequest, open_collector
@@ -462,7 +462,7 @@ async def cleanup_row(db: Database) -> dict[str, object]:
 async def restore_refused(db: Database, now: datetime) -> str | None:
     """A restore's refusal now, or None when it could start (it lets go at once)."""
     try:
-        lease = await leases.take(db, leases.RESTORE, owner=OTHER, now=now, command="restore")
+        lease = await held_lease.take(db, leases.RESTORE, owner=OTHER, now=now, command="restore")
     except ConfigError as exc:
         return str(exc)
     await lease.release()
@@ -567,7 +567,7 @@ def test_a_daily_cleanup_that_lost_its_lease_says_it_tries_again_by_itself(
         await take_cleanup(collector.db, now=now, owner=collector.owner)
         armed[0] = True
         retain = collector.settings.retention
-        with pytest.raises(leases.LeaseLost) as by_hand:
+        with pytest.raises(held_lease.LeaseLost) as by_hand:
             await run_cleanup(
                 collector.db,
                 collector.objects,

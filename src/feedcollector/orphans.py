@@ -42,8 +42,8 @@ from .config import command_line
 from .config_values import format_duration
 from .database import Database
 from .errors import ConfigError, StorageError
+from .held_lease import Lease, holding
 from .images import IMAGE_PREFIX, guid_digest
-from .maintenance_leases import Lease
 from .objectstore import MAX_KEYS_PER_DELETE, ListedObject, ObjectStore
 from .retention import keep_samples
 from .spill import CONTENT_NAMED_BY, CONTENT_PREFIX
@@ -149,7 +149,7 @@ async def sweep_orphans(
     if dry_run:
         await _warn_of_a_restore(db, now)
     else:
-        held = leases.holding(db, leases.ORPHANS, owner=owner, now=now, command="cleanup")
+        held = holding(db, leases.ORPHANS, owner=owner, now=now, command="cleanup")
     async with held as lease:
         await _mind_an_unfinished_restore(db, refuse=lease is not None, command=command)
         report = OrphanReport(now, min_age, dry_run=dry_run, progress=progress)

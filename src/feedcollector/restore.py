@@ -39,7 +39,7 @@ from .backups import backup_time, feed_backups, read_backup
 from .database import Database, Statement
 from .errors import TOO_LARGE, ConfigError, DatabaseError, ObjectStoreError, ParseError
 from .feeds_file import feed_url_key
-from .maintenance_leases import Lease
+from .held_lease import Lease, holding
 from .missing_objects import missing_content
 from .models import FeedSpec, ItemRecord
 from .objectstore import ObjectStore
@@ -186,7 +186,7 @@ async def restore_from_backups(
         replayed_from=format_timestamp(since) if since is not None else None,
         why_not_older=why,
     )
-    async with leases.holding(db, leases.RESTORE, owner=owner, now=now, command="restore") as lease:
+    async with holding(db, leases.RESTORE, owner=owner, now=now, command="restore") as lease:
         marked = await leases.restore_began(db, now)
         for done, target in enumerate(targets, start=1):
 

@@ -13,8 +13,8 @@ from datetime import datetime, timedelta
 from typing import NamedTuple
 
 from .database import Database, Statement
+from .held_lease import Lease
 from .images import object_key
-from .maintenance_leases import Lease
 from .models import ItemRecord
 from .objectstore import ObjectStore
 from .store import MAX_PARAMS, chunked, placeholders

@@ -25,11 +25,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from . import maintenance_leases as leases
 from .backups import CONTENT_TYPE_SUFFIX, stored_time
 from .backups import PREFIX as BACKUP_PREFIX
 from .database import Database, SqlValue, Statement
-from .maintenance_leases import Lease
+from .held_lease import Lease, clock_from, renewed
 from .objectstore import MAX_KEYS_PER_DELETE, ObjectStore
 from .report import counted
 from .retention_daily import CLEANUP_LEASE, CLEANUP_TASK
@@ -364,7 +363,7 @@ async def run_cleanup(
         CLEANUP_TASK,
         owner,
         length=CLEANUP_LEASE,
-        clock=leases.clock_from(now),
+        clock=clock_from(now),
         command="cleanup",
         again=DAILY_AGAIN if daily else None,
     )
@@ -372,7 +371,7 @@ async def run_cleanup(
     try:
         await lease.renew()  # also makes sure the lease is ours
         lease.check()
-        async with leases.renewed(lease):
+        async with renewed(lease):
             await _clean(db, objects, report, now)
     finally:
         await lease.release(backoff=True)

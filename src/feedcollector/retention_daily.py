@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from . import maintenance_leases as leases
 from .database import Database, Statement
 from .errors import StorageError
+from .held_lease import take
 from .timestamps import format_timestamp, parse_timestamp
 
 log = logging.getLogger("feedcollector")
@@ -84,9 +85,7 @@ async def claim_cleanup(
 async def take_cleanup(db: Database, *, now: datetime, owner: str) -> None:
     """Take the cleanup lease for ``cleanup`` by hand, due or not; raise ConfigError naming
     the holder while another cleanup (the daily one of a collector) or a restore runs."""
-    await leases.take(
-        db, CLEANUP_TASK, owner=owner, now=now, command="cleanup", length=CLEANUP_LEASE
-    )
+    await take(db, CLEANUP_TASK, owner=owner, now=now, command="cleanup", length=CLEANUP_LEASE)
 
 
 async def record_cleanup(db: Database, *, started_at: datetime, owner: str) -> None:

@@ -28,7 +28,7 @@ from .claims import sync_feeds_file
 from .collector import STOP_PATIENCE, Collector, StopRequest, open_collector
 from .config import Settings
 from .errors import ConfigError, StorageError
-from .maintenance_leases import LeaseLost
+from .held_lease import LeaseLost
 from .pipeline import run_cycle
 from .report import CycleObserver, CycleReport
 from .retention import CleanupReport
