@@ -1,41 +1,30 @@
 """Reading items back: the way in for downstream tools (a reader, AI dedup, pipelines).
 
-``content_html`` is immutable and keeps the feed's original image URLs. At read time
-:func:`render_item_html` swaps the ``src`` of every image archived successfully for its public
-object URL (under ``[storage] public_base_url`` when set, on S3/R2 or for a served local folder;
-else a ``file://`` URL for the local folder), so the item displays even after the source site is
-gone (seed section 6). ``pending`` and ``failed`` images keep their original URL, and so do all
-images when the store has no public URL (S3/R2 without a base URL). Only ``src`` values of
-``<img>`` tags change, compared after decoding character references (``&amp;``) exactly as the
-image stage read them; an ``<img>`` whose ``src`` is replaced loses its ``srcset``, which
-browsers would otherwise prefer and which points at the originals. Optional sanitizing (nh3) is
-for display: scripts, event handlers and ``javascript:`` URLs go.
+Items are listed a page at a time in ``created_at`` order (:func:`iter_items`), or read one by
+one with their images and their HTML rendered for display (:func:`read_item`; the rendering
+is :mod:`.rendering`, whose functions are part of this API too). ``content_html`` spilled to
+the object store is loaded back.
 """
 
 from __future__ import annotations
 
-import html
 import logging
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
-
-import nh3
 
 from .config_values import parse_duration
 from .database import Database, Row, SqlValue
 from .errors import ObjectNotFoundError
 from .feeds_file import feed_url_key
-from .html import (
-    MARKUP_RE,
-    RAW_TEXT_ELEMENTS,
-    AttributeEdit,
-    edit_attributes,
-    raw_text_end,
-    unescape_attribute,
-)
-from .html_images import attribute_url
 from .objectstore import ObjectStore
+from .rendering import (
+    StoredImage,
+    public_image_urls,
+    render_item_html,
+    replace_image_sources,
+    sanitize_html,
+)
 from .store import MAX_PARAMS, chunked, placeholders
 from .timestamps import format_timestamp
 
@@ -48,22 +37,6 @@ ones are read after it, grouped up to :data:`CONTENT_GROUP_CHARS`. A page of 200
 900 KiB inline each could be 180 MB, past D1's 50 MB query result limit (and the Worker's
 memory); this way no answer of a listing is over about 16 MB."""
 CONTENT_GROUP_CHARS = 4 * 2**20
-DROPPED_WITH_SRC = frozenset({"srcset", "data-srcset", "sizes"})
-_DROPPING: dict[str, AttributeEdit[None]] = {name: lambda *_: "" for name in DROPPED_WITH_SRC}
-
-
-@dataclass(frozen=True, slots=True)
-class StoredImage:
-    """One image task as a reader needs it."""
-
-    position: int
-    original_url: str
-    status: str
-    r2_key: str | None
-    attempts: int = 0
-    last_error: str | None = None
-    retry_at: str = ""
-    """When a pending task is tried again after a failed attempt ('' = due now)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,43 +65,6 @@ class ReadItem:
     images: tuple[StoredImage, ...]
     rendered_html: str | None
     """``content_html`` with archived images pointing at their public object URLs."""
-
-
-# --- rendering (pure) ---------------------------------------------------------------------
-
-
-def public_image_urls(images: Iterable[StoredImage], objects: ObjectStore) -> dict[str, str]:
-    """Original URL -> public object URL, for the ``success`` images that have one."""
-    urls: dict[str, str] = {}
-    for image in images:
-        if image.status != "success" or not image.r2_key or image.original_url in urls:
-            continue
-        public = objects.public_url(image.r2_key)
-        if public:
-            urls[image.original_url] = public
-    return urls
-
-
-def render_item_html(
-    content_html: str,
-    tasks: Iterable[StoredImage],
-    objects: ObjectStore,
-    *,
-    sanitize: bool = False,
-) -> str:
-    """The item's HTML for display; the stored ``content_html`` itself is never changed.
-
-    Sanitizing runs first, on the feed's HTML alone, so that our own ``file://`` URLs (which
-    nh3 would refuse) are added after it.
-    """
-    text = sanitize_html(content_html) if sanitize else content_html
-    return replace_image_sources(text, public_image_urls(tasks, objects))
-
-
-def sanitize_html(content_html: str) -> str:
-    """HTML safe to display: no scripts, event handlers or ``javascript:`` URLs (nh3's
-    defaults, which keep text formatting, links and images)."""
-    return nh3.clean(content_html)
 
 
 def parse_since(text: str, now: datetime) -> datetime:
@@ -164,71 +100,6 @@ def parse_since(text: str, now: datetime) -> datetime:
 EARLIEST_SINCE = datetime(1000, 1, 1, tzinfo=UTC)
 """An earlier ``--since`` means everything: ``created_at`` is a time of storing, never that
 early (the bound keeps the comparison's text in four-digit years)."""
-
-
-def replace_image_sources(content_html: str, replacements: Mapping[str, str]) -> str:
-    """Swap ``<img src>`` values found in ``replacements`` (keys: URLs as
-    :func:`.html_images.attribute_url` reads them).
-
-    A swapped image loses its ``srcset``, and so do the ``<source>`` elements of its
-    ``<picture>``: browsers prefer those, which point at the originals."""
-    if not replacements or "<" not in content_html:
-        return content_html
-    edits: list[tuple[int, int, str]] = []
-    sources: list[tuple[int, int, str]] | None = None  # in a <picture>: its sources' edits
-    swapped_in_picture = False
-    position = 0
-    while (match := MARKUP_RE.search(content_html, position)) is not None:
-        position = match.end()
-        name = (match["name"] or "").lower()
-        if name == "img":
-            attrs = _replace_src(match["attrs"], replacements)
-            if attrs is not None:
-                edits.append((match.start("attrs"), match.end("attrs"), attrs))
-                swapped_in_picture = sources is not None
-        elif name == "picture":
-            sources, swapped_in_picture = [], False
-        elif name == "source" and sources is not None:
-            kept = _without_srcset(match["attrs"])
-            if kept is not None:
-                sources.append((match.start("attrs"), match.end("attrs"), kept))
-        elif name in RAW_TEXT_ELEMENTS:
-            position = raw_text_end(content_html, name, position)
-        elif match[0][:9].lower() == "</picture":
-            edits += sources if sources is not None and swapped_in_picture else []
-            sources = None
-    if sources is not None and swapped_in_picture:  # a <picture> left open
-        edits += sources
-    if not edits:
-        return content_html
-    pieces: list[str] = []
-    done = 0
-    for begin, finish, text in sorted(edits):
-        pieces += [content_html[done:begin], text]
-        done = finish
-    pieces.append(content_html[done:])
-    return "".join(pieces)
-
-
-def _replace_src(attrs: str, replacements: Mapping[str, str]) -> str | None:
-    """The attribute text with ``src`` replaced and srcset dropped, or None when unchanged.
-
-    Only the first ``src`` counts, as in browsers; it is written anew as `` src="..."``."""
-    first = True
-
-    def swap(raw: str, quote: str, _: None) -> str | None:
-        nonlocal first
-        new = replacements.get(attribute_url(unescape_attribute(raw))) if first else None
-        first = False
-        return None if new is None else f' src="{html.escape(new, quote=True)}"'
-
-    swapped = edit_attributes(attrs, {"src": swap}, None, whole=True)
-    return None if swapped is None else _without_srcset(swapped) or swapped
-
-
-def _without_srcset(attrs: str) -> str | None:
-    """The attribute text without :data:`DROPPED_WITH_SRC`, or None when it has none."""
-    return edit_attributes(attrs, _DROPPING, None, whole=True)
 
 
 # --- reading from the database ------------------------------------------------------------
@@ -416,3 +287,23 @@ async def read_item(
         else None
     )
     return ReadItem(item, content, images, rendered)
+
+
+__all__ = [
+    "EARLIEST_SINCE",
+    "PAGE_SIZE",
+    "ReadItem",
+    "StoredImage",
+    "StoredItem",
+    "item_images",
+    "items_images",
+    "iter_items",
+    "load_content",
+    "parse_since",
+    "public_image_urls",
+    "read_item",
+    "render_item_html",
+    "replace_image_sources",
+    "sanitize_html",
+    "stored_feed_urls",
+]

@@ -1,0 +1,148 @@
+"""Rendering a stored item's HTML for display; pure: the stored HTML is never changed.
+
+``content_html`` is immutable and keeps the feed's original image URLs. At read time
+:func:`render_item_html` swaps the ``src`` of every image archived successfully for its public
+object URL (under ``[storage] public_base_url`` when set, on S3/R2 or for a served local folder;
+else a ``file://`` URL for the local folder), so the item displays even after the source site is
+gone (seed section 6). ``pending`` and ``failed`` images keep their original URL, and so do all
+images when the store has no public URL (S3/R2 without a base URL). Only ``src`` values of
+``<img>`` tags change, compared after decoding character references (``&amp;``) exactly as the
+image stage read them; an ``<img>`` whose ``src`` is replaced loses its ``srcset``, which
+browsers would otherwise prefer and which points at the originals. Optional sanitizing (nh3) is
+for display: scripts, event handlers and ``javascript:`` URLs go.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import nh3
+
+from .html import (
+    MARKUP_RE,
+    RAW_TEXT_ELEMENTS,
+    AttributeEdit,
+    edit_attributes,
+    raw_text_end,
+    unescape_attribute,
+)
+from .html_images import attribute_url
+from .objectstore import ObjectStore
+
+DROPPED_WITH_SRC = frozenset({"srcset", "data-srcset", "sizes"})
+_DROPPING: dict[str, AttributeEdit[None]] = {name: lambda *_: "" for name in DROPPED_WITH_SRC}
+
+
+@dataclass(frozen=True, slots=True)
+class StoredImage:
+    """One image task as a reader needs it."""
+
+    position: int
+    original_url: str
+    status: str
+    r2_key: str | None
+    attempts: int = 0
+    last_error: str | None = None
+    retry_at: str = ""
+    """When a pending task is tried again after a failed attempt ('' = due now)."""
+
+
+def public_image_urls(images: Iterable[StoredImage], objects: ObjectStore) -> dict[str, str]:
+    """Original URL -> public object URL, for the ``success`` images that have one."""
+    urls: dict[str, str] = {}
+    for image in images:
+        if image.status != "success" or not image.r2_key or image.original_url in urls:
+            continue
+        public = objects.public_url(image.r2_key)
+        if public:
+            urls[image.original_url] = public
+    return urls
+
+
+def render_item_html(
+    content_html: str,
+    tasks: Iterable[StoredImage],
+    objects: ObjectStore,
+    *,
+    sanitize: bool = False,
+) -> str:
+    """The item's HTML for display; the stored ``content_html`` itself is never changed.
+
+    Sanitizing runs first, on the feed's HTML alone, so that our own ``file://`` URLs (which
+    nh3 would refuse) are added after it.
+    """
+    text = sanitize_html(content_html) if sanitize else content_html
+    return replace_image_sources(text, public_image_urls(tasks, objects))
+
+
+def sanitize_html(content_html: str) -> str:
+    """HTML safe to display: no scripts, event handlers or ``javascript:`` URLs (nh3's
+    defaults, which keep text formatting, links and images)."""
+    return nh3.clean(content_html)
+
+
+def replace_image_sources(content_html: str, replacements: Mapping[str, str]) -> str:
+    """Swap ``<img src>`` values found in ``replacements`` (keys: URLs as
+    :func:`.html_images.attribute_url` reads them).
+
+    A swapped image loses its ``srcset``, and so do the ``<source>`` elements of its
+    ``<picture>``: browsers prefer those, which point at the originals."""
+    if not replacements or "<" not in content_html:
+        return content_html
+    edits: list[tuple[int, int, str]] = []
+    sources: list[tuple[int, int, str]] | None = None  # in a <picture>: its sources' edits
+    swapped_in_picture = False
+    position = 0
+    while (match := MARKUP_RE.search(content_html, position)) is not None:
+        position = match.end()
+        name = (match["name"] or "").lower()
+        if name == "img":
+            attrs = _replace_src(match["attrs"], replacements)
+            if attrs is not None:
+                edits.append((match.start("attrs"), match.end("attrs"), attrs))
+                swapped_in_picture = sources is not None
+        elif name == "picture":
+            sources, swapped_in_picture = [], False
+        elif name == "source" and sources is not None:
+            kept = _without_srcset(match["attrs"])
+            if kept is not None:
+                sources.append((match.start("attrs"), match.end("attrs"), kept))
+        elif name in RAW_TEXT_ELEMENTS:
+            position = raw_text_end(content_html, name, position)
+        elif match[0][:9].lower() == "</picture":
+            edits += sources if sources is not None and swapped_in_picture else []
+            sources = None
+    if sources is not None and swapped_in_picture:  # a <picture> left open
+        edits += sources
+    if not edits:
+        return content_html
+    pieces: list[str] = []
+    done = 0
+    for begin, finish, text in sorted(edits):
+        pieces += [content_html[done:begin], text]
+        done = finish
+    pieces.append(content_html[done:])
+    return "".join(pieces)
+
+
+def _replace_src(attrs: str, replacements: Mapping[str, str]) -> str | None:
+    """The attribute text with ``src`` replaced and srcset dropped, or None when unchanged.
+
+    Only the first ``src`` counts, as in browsers; it is written anew as `` src="..."``."""
+    first = True
+
+    def swap(raw: str, quote: str, _: None) -> str | None:
+        nonlocal first
+        new = replacements.get(attribute_url(unescape_attribute(raw))) if first else None
+        first = False
+        return None if new is None else f' src="{html.escape(new, quote=True)}"'
+
+    swapped = edit_attributes(attrs, {"src": swap}, None, whole=True)
+    return None if swapped is None else _without_srcset(swapped) or swapped
+
+
+def _without_srcset(attrs: str) -> str | None:
+    """The attribute text without :data:`DROPPED_WITH_SRC`, or None when it has none."""
+    return edit_attributes(attrs, _DROPPING, None, whole=True)
