@@ -248,7 +248,7 @@ def choose_date(texts: tuple[str, ...]) -> tuple[datetime | None, str | None]:
     """
     if len(texts) == 1:  # the usual case, without the loop
         text = texts[0]
-        return (parse_date(text), text) if text and not text.isspace() else (None, None)
+        return (parse_date(text), text) if text.strip() else (None, None)
     present = [text for text in texts if text.strip()]
     if not present:
         return None, None

@@ -296,12 +296,11 @@ def _read_atom(feed: etree._Element, chain: str | None, base_url: str) -> Parsed
     found: dict[str, etree._Element] = {}
     links: list[etree._Element] = []
     entries: list[etree._Element] = []
-    memo = ATOM_FEED.memo
     for child in feed:
         tag = child.tag
         if tag.__class__ is not str:
             continue
-        key = memo[tag] if tag in memo else ATOM_FEED.key(tag, child)
+        key = ATOM_FEED.key(tag, child)
         if key == "entry":
             entries.append(child)
         elif key == "link":
