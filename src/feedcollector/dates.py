@@ -66,7 +66,6 @@ to the two digits of an ISO 8601 date."""
 _COMMENT_RE = re.compile(r"\([^()]*\)")
 _DASHED_DATE_RE = re.compile(r"\b(\d{1,2})[-/]([a-z]{3,9}\.?)[-/](\d{2,4})\b")
 _DIGITS_RE = re.compile(r"\d+")
-_ISO_TIME_SEPARATORS = ("T", "t", " ")
 _WORD_RE = re.compile(r"[^\W\d_]{3,}")
 
 
@@ -75,10 +74,6 @@ def parse_date(text: str) -> datetime | None:
     text = text.strip()
     if not text or len(text) > MAX_DATE_LENGTH:
         return None
-    if text[4:5] == "-" and text[10:11] in _ISO_TIME_SEPARATORS:  # ISO 8601: no RFC 822 try
-        moment = _parse_iso(text)
-        if moment is not None:
-            return moment
     common = _RFC822_COMMON_RE.fullmatch(text)
     if common is not None:  # inline: one item in most feeds, so every call saved counts
         day, month_name, year, clock, zone = common.groups()

@@ -130,12 +130,11 @@ def _read_rss(
     chain = _chain(channel, parent_chain, base_url)
     found: dict[str, etree._Element] = {}
     all_items = list(before)
-    memo = RSS_CHANNEL.memo
     for child in channel:
         tag = child.tag
         if tag.__class__ is not str:
             continue
-        key = memo[tag] if tag in memo else RSS_CHANNEL.key(tag, child)
+        key = RSS_CHANNEL.key(tag, child)
         if key == "item":
             all_items.append(child)
         elif key is not None and (key not in found or not text_of(found[key]).strip()):
