@@ -194,6 +194,36 @@ def test_a_plain_body_labelled_gzip_is_read_as_it_is(feed_server: FeedServer, la
     assert fetch(url).body == GUARDIAN_FEED
 
 
+def test_gzip_data_without_a_content_encoding_is_read_within_the_limit(
+    feed_server: FeedServer,
+) -> None:
+    """A ``.xml.gz`` file served as it is (or compressed twice by a proxy) failed as "not a
+    feed (no RSS, RDF or Atom element in it)"; no feed starts as gzip data does."""
+    url = serving(
+        feed_server, "/gz", gzip.compress(GUARDIAN_FEED), **{"Content-Type": "application/gzip"}
+    )
+    assert fetch(url).body == GUARDIAN_FEED
+    twice = serving(
+        feed_server,
+        "/twice",
+        gzip.compress(gzip.compress(GUARDIAN_FEED)),
+        **{"Content-Encoding": "gzip"},
+    )
+    assert fetch(twice).body == GUARDIAN_FEED
+    bomb = serving(feed_server, "/bomb", gzip.compress(b" " * 100_000))
+    error = fetch_error(bomb, limits=FetchLimits(max_body_bytes=50_000))
+    assert (error.kind, str(error)) == (
+        "too_large",
+        f"fetch: {bomb} sent gzip data (without a Content-Encoding) that decompresses to more "
+        "than the 50000 byte limit",
+    )
+    broken = fetch_error(serving(feed_server, "/broken", b"\x1f\x8b" + GUARDIAN_FEED))
+    assert broken.kind == "protocol"
+    assert "starts as gzip data does (without a Content-Encoding) but is not valid gzip" in str(
+        broken
+    )
+
+
 def test_stacked_codings_are_undone_up_to_a_bound(feed_server: FeedServer) -> None:
     twice = gzip.compress(zlib.compress(GUARDIAN_FEED))
     url = serving(feed_server, "/twice", twice, **{"Content-Encoding": "deflate, gzip"})

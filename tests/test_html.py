@@ -5,6 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from feedcollector.html import (
+    MARKUP_RE,
     SRCSET_ATTRIBUTES,
     URL_ATTRIBUTE_SUFFIXES,
     URL_ATTRIBUTES,
@@ -129,6 +130,28 @@ def test_an_unquoted_value_gets_quotes_when_the_url_needs_them() -> None:
 
 def test_a_quote_inside_a_resolved_value_is_escaped_for_its_quoting() -> None:
     assert absolutize("<a href='it&#39;s'>", BASE) == "<a href='https://example.com/blog/it&#39;s'>"
+
+
+def test_a_quote_opens_a_value_only_right_after_an_equals_sign() -> None:
+    """As in HTML5: ``alt=Don't`` is an unquoted value with a quote in it, not a quoted value
+    running to the next quote (the scan took the rest of the item for one tag, and the reader
+    swapped no image after it for its archived copy)."""
+    html = "<img alt=Don't src=a.png> it's <img src=b.png><a href = 'b' x=\"c>\" y='>'>z</a>"
+    tags = [(m["name"], m["attrs"]) for m in MARKUP_RE.finditer(html)]
+    assert tags == [
+        ("img", " alt=Don't src=a.png"),
+        ("img", " src=b.png"),
+        ("a", " href = 'b' x=\"c>\" y='>'"),
+        (None, None),
+    ]
+    resolved = {
+        "=a.png": "=https://example.com/blog/a.png",
+        "=b.png": "=https://example.com/blog/b.png",
+    }
+    expected = html.replace("'b'", "'https://example.com/blog/b'")
+    for written, absolute in resolved.items():
+        expected = expected.replace(written, absolute)
+    assert absolutize(html, BASE) == expected
 
 
 def test_edit_attributes_replaces_a_value_or_a_whole_attribute() -> None:

@@ -242,12 +242,12 @@ def test_megabytes_long_titles_guids_and_links_are_bounded_alike_on_every_path()
     assert no_guid.link is None
 
 
-def test_md5_fallback_uses_the_raw_date_text_even_when_unreadable() -> None:
+def test_md5_fallback_uses_the_date_text_as_written_trimmed_even_when_unreadable() -> None:
     raw = "  sometime last week "
     item = only_item(rss(f"<item><title>T</title><pubDate>{raw}</pubDate></item>"))
     assert item.pub_date is None
     assert item.raw_pub_date == raw
-    assert item.guid == md5("T" + raw)
+    assert (item.guid, item.earlier_guid) == (md5("T" + raw.strip()), md5("T" + raw))
 
 
 def test_md5_fallback_hashes_the_pubdate_text_whichever_date_was_read() -> None:
@@ -1599,6 +1599,38 @@ def test_misencoded_text_reads_alike_on_the_fast_path_and_the_fallback(
     assert fast.items[0].guid == md5(expected)
     assert fast.items[0].content_html == f"<p>{expected}</p>"
     assert fast.title == fallback.title == expected
+
+
+@pytest.mark.parametrize("element", ["pubDate", "dc:date"])
+def test_a_padded_date_gives_a_guidless_item_one_guid_on_the_fast_path_and_the_fallback(
+    element: str,
+) -> None:
+    """feedparser trims what it reads: the fast path hashed the date as written, so a body cut
+    off (or broken) once stored every such item a second time under another GUID."""
+    items = (
+        f"<item><title>Episode 12</title><{element}>\n  Mon, 01 Jan 2024 00:00:00 GMT\n"
+        f"</{element}></item><item><title>Episode 11</title><{element}> 2023-12-25T00:00:00Z"
+        f"</{element}></item>"
+    )
+    well_formed = rss(items, channel="<title>T</title>").replace(
+        b"<rss>", b'<rss xmlns:dc="http://purl.org/dc/elements/1.1/">'
+    )
+    cut = well_formed[: well_formed.index(b"</channel>")] + b"<item><title>Episode 13"
+    fast, fallback = parse_feed(well_formed, BASE_URL), parse_feed(cut, BASE_URL)
+    assert (fast.format, fallback.format, fallback.cut_off) == ("rss", "rss-fallback", True)
+    assert (
+        [item.guid for item in fast.items]
+        == [item.guid for item in fallback.items]
+        == [
+            md5("Episode 12Mon, 01 Jan 2024 00:00:00 GMT"),
+            md5("Episode 112023-12-25T00:00:00Z"),
+        ]
+    )
+    assert [item.earlier_guid for item in fast.items] == [  # what versions before stored
+        md5("Episode 12\n  Mon, 01 Jan 2024 00:00:00 GMT\n"),
+        md5("Episode 11 2023-12-25T00:00:00Z"),
+    ]
+    assert fast.items[0].raw_pub_date == "\n  Mon, 01 Jan 2024 00:00:00 GMT\n"
 
 
 def test_a_repaired_guid_keeps_the_one_earlier_versions_stored_the_item_under() -> None:

@@ -522,6 +522,43 @@ def test_a_body_cut_inside_an_item_keeps_no_validators_so_the_whole_feed_comes_n
     assert p.cycle().not_modified == 1, "a whole body's validators are used"
 
 
+def test_a_body_cut_inside_an_item_is_a_failure_in_the_feeds_line_and_the_cycles_counts(
+    feed_server: FeedServer, project: Callable[..., Project], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its whole items are stored, but the feed fails: its line is a WARNING with when it is
+    tried next (it read as an INFO recovery, "answering again after 1 failure in a row"), the
+    cycle counts it failed, and ten in a row make the prominent WARNING."""
+    whole = rss([Entry(f"Post {n}", guid=f"g{n}") for n in range(3)])
+    url = feed_server.route("/feed", body=whole[: whole.index(b"<title>Post 2</title>")])
+    p = project([url])
+    for failures in (1, 2):
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="feedcollector"):
+            report = p.cycle()
+        assert (report.stored, report.failed) == (1, 1)
+        (line,) = [r for r in caplog.records if url in r.getMessage()]
+        assert line.levelno == logging.WARNING
+        assert (
+            f"{2 if failures == 1 else 0} new of 2 items; failed: parse: the body ends inside an "
+            "item, after 2 whole items (cut off in transfer, or by the server?) (will retry with "
+            f"backoff at "
+        ) in line.getMessage()
+        assert f"failure {failures} in a row)" in line.getMessage()
+        assert "answering again" not in line.getMessage()
+        assert "(1 updated, 0 not modified, 1 failed," in report.summary()
+        p.clock.advance(hours=1)
+    p.execute(
+        "UPDATE feeds SET consecutive_failures = 9, next_fetch_at = ?", format_timestamp(p.clock())
+    )
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="feedcollector"):
+        p.cycle()
+    (line,) = [r for r in caplog.records if url in r.getMessage()]
+    assert line.getMessage().startswith(
+        f"!!! feed {url} has failed 10 times in a row (last: parse: the body ends inside an item"
+    )
+
+
 def test_a_feed_only_feedparser_reads_is_stored_and_feedparser_runs_off_the_event_loop(
     feed_server: FeedServer, project: Callable[..., Project], monkeypatch: pytest.MonkeyPatch
 ) -> None:

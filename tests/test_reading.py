@@ -180,6 +180,44 @@ def test_sanitizing_removes_active_content_and_keeps_our_file_urls(tmp_path: Pat
     assert "<p>" in rendered
 
 
+def test_sanitizing_keeps_the_images_of_a_noscript_and_data_images_only_in_images(
+    tmp_path: Path,
+) -> None:
+    """nh3 reads a ``<noscript>``'s content as text: its image, archived by the image stage,
+    showed as the words ``<img src=...>``; and it dropped every ``data:`` URL."""
+    objects = LocalObjectStore(tmp_path / "objects")
+    html = (
+        f'<p><img data-src="{ORIGIN}/a.png"><noscript><img src="{ORIGIN}/a.png"></noscript></p>'
+        '<img src="data:image/gif;base64,R0lGOD"><a href="data:text/html,<b>x</b>">l</a>'
+        '<img src=" DATA:text/html,x">'
+    )
+    tasks = [image(0, f"{ORIGIN}/a.png", "success", "images/f/ab/0.png")]
+    rendered = render_item_html(html, tasks, objects, sanitize=True)
+    stored = (tmp_path / "objects" / "images/f/ab/0.png").as_uri()
+    assert rendered == (
+        f'<p><img><img src="{stored}"></p><img src="data:image/gif;base64,R0lGOD">'
+        '<a rel="noopener noreferrer">l</a><img>'
+    )
+
+
+def test_an_unquoted_value_with_a_quote_in_it_does_not_hide_the_images_after_it(
+    tmp_path: Path,
+) -> None:
+    """A quote opens a value only after ``=``: ``alt=Don't`` made the rest of the item one
+    tag, and no image after it was swapped for its archived copy."""
+    objects = LocalObjectStore(tmp_path / "objects")
+    html = f"<p><img alt=Don't src=\"{ORIGIN}/a.png\"> it's <img src='{ORIGIN}/b.png'></p>"
+    tasks = [
+        image(0, f"{ORIGIN}/a.png", "success", "images/f/ab/0.png"),
+        image(1, f"{ORIGIN}/b.png", "success", "images/f/ab/1.png"),
+    ]
+    folder = tmp_path / "objects" / "images/f/ab"
+    assert render_item_html(html, tasks, objects) == (
+        f"<p><img alt=Don't src=\"{(folder / '0.png').as_uri()}\"> it's "
+        f'<img src="{(folder / "1.png").as_uri()}"></p>'
+    )
+
+
 def test_parse_since() -> None:
     now = datetime(2026, 3, 10, 12, 0, 0, tzinfo=UTC)
     assert parse_since("2026-03-01", now) == datetime(2026, 3, 1, tzinfo=UTC)

@@ -32,7 +32,13 @@ from .feedhttp import (
     validator,
 )
 from .http_hints import permanent_target, readable_retry_after, response_hints, retry_after
-from .httpbody import TransferError, Unreachable, refuse_unreachable, remember_unreachable
+from .httpbody import (
+    TransferError,
+    Unreachable,
+    gunzip_undeclared,
+    refuse_unreachable,
+    remember_unreachable,
+)
 from .models import FetchedFeed
 from .safe_text import QUOTED_CHARS, one_line
 from .timestamps import format_timestamp, utc_now
@@ -185,6 +191,7 @@ async def _read_feed_response(
     body = await read_feed_body(
         response, max_bytes=limits.max_body_bytes, timeout_s=limits.timeout_s
     )
+    body = gunzip_undeclared(body, final_url, max_bytes=limits.max_body_bytes)
     if status != 200 and not body:
         raise TransferError(
             "http",

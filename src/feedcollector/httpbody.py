@@ -213,6 +213,32 @@ async def read_limited(
     return b"".join(parts)
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def gunzip_undeclared(body: bytes, url: str, *, max_bytes: int) -> bytes:
+    """A feed body that is gzip data though no Content-Encoding said so (a ``.xml.gz`` file
+    served as it is, a proxy that compressed twice), decompressed within ``max_bytes``; any
+    other body as it is. No feed starts with these two bytes (XML, JSON and text do not)."""
+    if not body.startswith(GZIP_MAGIC):
+        return body
+    decoder = decoder_chain(["gzip"], max_bytes)
+    try:
+        return decoder.decode(body) + decoder.flush()
+    except OutputTooLarge as exc:
+        raise TransferError(
+            "too_large",
+            f"{url} sent gzip data (without a Content-Encoding) that decompresses to more than "
+            f"the {max_bytes} byte limit",
+        ) from exc
+    except INVALID_DATA_ERRORS as exc:
+        raise TransferError(
+            "protocol",
+            f"{url} sent a body that starts as gzip data does (without a Content-Encoding) but "
+            f"is not valid gzip data ({exc})",
+        ) from exc
+
+
 def ends_at_close(headers: Mapping[str, str]) -> bool:
     """Whether the body's end is only the connection closing (no Content-Length, not chunked),
     so a cut connection looks like a whole body: only a compressed stream left unfinished

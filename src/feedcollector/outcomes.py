@@ -216,18 +216,25 @@ async def fail(
         retry_after_until=now + asked if asked else None,
         rate_limited_by=refused_by(feed, exc) if status == 429 else None,
     )
-    if failures >= FAILURE_ALERT_THRESHOLD:
-        outcome.warned = True
-        log.warning(
-            "!!! feed %s has failed %d times in a row (last: %s; will retry with backoff at %s)%s. "
-            "Check whether it moved or died, and fix or remove it in the feeds file.",
-            feed.url,
-            failures,
-            exc,
-            format_timestamp(outcome.next_fetch_at),
-            f"; {outcome.host_waits}" if outcome.host_waits else "",
-        )
+    alert_if_failing_long(outcome, failures)
     return outcome.finish(began)
+
+
+def alert_if_failing_long(outcome: FeedOutcome, failures: int) -> None:
+    """From ``FAILURE_ALERT_THRESHOLD`` failures in a row, the prominent WARNING instead of
+    the feed's outcome line (which turns DEBUG: it is said once)."""
+    if failures < FAILURE_ALERT_THRESHOLD:
+        return
+    outcome.warned = True
+    log.warning(
+        "!!! feed %s has failed %d times in a row (last: %s; will retry with backoff at %s)%s. "
+        "Check whether it moved or died, and fix or remove it in the feeds file.",
+        outcome.feed.url,
+        failures,
+        outcome.error,
+        format_timestamp(outcome.next_fetch_at) if outcome.next_fetch_at else "the next cycle",
+        f"; {outcome.host_waits}" if outcome.host_waits else "",
+    )
 
 
 async def fail_unexpected(

@@ -133,6 +133,8 @@ def finish_values(
         guid = link or fallback_guid(title, raw_pub_date, html)
         if repaired:
             earlier = _unrepaired_guid(written_link, written_title, raw_pub_date, html, base)
+        elif link is None and raw_pub_date is not None and raw_pub_date != raw_pub_date.strip():
+            earlier = fallback_guid(title, raw_pub_date, html, date_trimmed=False)
     elif written_guid is not guid:
         earlier = written_guid
     if len(guid) > MAX_FIELD_CHARS or (title and len(title) > MAX_FIELD_CHARS):
@@ -149,10 +151,10 @@ def _unrepaired_guid(
     link: str | None, title: str | None, raw_pub_date: str | None, html: str | None, base: str
 ) -> str:
     """The fallback GUID of an item as versions before :mod:`.text_repair` made it, from the
-    link and title as written."""
+    link and title as written (and the date text untrimmed, as those versions hashed it)."""
     if link is not None:
         return link if link.startswith(("http://", "https://")) else resolve_url(link, base)
-    return fallback_guid(title, raw_pub_date, html)
+    return fallback_guid(title, raw_pub_date, html, date_trimmed=False)
 
 
 MAX_FIELD_CHARS = 250_000
@@ -222,18 +224,24 @@ def has_text(value: str | None) -> TypeGuard[str]:
     return value is not None and value != "" and not value.isspace()
 
 
-def fallback_guid(title: str | None, raw_pub_date: str | None, text: str | None) -> str:
+def fallback_guid(
+    title: str | None, raw_pub_date: str | None, text: str | None, *, date_trimmed: bool = True
+) -> str:
     """MD5 hex of ``title + pubDate`` (UTF-8): the last link of the seed's GUID chain.
 
     ``title`` is the trimmed title the item is stored with; ``raw_pub_date`` is the date text
-    exactly as it appears in the feed. Either is the empty string when absent.
+    as it appears in the feed, trimmed (``date_trimmed=False``: as written, what versions
+    before made of it). Either is the empty string when absent. Trimmed, because feedparser
+    trims what it reads: a body cut off or broken, read by the fallback parser, must give an
+    item the GUID the fast path gave it (``<pubDate>`` on a line of its own was stored twice).
 
     An item with neither (RSS allows an item of a description alone) would get md5("") like
     every other such item, and a feed of them would keep only its first: then the item's
     ``text`` (the content or description it is stored with, before URLs are made absolute,
     trimmed) is hashed instead. Only GUIDs that were md5("") change.
     """
-    key = (title or "") + (raw_pub_date or "")
+    date = raw_pub_date or ""
+    key = (title or "") + (date.strip() if date_trimmed else date)
     if not key and text:
         key = text.strip()
     return hashlib.md5(key.encode("utf-8")).hexdigest()

@@ -226,6 +226,8 @@ async def refresh_feed(
         outcome.state = "stored"
         outcome.items = len(records)
         outcome.new_items = new_items
+        if not whole:
+            outcomes.alert_if_failing_long(outcome, feed.consecutive_failures + 1)
         return outcome.finish(began)
     except StorageError as exc:
         if isinstance(exc, DatabaseError) and exc.kind == TOO_LARGE:

@@ -37,7 +37,8 @@ def read_feed_body(
     :func:`.parse.parse_feed`). What the reading had to repair, drop or guess is logged with
     the feed's URL unless ``warn`` is off (a replay or a probe repeats no warnings): bytes no
     encoding could read, items past the cap, and an unreadable pubDate, dated ``fetched_at``
-    (seed section 5)."""
+    (seed section 5). A body cut off inside an item is said by the feed's own line, as the
+    failure it counts (:attr:`.report.FeedOutcome.cut_off`)."""
     decoded = decode_feed(body, content_type)
     parsed = parse_feed(decoded.data, document_url, lenient=lenient)
     records, undated = item_records(parsed.items, fetched_at)
@@ -60,13 +61,6 @@ def read_feed_body(
             MAX_ITEMS_PER_FEED,
             MAX_ITEMS_PER_FEED,
             parsed.items_dropped,
-        )
-    if parsed.cut_off:
-        log.warning(
-            "parse: feed %s ends inside an item (the body was cut off in transfer?); the %d "
-            "whole items before it are read, the cut one waits for a whole body",
-            feed_url,
-            len(parsed.items),
         )
     for item in undated[:UNDATED_LOGGED]:
         log.warning(

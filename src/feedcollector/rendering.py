@@ -9,12 +9,13 @@ images when the store has no public URL (S3/R2 without a base URL). Only ``src``
 ``<img>`` tags change, compared after decoding character references (``&amp;``) exactly as the
 image stage read them; an ``<img>`` whose ``src`` is replaced loses its ``srcset``, which
 browsers would otherwise prefer and which points at the originals. Optional sanitizing (nh3) is
-for display: scripts, event handlers and ``javascript:`` URLs go.
+for display: scripts, event handlers and ``javascript:`` URLs go (:func:`sanitize_html`).
 """
 
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -79,8 +80,27 @@ def render_item_html(
 
 def sanitize_html(content_html: str) -> str:
     """HTML safe to display: no scripts, event handlers or ``javascript:`` URLs (nh3's
-    defaults, which keep text formatting, links and images)."""
-    return nh3.clean(content_html)
+    defaults, which keep text formatting, links and images).
+
+    Two things nh3 alone loses: the images of a ``<noscript>`` (nh3 reads its content as
+    text, so ``<img src=...>`` showed as words; lazy-loading pages put the real image there,
+    and the image stage archives it), and ``data:`` images (a ``data:`` URL is kept in an
+    ``<img src>`` of an image type only, where it runs nothing; a link to one goes)."""
+    return _CLEANER.clean(_NOSCRIPT_TAG_RE.sub("", content_html))
+
+
+def _data_url_only_for_images(element: str, attribute: str, value: str) -> str | None:
+    if value.lstrip()[:5].lower() != "data:":
+        return value
+    is_image = element == "img" and attribute == "src"
+    return value if is_image and value.lstrip()[5:11].lower() == "image/" else None
+
+
+_NOSCRIPT_TAG_RE = re.compile(r"</?noscript\b[^>]*>", re.IGNORECASE)
+"""A ``<noscript>`` tag, taken out so that its content is read as the markup it is."""
+_CLEANER = nh3.Cleaner(
+    url_schemes=nh3.ALLOWED_URL_SCHEMES | {"data"}, attribute_filter=_data_url_only_for_images
+)
 
 
 def replace_image_sources(content_html: str, replacements: Mapping[str, str]) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
@@ -89,6 +89,8 @@ class FeedOutcome:
             "deferred": "deferred",
             "gone": "gone",
         }
+        if self.cut_off:
+            return "parse"
         if self.state in fixed:
             return fixed[self.state]
         if self.error_kind == "http" and self.http_status:
@@ -96,9 +98,20 @@ class FeedOutcome:
         return self.error_kind or "error"
 
     @property
+    def cut_off(self) -> bool:
+        """The body ended inside an item: its whole items were stored, and the feed counts a
+        failure all the same (:attr:`error` says so)."""
+        return self.state == "stored" and self.error is not None
+
+    @property
+    def failed(self) -> bool:
+        """The refresh counted a failure (a cut-off body's too, though it stored items)."""
+        return self.state == "failed" or self.cut_off
+
+    @property
     def recovered(self) -> bool:
         """The feed answered after failing: its run of failures is over."""
-        return self.state in ANSWERED and self.feed.consecutive_failures > 0
+        return self.state in ANSWERED and self.feed.consecutive_failures > 0 and not self.cut_off
 
     @property
     def changed(self) -> bool:
@@ -107,7 +120,7 @@ class FeedOutcome:
         steady state (a feed answering with nothing new) is not a change."""
         if self.quiet:
             return False
-        if self.state not in ANSWERED:
+        if self.failed or self.state not in ANSWERED:
             return True
         first = self.state == "stored" and self.feed.last_fetched_at is None
         return bool(self.new_items) or first or self.recovered or self.moved
@@ -118,7 +131,7 @@ class FeedOutcome:
         for the steady state and for what another line said already."""
         if self.quiet or self.warned or self.state == "aborted":
             return logging.DEBUG  # an aborted feed's storage error was logged whole
-        if self.state == "failed":
+        if self.failed:
             return logging.WARNING
         return logging.INFO if self.changed else logging.DEBUG
 
@@ -126,6 +139,8 @@ class FeedOutcome:
         status = f"HTTP {self.http_status}" if self.http_status else "no response"
         if self.state == "stored":
             what = f"{self.new_items} new of {counted(self.items, 'item')}"
+            if self.cut_off:
+                what += f"; failed: {self.error} ({self.retry_words()})"
         elif self.state == "not_modified":
             what = "not modified"
         elif self.state == "unchanged":
@@ -192,7 +207,6 @@ class CycleReport:
     images_failed: int = 0
     images_retry_later: int = 0
     elapsed_s: float = 0.0
-    failed_urls: list[str] = field(default_factory=list)
     changed: int = 0
     """Feeds whose refresh changed something (:attr:`FeedOutcome.changed`)."""
 
@@ -212,10 +226,8 @@ class CycleReport:
             self.deferred += 1
         elif outcome.state == "gone":
             self.gone += 1
-        else:
+        if outcome.failed:  # a cut-off body's feed counts in both: its whole items were stored
             self.failed += 1
-            if len(self.failed_urls) < 20:
-                self.failed_urls.append(outcome.feed.url)
         due = outcome.feed.next_fetch_at
         if due and (self.oldest_due is None or due < self.oldest_due):
             self.oldest_due = due
