@@ -691,6 +691,30 @@ def test_a_locked_sqlite_file_this_user_may_not_write_is_still_refused_at_open(
         holder.close()
 
 
+def test_a_path_that_is_no_sqlite_file_says_what_it_is_and_is_left_as_it_was(
+    tmp_path: Path,
+) -> None:
+    """Such a path was met with advice about permissions and full disks."""
+    feeds = tmp_path / "feeds.yaml"
+    feeds.write_text("feeds:\n  - https://a.example/feed\n" * 200, encoding="utf-8")
+    written = feeds.read_bytes()
+    with pytest.raises(DatabaseError) as not_sqlite:
+        SQLiteDatabase(feeds)
+    assert str(not_sqlite.value) == (
+        f"database: {feeds} is not an SQLite database (file is not a database: another kind "
+        "of file, or a damaged database); nothing was written to it. Point [database] path at "
+        "another file (a damaged database: put back a `backup-db` copy)."
+    )
+    assert feeds.read_bytes() == written
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["feeds.yaml"]
+    with pytest.raises(DatabaseError) as folder:
+        SQLiteDatabase(tmp_path)
+    assert str(folder.value) == (
+        f"database: {tmp_path} is a folder, not a database file; point [database] path at a "
+        "file (it is created on first use)."
+    )
+
+
 def test_the_sqlite_busy_wait_is_the_configured_database_timeout(tmp_path: Path) -> None:
     """``[database] timeout`` bounds the wait for another process's write lock (it was 30 s
     whatever the setting said, while only D1 obeyed it)."""

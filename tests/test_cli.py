@@ -115,6 +115,7 @@ def test_an_address_urllib_cannot_split_is_an_error_not_a_traceback(
     tmp_path: Path, command: list[str]
 ) -> None:
     config = write_project(tmp_path, ["https://a.example/feed"])
+    (tmp_path / "collector.db").touch()  # an empty file is an empty SQLite database
     result = feedcollector("--config", str(config), *command, "http://[::1", cwd=tmp_path)
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
@@ -369,6 +370,7 @@ def test_a_dry_sweep_on_a_database_without_items_says_the_sweep_would_refuse(
     dry run; that printed "would delete 3 image objects" with no word of the refusal. It lists
     them all the same, says the real run would refuse and why, and exits 0 as dry runs do."""
     config = str(write_project(tmp_path, []))
+    assert feedcollector("--config", config, "run", "--once", cwd=tmp_path).returncode == 0
     old = time.time() - 3 * 86400
     images = [tmp_path / f"objects/images/lost/{n}/0.png" for n in range(3)]
     for path in images:
@@ -390,6 +392,28 @@ def test_a_dry_sweep_on_a_database_without_items_says_the_sweep_would_refuse(
     assert f"run `{pasted} restore` first" in dry.stdout, "the commands name the config"
     assert "    images/lost/0/0.png" in dry.stdout.splitlines()
     assert all(path.exists() for path in images)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [("items",), ("item", "abc"), ("retry-images",), ("cleanup", "--dry-run"), ("cleanup",)],
+)
+def test_commands_about_what_was_collected_refuse_where_there_is_no_database(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    """They made an empty database wherever they ran (a mistyped `[database] path` too, with
+    its folders), and `cleanup --orphans` over it would take every image for an orphan."""
+    config = write_project(tmp_path, [])
+    database = tmp_path / "elsewhere" / "collector.db"
+    config.write_text(config.read_text().replace('"collector.db"', f'"{database}"'))
+    result = feedcollector("--config", str(config), *command, cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr == (
+        f"error: {command[0]}: there is no database at {database}, so nothing was collected "
+        "there. The first `feedcollector run` creates it; if the collector's database is "
+        "elsewhere, run from its folder or name its config with --config.\n"
+    )
+    assert not database.parent.exists()
 
 
 def test_a_bad_feeds_file_exits_2_naming_the_file_and_line(tmp_path: Path) -> None:

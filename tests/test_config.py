@@ -486,6 +486,63 @@ def test_d1_url_must_be_http(tmp_path: Path) -> None:
     assert '"url" in [database] must be an http:// or https:// address' in message
 
 
+@pytest.mark.parametrize(
+    ("section", "key", "url"),
+    [
+        ("database", "url", "https://user:pw@proxy.example"),
+        ("storage", "endpoint", "https://key:secret@acc.r2.example"),
+        ("storage", "public_base_url", "https://token@img.example"),
+    ],
+)
+def test_a_service_address_with_a_password_in_it_is_refused_without_printing_it(
+    tmp_path: Path, section: str, key: str, url: str
+) -> None:
+    """Secrets come from the environment only; one written into an address was taken, and
+    then printed in every error that named the address."""
+    backend = "d1" if section == "database" else "s3"
+    path = write(tmp_path, "c.toml", f'[{section}]\nbackend = "{backend}"\n{key} = "{url}"\n')
+    message = config_error(path, {D1_TOKEN_ENV: "t"})
+    assert message.startswith(f"config: {path} line 3: ")
+    assert "must not carry a user name or password before the host" in message
+    assert url.split("//")[1].split("@")[0] not in message, "the secret is not printed"
+
+
+@pytest.mark.parametrize(
+    ("url", "refused"),
+    [
+        ("http://proxy.example", True),
+        ("HTTP://10.0.0.5:8787", True),
+        ("http://127.0.0.1:8787", False),
+        ("http://localhost:8787", False),
+        ("http://[::1]:8787", False),
+        ("https://proxy.example", False),
+    ],
+)
+def test_the_d1_token_travels_over_plain_http_only_to_this_machine(
+    tmp_path: Path, url: str, refused: bool
+) -> None:
+    path = write(tmp_path, "c.toml", f'[database]\nbackend = "d1"\nurl = "{url}"\n')
+    if not refused:
+        assert load_settings(path, environ={D1_TOKEN_ENV: "t"}).database.url == url
+        return
+    message = config_error(path, {D1_TOKEN_ENV: "t"})
+    assert message.startswith(f"config: {path} line 3: ")
+    assert '"url" must be an https:// address: the Proxy Worker\'s bearer token' in message
+
+
+def test_names_from_a_fixed_set_match_in_any_case(tmp_path: Path) -> None:
+    """``level = "debug"`` was taken and ``format = "JSON"`` refused."""
+    path = write(
+        tmp_path,
+        "c.toml",
+        '[log]\nlevel = "debug"\nformat = "JSON"\n[database]\nbackend = "SQLite"\n'
+        '[storage]\nbackend = " Local "\n',
+    )
+    settings = load_settings(path, environ={})
+    assert (settings.log.level, settings.log.format) == ("DEBUG", "json")
+    assert (settings.database.backend, settings.storage.backend) == ("sqlite", "local")
+
+
 def test_token_written_into_the_file_is_refused(tmp_path: Path) -> None:
     path = write(
         tmp_path,
@@ -859,6 +916,16 @@ def test_empty_feeds_file_shows_an_example(tmp_path: Path) -> None:
 def test_feeds_file_needs_a_known_extension(tmp_path: Path) -> None:
     message = feeds_error(write(tmp_path, "feeds.txt", "feeds: []\n"))
     assert "must end in .yaml, .yml or .json" in message
+    assert "else point feeds_file in the config at the feeds file" in message
+
+
+def test_a_feeds_file_that_is_a_folder_is_not_told_to_be_renamed(tmp_path: Path) -> None:
+    for folder in (tmp_path / "feeds", tmp_path / "feeds.yaml"):
+        folder.mkdir()
+        assert feeds_error(folder) == (
+            f"config: feeds file {folder} is a folder; point feeds_file in the config at a "
+            "file of feeds (.yaml, .yml or .json)."
+        )
 
 
 def test_feeds_file_that_is_not_utf8(tmp_path: Path) -> None:

@@ -154,7 +154,7 @@ def test_malformed_opml_is_a_clear_config_error(data: bytes, expected: str) -> N
     with pytest.raises(ConfigError) as caught:
         read_opml(data, "subs.opml")
     message = str(caught.value)
-    assert message.startswith("config: subs.opml")
+    assert message.startswith("import-opml: subs.opml")
     assert expected in message
     assert "Export the OPML file again" in message
 
@@ -233,6 +233,33 @@ def test_import_follows_a_flush_left_list_style(tmp_path: Path) -> None:
         "  title: Search & Find\n"
         "- url: https://lwn.net/headlines/rss\n"
         "  title: LWN\n"
+    )
+
+
+def test_feeds_outside_any_folder_after_a_folder_get_a_comment_of_their_own(
+    tmp_path: Path,
+) -> None:
+    """They came under the folder's comment, which said they were in it."""
+    opml = (
+        '<opml version="2.0"><body><outline text="Tech">'
+        '<outline type="rss" text="A" xmlUrl="https://a.example/feed"/></outline>'
+        '<outline type="rss" text="Pod" xmlUrl="https://pod.example/rss"/>'
+        '<outline text="News"><outline type="rss" text="N" xmlUrl="https://n.example/rss"/>'
+        "</outline></body></opml>"
+    )
+    feeds_file = write(tmp_path / "feeds.yaml", "feeds:\n")
+    import_opml(write(tmp_path / "i.opml", opml), feeds_file)
+    assert feeds_file.read_text() == (
+        "feeds:\n"
+        "  # Tech (imported from OPML)\n"
+        "  - url: https://a.example/feed\n"
+        "    title: A\n"
+        "  # No folder (imported from OPML)\n"
+        "  - url: https://pod.example/rss\n"
+        "    title: Pod\n"
+        "  # News (imported from OPML)\n"
+        "  - url: https://n.example/rss\n"
+        "    title: N\n"
     )
 
 

@@ -264,7 +264,7 @@ def test_a_410_is_one_warning_and_a_manual_fetch_finding_it_gone_again_none(
         (
             logging.INFO,
             f"feed {url}: HTTP 410, gone: fetch: HTTP 410 Gone from {url} (the feed was removed "
-            f"for good; it is no longer fetched), 0 KiB, {lines[0][1].rsplit(', ', 1)[1]}",
+            f"for good), 0 KiB, {lines[0][1].rsplit(', ', 1)[1]}",
         )
     ]
 

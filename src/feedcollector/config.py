@@ -41,12 +41,14 @@ from .config_values import (
     SettingProblem,
     check_request_text,
     config_error,
+    is_loopback_url,
     parse_byte_size,
     parse_duration,
     parse_duration_or_zero,
     parse_fraction,
     parse_listen_address,
     parse_log_level_name,
+    parse_name,
     parse_path,
     parse_service_url,
 )
@@ -107,6 +109,8 @@ characters."""
 ConfigPath = Annotated[Path, BeforeValidator(parse_path), AfterValidator(_resolve_path)]
 ServiceUrl = Annotated[str, BeforeValidator(parse_service_url)]
 ListenAddress = Annotated[str, BeforeValidator(parse_listen_address)]
+Name = BeforeValidator(parse_name)
+"""Names from a fixed set match in any case, as log levels do (``format = "JSON"``)."""
 LogLevel = Annotated[
     Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], BeforeValidator(parse_log_level_name)
 ]
@@ -162,7 +166,7 @@ class DatabaseSettings(BaseModel):
 
     model_config = _MODEL_CONFIG
 
-    backend: Literal["sqlite", "d1"] = "sqlite"
+    backend: Annotated[Literal["sqlite", "d1"], Name] = "sqlite"
     path: ConfigPath = Path(DEFAULT_DATABASE_FILE)
     url: ServiceUrl | None = None
     timeout: Duration = timedelta(seconds=30)
@@ -176,6 +180,14 @@ class DatabaseSettings(BaseModel):
             raise SettingProblem(
                 'backend = "d1" needs "url", the address of the Proxy Worker',
                 fix='Add url = "https://<your proxy worker>" under [database].',
+                key="url",
+            )
+        if self.url.lower().startswith("http://") and not is_loopback_url(self.url):
+            raise SettingProblem(
+                '"url" must be an https:// address: the Proxy Worker\'s bearer token would '
+                "travel unencrypted over http://",
+                fix='Write url = "https://…" (http:// is for a Worker on this machine: '
+                "localhost or 127.0.0.1).",
                 key="url",
             )
         if self.token is None:
@@ -194,7 +206,7 @@ class StorageSettings(BaseModel):
 
     model_config = _MODEL_CONFIG
 
-    backend: Literal["local", "s3"] = "local"
+    backend: Annotated[Literal["local", "s3"], Name] = "local"
     path: ConfigPath = Path(DEFAULT_OBJECTS_DIR)
     endpoint: ServiceUrl | None = None
     bucket: Text | None = None
@@ -261,7 +273,7 @@ class LogSettings(BaseModel):
     model_config = _MODEL_CONFIG
 
     level: LogLevel = "INFO"
-    format: Literal["console", "json"] = "console"
+    format: Annotated[Literal["console", "json"], Name] = "console"
 
 
 class MetricsSettings(BaseModel):

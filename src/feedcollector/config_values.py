@@ -6,6 +6,7 @@ report mistakes in the same one-paragraph form, so both read values through this
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import math
 import re
@@ -47,12 +48,15 @@ def _where(problem: Problem) -> str:
     return f"line {problem.line}{column}"
 
 
-def config_error(file: str, problems: Sequence[Problem]) -> ConfigError:
-    """One paragraph: the first problem in file order in full, then where the others are."""
+def config_error(file: str, problems: Sequence[Problem], *, stage: str = "config") -> ConfigError:
+    """One paragraph: the first problem in file order in full, then where the others are;
+    ``stage`` prefixes it (``import-opml`` for a file to import: it is no configuration)."""
     ordered = sorted(problems, key=lambda p: (p.line is None, p.line or 0, p.column or 0))
     first, others = ordered[0], ordered[1:]
     where = _where(first)
-    message = f"config: {file}{' ' + where if where else ''}: {first.what.rstrip('.')}. {first.fix}"
+    message = (
+        f"{stage}: {file}{' ' + where if where else ''}: {first.what.rstrip('.')}. {first.fix}"
+    )
     if others:
         listed = "; ".join(f"{_where(p) or 'elsewhere'}: {p.what.rstrip('.')}" for p in others)
         message += f" Also fix: {listed}."
@@ -311,7 +315,30 @@ def parse_service_url(value: object) -> str:
         raise ValueError(
             f"must be an http:// or https:// address in quotes, got {describe_value(value)}"
         )
-    return check_http_url(value).rstrip("/")
+    url = check_http_url(value).rstrip("/")
+    if "@" in urlsplit(url).netloc:
+        raise ValueError(
+            "must not carry a user name or password before the host (user:password@): "
+            "secrets are read only from the environment, and the address is printed in error "
+            "messages; write it without them"
+        )
+    return url
+
+
+def is_loopback_url(url: str) -> bool:
+    """Whether ``url``'s host is this machine (``localhost``, 127.0.0.0/8, ``::1``)."""
+    host = (urlsplit(url).hostname or "").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def parse_name(value: object) -> object:
+    """A name from a fixed set (``json``, ``sqlite``, ``s3``...), read in any case."""
+    return value.strip().lower() if isinstance(value, str) else value
 
 
 def parse_log_level_name(value: object) -> object:

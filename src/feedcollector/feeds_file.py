@@ -76,10 +76,16 @@ def load_feeds(
     ``display`` names the file in them (an edit checks a temporary copy of the real file)."""
     display = display or str(path)
     suffix = path.suffix.lower()
+    if path.is_dir():
+        raise ConfigError(
+            f"config: feeds file {display} is a folder; point feeds_file in the config at a "
+            "file of feeds (.yaml, .yml or .json)."
+        )
     if suffix not in (".yaml", ".yml", ".json"):
         raise ConfigError(
             f"config: feeds file {display} must end in .yaml, .yml or .json so its format is "
-            "known. Rename it (the content stays the same)."
+            "known. If it is the feeds file, rename it (the content stays the same); else "
+            "point feeds_file in the config at the feeds file."
         )
     kind = "json" if suffix == ".json" else "yaml"
     text = _read_feeds_text(path, display, kind)

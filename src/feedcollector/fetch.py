@@ -257,7 +257,7 @@ def feed_status_error(
     if status == 404:
         hint = "the feed is not there; check its URL"
     elif status == 410:
-        hint = "the feed was removed for good; it is no longer fetched"
+        hint = "the feed was removed for good"
     elif status in (401, 403):
         hint = "access denied; the feed needs credentials or blocks this client"
     elif status == 429:

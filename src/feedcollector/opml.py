@@ -92,16 +92,18 @@ def read_opml(data: bytes, display: str) -> OpmlDocument:
         message = exc.msg[: where.start()] if where else exc.msg
         what = f"the OPML file is not well-formed XML ({message})"
         line, column = (int(where["line"]), int(where["column"])) if where else (None, None)
-        raise config_error(display, [Problem(what, _REEXPORT, line=line, column=column)]) from exc
+        raise config_error(
+            display, [Problem(what, _REEXPORT, line=line, column=column)], stage="import-opml"
+        ) from exc
     name = etree.QName(root).localname
     line = root.sourceline if isinstance(root.sourceline, int) else None
     if name != "opml":
         what = f"the root element is <{name}>, not <opml>: this is not an OPML file"
-        raise config_error(display, [Problem(what, _REEXPORT, line=line)])
+        raise config_error(display, [Problem(what, _REEXPORT, line=line)], stage="import-opml")
     _local_names(root)
     if root.find("body") is None:
         what = "the OPML file has no <body> (the element holding the subscriptions)"
-        raise config_error(display, [Problem(what, _REEXPORT, line=line)])
+        raise config_error(display, [Problem(what, _REEXPORT, line=line)], stage="import-opml")
     skipped = _feed_urls_in_url_attributes(root)
     # Re-serialized as UTF-8 with a declaration: listparser misreads undeclared non-ASCII.
     parsed = listparser.parse(etree.tostring(root, encoding="UTF-8", xml_declaration=True))
@@ -217,7 +219,8 @@ def import_opml(opml_path: Path, feeds_file: Path) -> ImportResult:
 
 def _new_entries(added: Sequence[OpmlFeed]) -> list[NewEntry]:
     """The entries to append, each OPML folder named once in a comment above its first feed
-    (written in YAML only: JSON has no comments)."""
+    (written in YAML only: JSON has no comments), and the feeds outside any folder that come
+    after one under a comment of their own: they read as the folder's otherwise."""
     entries: list[NewEntry] = []
     folder: tuple[str, ...] = ()
     for feed in added:
@@ -225,6 +228,8 @@ def _new_entries(added: Sequence[OpmlFeed]) -> list[NewEntry]:
         if feed.folder and feed.folder != folder:
             label = " / ".join(_comment_text(name) for name in feed.folder)
             comment = f"{label} (imported from OPML)"
+        elif folder and not feed.folder:
+            comment = "No folder (imported from OPML)"
         entries.append(NewEntry(feed.url, title=feed.title, comment=comment))
         folder = feed.folder
     return entries

@@ -86,6 +86,17 @@ class SQLiteDatabase:
                     f"database: SQLite file {self.path} is locked ({exc}; waited "
                     f"{busy_timeout_s:g} s). {BUSY_FIX}"
                 )
+            elif Path(self.path).is_dir():
+                message = (
+                    f"database: {self.path} is a folder, not a database file; point "
+                    "[database] path at a file (it is created on first use)."
+                )
+            elif getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_NOTADB:
+                message = (
+                    f"database: {self.path} is not an SQLite database ({exc}: another kind of "
+                    "file, or a damaged database); nothing was written to it. Point [database] "
+                    "path at another file (a damaged database: put back a `backup-db` copy)."
+                )
             else:
                 message = (
                     f"database: cannot open SQLite file {self.path} for writing: {exc}. The file "

@@ -174,6 +174,19 @@ def require_feeds_file(settings: Settings) -> None:
         guard(lambda: load_feeds(settings.feeds_file))
 
 
+def require_database(settings: Settings, command: str) -> None:
+    """Refuse (exit 2) a command about what was collected when its SQLite file does not exist:
+    opening it made an empty database, in a mistyped folder too, and ``cleanup --orphans``
+    over an empty database takes every archived image for an orphan."""
+    path = settings.database.path
+    if settings.database.backend == "sqlite" and not path.exists():
+        usage_error(
+            f"{command}: there is no database at {path}, so nothing was collected there. The "
+            "first `feedcollector run` creates it; if the collector's database is elsewhere, "
+            "run from its folder or name its config with --config."
+        )
+
+
 def run_async(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
     """Run a coroutine to completion; a second Ctrl-C (cancelling it) exits 130."""
 

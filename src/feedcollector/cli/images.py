@@ -11,7 +11,14 @@ from ..collector import Collector
 from ..missing_objects import requeue_missing_images
 from ..report import counted
 from ..store_images import hasten_waiting_images, requeue_failed_images
-from .app import app, feeds_named, load_command_settings, text_argument, with_collector
+from .app import (
+    app,
+    feeds_named,
+    load_command_settings,
+    require_database,
+    text_argument,
+    with_collector,
+)
 
 
 @app.command("retry-images")
@@ -51,6 +58,7 @@ def retry_images(
     """
     settings = load_command_settings(ctx)
     feed = None if feed is None else text_argument(feed, "retry-images: --feed")
+    require_database(settings, "retry-images")
 
     async def work(collector: Collector) -> None:
         urls = None

@@ -20,6 +20,7 @@ from .app import (
     app,
     guard,
     load_command_settings,
+    require_database,
     say_warning,
     since_option,
     text_argument,
@@ -46,6 +47,7 @@ def cleanup(
 ) -> None:
     """Delete old backups, and old items with their images ([retention] settings)."""
     settings = load_command_settings(ctx)
+    require_database(settings, "cleanup")
 
     async def work(collector: Collector) -> None:
         now = collector.clock()

@@ -27,6 +27,7 @@ from .app import (
     feeds_named,
     load_command_settings,
     quiet_on_broken_pipe,
+    require_database,
     since_option,
     text_argument,
     usage_error,
@@ -65,6 +66,7 @@ def items(
     """List stored items (created_at order), as a table or a JSON Lines stream."""
     settings = load_command_settings(ctx)
     feed = None if feed is None else text_argument(feed, "items: --feed")
+    require_database(settings, "items")
 
     async def work(collector: Collector) -> None:
         since_at = since_option(since, collector.clock())
@@ -114,6 +116,7 @@ def item(
     """Show one item: its fields, its images and its HTML."""
     settings = load_command_settings(ctx)
     text_argument(item_id, "item: ID")
+    require_database(settings, "item")
 
     async def work(collector: Collector) -> None:
         found = await read_item(collector.db, collector.objects, item_id, sanitize=sanitize)
