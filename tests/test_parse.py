@@ -1633,6 +1633,23 @@ def test_a_padded_date_gives_a_guidless_item_one_guid_on_the_fast_path_and_the_f
     assert fast.items[0].raw_pub_date == "\n  Mon, 01 Jan 2024 00:00:00 GMT\n"
 
 
+def test_items_of_an_enclosure_alone_get_a_guid_each_on_the_fast_path_and_the_fallback() -> None:
+    """Without GUID, link, title, date or text every such item hashed to md5(""), and a
+    podcast feed of them kept its first episode only."""
+    items = "".join(
+        f'<item><enclosure url="http://p.example/ep{n}.mp3" length="1" type="audio/mpeg"/></item>'
+        for n in (1, 2)
+    )
+    well_formed = rss(items, channel="<title>T</title>")
+    broken = well_formed.replace(b"</channel>", b"<br></channel>")
+    fast, fallback = parse_feed(well_formed, BASE_URL), parse_feed(broken, BASE_URL)
+    assert (fast.format, fallback.format) == ("rss", "rss-fallback")
+    expected = [md5("http://p.example/ep1.mp3"), md5("http://p.example/ep2.mp3")]
+    assert [item.guid for item in fast.items] == [item.guid for item in fallback.items] == expected
+    titled = parse_feed(rss(items.replace("<item>", "<item><title>E</title>")), BASE_URL)
+    assert [item.guid for item in titled.items] == [md5("E")] * 2, "the seed's chain first"
+
+
 def test_a_repaired_guid_keeps_the_one_earlier_versions_stored_the_item_under() -> None:
     """Versions before the repair stored these items under the GUID as written: the store
     looks for that one too, so an upgrade stores no item twice."""

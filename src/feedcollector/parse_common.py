@@ -76,6 +76,9 @@ class RawEntry(NamedTuple):
     """Base for ``content`` when the content element has its own xml:base."""
     description_base: str | None = None
     """Base for ``description`` when that element has its own xml:base."""
+    enclosure: str | None = None
+    """The first enclosure's URL, read only for an item with no GUID, link, title, date or
+    text (a podcast episode of an enclosure alone): the GUID fallback's last resort."""
 
 
 def finish_item(raw: RawEntry) -> ParsedItem:
@@ -93,6 +96,7 @@ def finish_values(
     base: str,
     content_base: str | None,
     description_base: str | None,
+    enclosure: str | None = None,
 ) -> ParsedItem:
     """:func:`finish_item` on the values of a :class:`RawEntry`, for the XML fast path (no
     tuple built per item). Written inline (no helper calls for blank checks or absolute
@@ -130,7 +134,7 @@ def finish_values(
         html = html_base = None
     earlier = None
     if guid is None:
-        guid = link or fallback_guid(title, raw_pub_date, html)
+        guid = link or fallback_guid(title, raw_pub_date, html, enclosure)
         if repaired:
             earlier = _unrepaired_guid(written_link, written_title, raw_pub_date, html, base)
         elif link is None and raw_pub_date is not None and raw_pub_date != raw_pub_date.strip():
@@ -225,7 +229,12 @@ def has_text(value: str | None) -> TypeGuard[str]:
 
 
 def fallback_guid(
-    title: str | None, raw_pub_date: str | None, text: str | None, *, date_trimmed: bool = True
+    title: str | None,
+    raw_pub_date: str | None,
+    text: str | None,
+    enclosure: str | None = None,
+    *,
+    date_trimmed: bool = True,
 ) -> str:
     """MD5 hex of ``title + pubDate`` (UTF-8): the last link of the seed's GUID chain.
 
@@ -238,12 +247,15 @@ def fallback_guid(
     An item with neither (RSS allows an item of a description alone) would get md5("") like
     every other such item, and a feed of them would keep only its first: then the item's
     ``text`` (the content or description it is stored with, before URLs are made absolute,
-    trimmed) is hashed instead. Only GUIDs that were md5("") change.
+    trimmed) is hashed instead, and without text its ``enclosure`` URL (podcast episodes of
+    an enclosure alone). Only GUIDs that were md5("") change.
     """
     date = raw_pub_date or ""
     key = (title or "") + (date.strip() if date_trimmed else date)
     if not key and text:
         key = text.strip()
+    if not key and enclosure:
+        key = enclosure.strip()
     return hashlib.md5(key.encode("utf-8")).hexdigest()
 
 

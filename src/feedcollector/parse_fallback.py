@@ -298,8 +298,19 @@ def _entry(
             description=summary,
             dates=dates,
             base=entry_base or default_base,
+            enclosure=_enclosure_url(entry),
         )
     )
+
+
+def _enclosure_url(entry: object) -> str | None:
+    """The URL of the entry's first enclosure (:attr:`.parse_common.RawEntry.enclosure`):
+    feedparser keeps an RSS ``<enclosure>`` as a link of ``rel="enclosure"``."""
+    links = _key(entry, "links")
+    for link in links if isinstance(links, list) else ():
+        if _key(link, "rel") == "enclosure":
+            return _string(_key(link, "href"))
+    return None
 
 
 def _key(mapping: object, key: str) -> Any:

@@ -278,16 +278,21 @@ def _rss_item(
         dates: tuple[str, ...] = () if pub_date is None else (text_of(pub_date),)
     else:  # in this order: the first one's text is what the GUID fallback hashes, as before
         dates = tuple(text_of(d) for d in (pub_date, dc_date, published, updated) if d is not None)
+    title_text = None if title is None else text_of(title)
+    guid_text = None if guid is None else text_of(guid)
+    texts = (title_text, guid_text, link_text, content_html, description_html)
+    enclosure = None if dates else _lone_enclosure(item, texts)
     return finish_values(  # positional (faster), in RawEntry's order
-        None if title is None else text_of(title),  # title
+        title_text,  # title
         link_text,  # link
-        None if guid is None else text_of(guid),  # guid
+        guid_text,  # guid
         content_html,  # content
         description_html,  # description
         dates,  # dates
         chain or default_base,  # base
         _own_base(content, chain, base_url),  # content_base
         _own_base(description, chain, base_url),  # description_base
+        enclosure,  # enclosure
     )
 
 
@@ -367,6 +372,15 @@ def _atom_link(links: list[etree._Element], chain: str | None, base_url: str) ->
     href = chosen.get("href") or ""
     own = _own_base(chosen, chain, base_url)
     return resolve_url(href, own) if own is not None else href
+
+
+def _lone_enclosure(item: etree._Element, texts: tuple[str | None, ...]) -> str | None:
+    """The first enclosure's URL of an undated item none of whose ``texts`` (title, GUID,
+    link, content, description) has any: the GUID fallback's last resort, read only then."""
+    if any(has_text(text) for text in texts):
+        return None
+    found = _first_child(item, "enclosure")
+    return None if found is None else found.get("url")
 
 
 def _media_description(
