@@ -492,6 +492,8 @@ def test_d1_url_must_be_http(tmp_path: Path) -> None:
         ("database", "url", "https://user:pw@proxy.example"),
         ("storage", "endpoint", "https://key:secret@acc.r2.example"),
         ("storage", "public_base_url", "https://token@img.example"),
+        ("database", "url", "https://user:pw@proxy example"),  # a space too: still not quoted
+        ("storage", "endpoint", "ftp://key:secret@acc.r2.example"),
     ],
 )
 def test_a_service_address_with_a_password_in_it_is_refused_without_printing_it(

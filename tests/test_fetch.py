@@ -224,6 +224,30 @@ def test_gzip_data_without_a_content_encoding_is_read_within_the_limit(
     )
 
 
+def _half_of_an_undeclared_gzip_body_then_close(request: BaseHTTPRequestHandler) -> None:
+    """No Content-Length, no Content-Encoding: the body ends where the connection closes."""
+    packed = gzip.compress(GUARDIAN_FEED)
+    request.close_connection = True
+    request.send_response(200)
+    request.send_header("Content-Type", "application/gzip")
+    request.send_header("Connection", "close")
+    request.end_headers()
+    request.wfile.write(packed[: len(packed) // 2])
+
+
+def test_undeclared_gzip_data_cut_short_fails_as_declared_gzip_does(
+    feed_server: FeedServer,
+) -> None:
+    """A ``.xml.gz`` cut by a closed connection was read as far as it went, as a whole feed."""
+    url = feed_server.route("/cut", handler=_half_of_an_undeclared_gzip_body_then_close)
+    error = fetch_error(url)
+    assert (error.kind, str(error)) == (
+        "protocol",
+        f"fetch: {url} ended before its gzip data (without a Content-Encoding) did (the "
+        "connection closed early; the next fetch tries again)",
+    )
+
+
 def test_stacked_codings_are_undone_up_to_a_bound(feed_server: FeedServer) -> None:
     twice = gzip.compress(zlib.compress(GUARDIAN_FEED))
     url = serving(feed_server, "/twice", twice, **{"Content-Encoding": "deflate, gzip"})

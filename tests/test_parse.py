@@ -1636,9 +1636,9 @@ def test_a_padded_date_gives_a_guidless_item_one_guid_on_the_fast_path_and_the_f
 def test_items_of_an_enclosure_alone_get_a_guid_each_on_the_fast_path_and_the_fallback() -> None:
     """Without GUID, link, title, date or text every such item hashed to md5(""), and a
     podcast feed of them kept its first episode only."""
-    items = "".join(
-        f'<item><enclosure url="http://p.example/ep{n}.mp3" length="1" type="audio/mpeg"/></item>'
-        for n in (1, 2)
+    items = "".join(  # a blank date counts as none
+        f'<item>{date}<enclosure url="http://p.example/ep{n}.mp3" type="audio/mpeg"/></item>'
+        for n, date in ((1, ""), (2, "<pubDate> </pubDate>"))
     )
     well_formed = rss(items, channel="<title>T</title>")
     broken = well_formed.replace(b"</channel>", b"<br></channel>")

@@ -34,6 +34,7 @@ from feedcollector.reading import (
     read_item,
     render_item_html,
     replace_image_sources,
+    sanitize_html,
 )
 from feedcollector.schedule import feed_id_for
 from feedcollector.schema import migrate
@@ -198,6 +199,33 @@ def test_sanitizing_keeps_the_images_of_a_noscript_and_data_images_only_in_image
         f'<p><img><img src="{stored}"></p><img src="data:image/gif;base64,R0lGOD">'
         '<a rel="noopener noreferrer">l</a><img>'
     )
+
+
+@pytest.mark.parametrize(
+    ("link", "image"),
+    [
+        ("data:text/html,<script>alert(1)</script>", ""),
+        ("da&#10;ta:text/html,<script>alert(1)</script>", ""),
+        ("&#1;data:text/html,x", ""),
+        (" D&#9;ATA:text/html,x", ""),
+        (
+            "data:image/svg+xml,<svg onload=alert(1)>",
+            ' src="data:image/svg+xml,&lt;svg onload=alert(1)&gt;"',
+        ),
+    ],
+)
+def test_a_data_url_goes_from_a_link_however_it_is_spelled(link: str, image: str) -> None:
+    """Browsers drop tabs and line breaks anywhere in a URL and controls at its ends: a check
+    of the value as written let ``da&#10;ta:`` links through once ``data:`` was allowed. An
+    image's stays when it is of an image type (an SVG in ``<img>`` runs no script)."""
+    assert sanitize_html(f'<a href="{link}">x</a><img src="{link}">') == (
+        f'<a rel="noopener noreferrer">x</a><img{image}>'
+    )
+
+
+def test_text_attributes_that_start_like_a_data_url_stay() -> None:
+    kept = '<img src="https://o.example/a.png" alt="Data: sales by region" title="data: 2026">'
+    assert sanitize_html(kept) == kept
 
 
 def test_an_unquoted_value_with_a_quote_in_it_does_not_hide_the_images_after_it(

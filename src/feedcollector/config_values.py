@@ -315,14 +315,17 @@ def parse_service_url(value: object) -> str:
         raise ValueError(
             f"must be an http:// or https:// address in quotes, got {describe_value(value)}"
         )
-    url = check_http_url(value).rstrip("/")
-    if "@" in urlsplit(url).netloc:
+    if _USER_INFO_RE.match(value):  # before any check that quotes the value back
         raise ValueError(
             "must not carry a user name or password before the host (user:password@): "
             "secrets are read only from the environment, and the address is printed in error "
             "messages; write it without them"
         )
-    return url
+    return check_http_url(value).rstrip("/")
+
+
+_USER_INFO_RE = re.compile(r"\s*[^:/?#\s]+://[^/?#]*@")
+"""An address with ``user:password@`` (or a user alone) before its host."""
 
 
 def is_loopback_url(url: str) -> bool:

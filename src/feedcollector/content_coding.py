@@ -90,7 +90,7 @@ class _ZlibDecoder:
                 self._waiting = data
                 return b""
             self._started = True
-            if self._gzip and not data.startswith(_GZIP_MAGIC):
+            if self._gzip and not data.startswith(GZIP_MAGIC):
                 self._plain = True
                 return self._budget.take(data)
             if not self._gzip and not _looks_zlib_wrapped(data):
@@ -101,7 +101,7 @@ class _ZlibDecoder:
                 if self._gzip and data == b"\x1f":
                     self._waiting = data
                     break
-                if not (self._gzip and data.startswith(_GZIP_MAGIC)):
+                if not (self._gzip and data.startswith(GZIP_MAGIC)):
                     break
                 self._obj = zlib.decompressobj(self._wbits)
             out.append(self._budget.take(self._obj.decompress(data, self._budget.room)))
@@ -116,7 +116,8 @@ class _ZlibDecoder:
         return self._plain or self._obj.eof or not (self._started or self._waiting)
 
 
-_GZIP_MAGIC = b"\x1f\x8b"
+GZIP_MAGIC = b"\x1f\x8b"
+"""How gzip data starts (no feed, XML or JSON, starts so)."""
 
 
 def _looks_zlib_wrapped(data: bytes) -> bool:

@@ -191,7 +191,7 @@ async def _read_feed_response(
     body = await read_feed_body(
         response, max_bytes=limits.max_body_bytes, timeout_s=limits.timeout_s
     )
-    body = gunzip_undeclared(body, final_url, max_bytes=limits.max_body_bytes)
+    body = gunzip_undeclared(body, final_url, response.headers, max_bytes=limits.max_body_bytes)
     if status != 200 and not body:
         raise TransferError(
             "http",

@@ -50,8 +50,9 @@ MARKUP_RE = re.compile(
     re.DOTALL,
 )
 """A comment, another ``<!``/``<?``/``</`` construct, or a start tag with its attributes.
-A quote opens a value only right after ``=``, as in HTML5: elsewhere it is a character of an
-unquoted value or a name (``alt=Don't`` took the rest of the document for its tag).
+A quote opens a value only right after ``=``, as HTML5 reads a tag (but for an ``=`` inside
+an unquoted value, which opens one here too): elsewhere it is a character of an unquoted value
+or a name (``alt=Don't`` took the rest of the document for its tag).
 Whatever is left open (a comment, a quote, a tag) runs to the end, as in browsers, so a scan
 from tag to tag reads the text once: a tag that had to end in ``>`` was read to the end
 again from every following ``<`` (seconds for 65 KB of ``<a href=x`` without ``>``)."""

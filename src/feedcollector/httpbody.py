@@ -18,7 +18,13 @@ from typing import Protocol
 
 import httpx
 
-from .content_coding import INVALID_DATA_ERRORS, OutputTooLarge, content_encodings, decoder_chain
+from .content_coding import (
+    GZIP_MAGIC,
+    INVALID_DATA_ERRORS,
+    OutputTooLarge,
+    content_encodings,
+    decoder_chain,
+)
 from .safe_text import QUOTED_CHARS, one_line
 
 MAX_ENCODINGS = 5
@@ -213,18 +219,18 @@ async def read_limited(
     return b"".join(parts)
 
 
-GZIP_MAGIC = b"\x1f\x8b"
-
-
-def gunzip_undeclared(body: bytes, url: str, *, max_bytes: int) -> bytes:
+def gunzip_undeclared(
+    body: bytes, url: str, headers: Mapping[str, str], *, max_bytes: int
+) -> bytes:
     """A feed body that is gzip data though no Content-Encoding said so (a ``.xml.gz`` file
     served as it is, a proxy that compressed twice), decompressed within ``max_bytes``; any
-    other body as it is. No feed starts with these two bytes (XML, JSON and text do not)."""
+    other body as it is. Its stream cut short fails as a declared one does (only when the
+    connection's close ended the body: see :func:`ends_at_close`)."""
     if not body.startswith(GZIP_MAGIC):
         return body
     decoder = decoder_chain(["gzip"], max_bytes)
     try:
-        return decoder.decode(body) + decoder.flush()
+        data = decoder.decode(body) + decoder.flush()
     except OutputTooLarge as exc:
         raise TransferError(
             "too_large",
@@ -237,6 +243,13 @@ def gunzip_undeclared(body: bytes, url: str, *, max_bytes: int) -> bytes:
             f"{url} sent a body that starts as gzip data does (without a Content-Encoding) but "
             f"is not valid gzip data ({exc})",
         ) from exc
+    if not decoder.finished and ends_at_close(headers):
+        raise TransferError(
+            "protocol",
+            f"{url} ended before its gzip data (without a Content-Encoding) did (the connection "
+            "closed early; the next fetch tries again)",
+        )
+    return data
 
 
 def ends_at_close(headers: Mapping[str, str]) -> bool:

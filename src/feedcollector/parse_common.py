@@ -135,10 +135,10 @@ def finish_values(
     earlier = None
     if guid is None:
         guid = link or fallback_guid(title, raw_pub_date, html, enclosure)
-        if repaired:
+        if link is None and raw_pub_date is not None and raw_pub_date != raw_pub_date.strip():
+            earlier = fallback_guid(title, raw_pub_date, html, date_trimmed=False)  # until now
+        elif repaired:
             earlier = _unrepaired_guid(written_link, written_title, raw_pub_date, html, base)
-        elif link is None and raw_pub_date is not None and raw_pub_date != raw_pub_date.strip():
-            earlier = fallback_guid(title, raw_pub_date, html, date_trimmed=False)
     elif written_guid is not guid:
         earlier = written_guid
     if len(guid) > MAX_FIELD_CHARS or (title and len(title) > MAX_FIELD_CHARS):
@@ -155,10 +155,10 @@ def _unrepaired_guid(
     link: str | None, title: str | None, raw_pub_date: str | None, html: str | None, base: str
 ) -> str:
     """The fallback GUID of an item as versions before :mod:`.text_repair` made it, from the
-    link and title as written (and the date text untrimmed, as those versions hashed it)."""
+    link and title as written."""
     if link is not None:
         return link if link.startswith(("http://", "https://")) else resolve_url(link, base)
-    return fallback_guid(title, raw_pub_date, html, date_trimmed=False)
+    return fallback_guid(title, raw_pub_date, html)
 
 
 MAX_FIELD_CHARS = 250_000

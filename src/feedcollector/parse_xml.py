@@ -280,8 +280,10 @@ def _rss_item(
         dates = tuple(text_of(d) for d in (pub_date, dc_date, published, updated) if d is not None)
     title_text = None if title is None else text_of(title)
     guid_text = None if guid is None else text_of(guid)
-    texts = (title_text, guid_text, link_text, content_html, description_html)
-    enclosure = None if dates else _lone_enclosure(item, texts)
+    enclosure = None
+    if not dates or not has_text(dates[0]):  # rare: an item without a date to hash
+        texts = (title_text, guid_text, link_text, content_html, description_html, *dates)
+        enclosure = _lone_enclosure(item, texts)
     return finish_values(  # positional (faster), in RawEntry's order
         title_text,  # title
         link_text,  # link
@@ -375,8 +377,8 @@ def _atom_link(links: list[etree._Element], chain: str | None, base_url: str) ->
 
 
 def _lone_enclosure(item: etree._Element, texts: tuple[str | None, ...]) -> str | None:
-    """The first enclosure's URL of an undated item none of whose ``texts`` (title, GUID,
-    link, content, description) has any: the GUID fallback's last resort, read only then."""
+    """The first enclosure's URL of an item none of whose ``texts`` (title, GUID, link,
+    content, description, dates) has any: the GUID fallback's last resort, read only then."""
     if any(has_text(text) for text in texts):
         return None
     found = _first_child(item, "enclosure")

@@ -198,6 +198,7 @@ async def refresh_feed(
         # parser cannot read whole fails, seed section 8): backoff, `status` says so.
         whole = not parsed.cut_off
         if not whole:
+            outcome.cut_off = True
             outcome.error = (
                 f"parse: the body ends inside an item, after {len(parsed.items)} whole items "
                 "(cut off in transfer, or by the server?)"

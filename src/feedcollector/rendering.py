@@ -24,6 +24,8 @@ import nh3
 from .html import (
     MARKUP_RE,
     RAW_TEXT_ELEMENTS,
+    SRCSET_ATTRIBUTES,
+    URL_ATTRIBUTES,
     AttributeEdit,
     edit_attributes,
     raw_text_end,
@@ -90,12 +92,18 @@ def sanitize_html(content_html: str) -> str:
 
 
 def _data_url_only_for_images(element: str, attribute: str, value: str) -> str | None:
-    if value.lstrip()[:5].lower() != "data:":
+    if attribute not in URL_ATTRIBUTES and attribute not in SRCSET_ATTRIBUTES:
+        return value  # text: alt="Data: sales by region" stays
+    url = value.translate(_URL_IGNORED).strip(_URL_ENDS).lower()
+    if not url.startswith("data:"):
         return value
-    is_image = element == "img" and attribute == "src"
-    return value if is_image and value.lstrip()[5:11].lower() == "image/" else None
+    return value if element == "img" and attribute == "src" and url[5:11] == "image/" else None
 
 
+_URL_IGNORED = str.maketrans("", "", "\t\n\r")
+_URL_ENDS = "".join(chr(code) for code in range(0x21))
+"""A URL as browsers (and nh3's URL parser) read it: tabs and line breaks anywhere dropped,
+C0 controls and spaces at its ends stripped (``da&#10;ta:`` is a ``data:`` URL)."""
 _NOSCRIPT_TAG_RE = re.compile(r"</?noscript\b[^>]*>", re.IGNORECASE)
 """A ``<noscript>`` tag, taken out so that its content is read as the markup it is."""
 _CLEANER = nh3.Cleaner(

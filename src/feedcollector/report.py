@@ -62,6 +62,9 @@ class FeedOutcome:
     time, failing 10 times in a row): the outcome line is DEBUG, so it is said once."""
     moved: bool = False
     """This fetch recorded a permanent move (or a return to the feed's own URL)."""
+    cut_off: bool = False
+    """The body ended inside an item: its whole items were stored (``state`` is stored), and
+    the feed counts a failure all the same (:attr:`error` says so)."""
     host_waits: str | None = None
     """What a 429 does to the host that answered it (its feeds wait until when), said in the
     feed's own line rather than in a line of its own."""
@@ -96,12 +99,6 @@ class FeedOutcome:
         if self.error_kind == "http" and self.http_status:
             return f"http_{self.http_status // 100}xx"
         return self.error_kind or "error"
-
-    @property
-    def cut_off(self) -> bool:
-        """The body ended inside an item: its whole items were stored, and the feed counts a
-        failure all the same (:attr:`error` says so)."""
-        return self.state == "stored" and self.error is not None
 
     @property
     def failed(self) -> bool:

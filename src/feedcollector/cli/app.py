@@ -174,14 +174,19 @@ def require_feeds_file(settings: Settings) -> None:
         guard(lambda: load_feeds(settings.feeds_file))
 
 
+def no_database_file(settings: Settings) -> bool:
+    """Whether the database is a SQLite file that does not exist (yet): opening it creates it."""
+    return settings.database.backend == "sqlite" and not settings.database.path.exists()
+
+
 def require_database(settings: Settings, command: str) -> None:
     """Refuse (exit 2) a command about what was collected when its SQLite file does not exist:
     opening it made an empty database, in a mistyped folder too, and ``cleanup --orphans``
     over an empty database takes every archived image for an orphan."""
-    path = settings.database.path
-    if settings.database.backend == "sqlite" and not path.exists():
+    if no_database_file(settings):
         usage_error(
-            f"{command}: there is no database at {path}, so nothing was collected there. The "
+            f"{command}: there is no database at {settings.database.path}, so nothing was "
+            "collected there. The "
             "first `feedcollector run` creates it; if the collector's database is elsewhere, "
             "run from its folder or name its config with --config."
         )

@@ -31,6 +31,7 @@ from .app import (
     app,
     guard,
     load_command_settings,
+    no_database_file,
     run_async,
     say_error,
     say_warning,
@@ -313,7 +314,7 @@ def _known_titles(settings: Settings) -> dict[str, str]:
     """Channel titles from the database when there is one (names for the outlines)."""
     from ..opml import channel_titles
 
-    if settings.database.backend == "sqlite" and not settings.database.path.exists():
+    if no_database_file(settings):
         return {}
 
     async def query() -> dict[str, str]:

@@ -28,7 +28,7 @@ from ..safe_text import one_line
 from ..schema import migrate
 from ..status import FeedStatus, StatusReport, build_status, read_status, select_feeds
 from ..timestamps import format_timestamp, parse_timestamp, utc_now
-from .app import app, load_command_settings, run_async, say_warning
+from .app import app, load_command_settings, no_database_file, run_async, say_warning
 
 STATE_STYLES = {"gone": "bold red", "failing": "red", "new": "cyan", "removed": "dim"}
 
@@ -72,7 +72,7 @@ def status(
 
     async def main() -> None:
         stamp = format_timestamp(now)
-        if settings.database.backend == "sqlite" and not settings.database.path.exists():
+        if no_database_file(settings):
             listed = _feeds_file(settings)
             reports.append(build_status([], {}, {}, {}, listed, generated_at=stamp))
             return
