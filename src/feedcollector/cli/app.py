@@ -186,9 +186,8 @@ def require_database(settings: Settings, command: str) -> None:
     if no_database_file(settings):
         usage_error(
             f"{command}: there is no database at {settings.database.path}, so nothing was "
-            "collected there. The "
-            "first `feedcollector run` creates it; if the collector's database is elsewhere, "
-            "run from its folder or name its config with --config."
+            "collected there. The first `feedcollector run` creates it; if the collector's "
+            "database is elsewhere, run from its folder or name its config with --config."
         )
 
 
