@@ -263,6 +263,27 @@ def test_feeds_outside_any_folder_after_a_folder_get_a_comment_of_their_own(
     )
 
 
+def test_feeds_outside_any_folder_imported_after_an_earlier_imports_folder_say_so(
+    tmp_path: Path,
+) -> None:
+    """The file ended under the earlier import's folder comment, which claimed them."""
+    feeds_file = write(tmp_path / "feeds.yaml", "feeds:\n")
+    tech = (
+        '<outline text="Tech"><outline type="rss" text="A" xmlUrl="https://a.example/f"/></outline>'
+    )
+    import_opml(write(tmp_path / "1.opml", f"<opml><body>{tech}</body></opml>"), feeds_file)
+    top = '<outline type="rss" text="Pod" xmlUrl="https://pod.example/rss"/>'
+    import_opml(write(tmp_path / "2.opml", f"<opml><body>{top}</body></opml>"), feeds_file)
+    assert feeds_file.read_text().endswith(
+        "  # Tech (imported from OPML)\n"
+        "  - url: https://a.example/f\n"
+        "    title: A\n"
+        "  # No folder (imported from OPML)\n"
+        "  - url: https://pod.example/rss\n"
+        "    title: Pod\n"
+    )
+
+
 def test_import_into_json_and_into_a_missing_file(tmp_path: Path) -> None:
     json_file = write(
         tmp_path / "feeds.json",

@@ -198,7 +198,7 @@ def import_opml(opml_path: Path, feeds_file: Path) -> ImportResult:
     existing = listed_feeds(target, text)
     added, present = plan_import(existing, document.feeds)
     if added:
-        entries = _new_entries(added)
+        entries = _new_entries(added, after_import=IMPORTED_FOLDER in text)
         try:
             merged = (
                 json_rewrite(text, lambda feeds: _extend_json(feeds, entries))
@@ -217,19 +217,25 @@ def import_opml(opml_path: Path, feeds_file: Path) -> ImportResult:
     return ImportResult(tuple(added), tuple(present), document.skipped)
 
 
-def _new_entries(added: Sequence[OpmlFeed]) -> list[NewEntry]:
+IMPORTED_FOLDER = " (imported from OPML)"
+"""How the comment naming an imported folder ends."""
+
+
+def _new_entries(added: Sequence[OpmlFeed], *, after_import: bool = False) -> list[NewEntry]:
     """The entries to append, each OPML folder named once in a comment above its first feed
     (written in YAML only: JSON has no comments), and the feeds outside any folder that come
-    after one under a comment of their own: they read as the folder's otherwise."""
+    after one under a comment of their own: they read as the folder's otherwise. So do those
+    appended first to a file an earlier import wrote folders into (``after_import``): its last
+    entries may stand under a folder's comment."""
     entries: list[NewEntry] = []
-    folder: tuple[str, ...] = ()
+    folder: tuple[str, ...] | None = None if after_import else ()
     for feed in added:
         comment = None
         if feed.folder and feed.folder != folder:
             label = " / ".join(_comment_text(name) for name in feed.folder)
-            comment = f"{label} (imported from OPML)"
-        elif folder and not feed.folder:
-            comment = "No folder (imported from OPML)"
+            comment = f"{label}{IMPORTED_FOLDER}"
+        elif folder != () and not feed.folder:
+            comment = f"No folder{IMPORTED_FOLDER}"
         entries.append(NewEntry(feed.url, title=feed.title, comment=comment))
         folder = feed.folder
     return entries
