@@ -550,6 +550,10 @@ def test_s3_wrong_bucket_and_stopped_server_raise_object_store_error(s3_server: 
         with pytest.raises(ObjectStoreError, match="bucket does not exist") as caught:
             wrong.run(wrong.backend.get("a/b"))
         assert not isinstance(caught.value, ObjectNotFoundError)
+        assert "create it, or correct [storage] bucket" in str(caught.value)
+        for code in ("SignatureDoesNotMatch", "InvalidAccessKeyId", "AccessDenied"):
+            refused = wrong.backend._error("put", "a/b", OSError(f"403 Forbidden: <Code>{code}"))
+            assert "check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY" in str(refused), code
         with pytest.raises(ObjectStoreError, match="no-such-bucket"):
             wrong.run(wrong.backend.put("a/b", b"x"))
     with live("s3", lambda: s3_server.store(timeout_s=5)) as store:

@@ -6,7 +6,10 @@ from __future__ import annotations
 import io
 import json
 import logging
+import signal
 import sqlite3
+import subprocess
+import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -132,6 +135,33 @@ def test_fetch_all_of_many_feeds_logs_progress_lines(
     )
     messages = [json.loads(line)["message"] for line in as_json.stderr.splitlines()]
     assert "feeds: [24/24] 100%, 0 failed, 0 new items" in messages
+
+
+def test_run_shows_the_progress_of_a_cycle_of_many_feeds(
+    feed_server: FeedServer, tmp_path: Path
+) -> None:
+    """`run --once` showed it and `run` did not, though its help promises it for a first
+    fetch of many feeds."""
+    urls = [feed_server.route(f"/f{n}", body=rss([Entry("x", guid=f"{n}")])) for n in range(24)]
+    config = write_project(tmp_path, urls)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "feedcollector", "--config", str(config), "run"],
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not all(feed_server.hits(f"/f{n}") for n in range(24)):
+            assert time.monotonic() < deadline, "the scheduler never fetched every feed"
+            time.sleep(0.05)
+        process.send_signal(signal.SIGTERM)  # the feeds in flight finish, and say so
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 0, stderr
+    assert "feeds: [1/24] 4%" in stderr
+    assert "feeds: [24/24] 100%, 0 failed, 24 new items" in stderr
 
 
 def test_cleanup_logs_progress_lines(feed_server: FeedServer, tmp_path: Path) -> None:

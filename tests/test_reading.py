@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 import sqlite3
 from collections.abc import Callable
@@ -30,6 +31,7 @@ from feedcollector.reading import (
     StoredItem,
     items_images,
     iter_items,
+    load_content,
     parse_since,
     read_item,
     render_item_html,
@@ -244,6 +246,23 @@ def test_an_unquoted_value_with_a_quote_in_it_does_not_hide_the_images_after_it(
         f"<p><img alt=Don't src=\"{(folder / '0.png').as_uri()}\"> it's "
         f'<img src="{(folder / "1.png").as_uri()}"></p>'
     )
+
+
+def test_a_missing_spilled_html_object_is_said_with_how_to_write_it_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    objects = LocalObjectStore(tmp_path / "objects")
+    item = StoredItem(
+        "i1", "f1", "https://a.example/feed", "g", None, "T", None, "2026-03-02T09:00:00Z",
+        None, "content/f1/abcd1234.html",
+    )  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="feedcollector"):
+        assert asyncio.run(load_content(objects, item)) is None
+    assert caplog.messages == [
+        "storage: item i1: its content object content/f1/abcd1234.html is missing; shown "
+        "without content (`feedcollector restore --feed https://a.example/feed` writes it "
+        "again while a backup lists the item)"
+    ]
 
 
 def test_parse_since() -> None:

@@ -114,7 +114,21 @@ def test_run_once_exits_1_when_storage_failing_stopped_a_cycle_that_stored_nothi
 
     some_stored = CycleReport(started, feeds=5, stored=2, aborted=3, left=5, storage_failing=why)
     service.refuse_storage_down(some_stored)  # what it stored is there; the next run probes again
-    service.refuse_storage_down(CycleReport(started, feeds=4, aborted=3, not_modified=1))
+    service.refuse_storage_down(CycleReport(started, feeds=7, stored=1, aborted=1, not_modified=5))
+
+
+def test_run_once_exits_1_when_the_feeds_storage_aborted_were_all_it_had_to_store() -> None:
+    """A missing bucket or a revoked key aborts every feed with a body to store; the others
+    answer 304, whose bookkeeping goes to the database alone: "every feed aborted" did not
+    hold, and a cron job saw exit 0 for as long as the outage lasted."""
+    quiet = CycleReport(Clock()(), feeds=4, aborted=2, not_modified=1, unchanged=1)
+    with pytest.raises(StorageError) as raised:
+        service.refuse_storage_down(quiet)
+    assert str(raised.value) == (
+        "storage: 2 feeds this cycle refreshed were aborted by storage errors (logged above), "
+        "and none was stored: the database or object store cannot be used now; the next run "
+        "tries them again (an item a batch left stored is not stored twice)"
+    )
 
 
 def test_run_once_exits_1_when_a_locked_database_kept_it_from_claiming_feeds(

@@ -259,9 +259,11 @@ async def load_content(objects: ObjectStore, item: StoredItem) -> str | None:
         data = await objects.get(item.content_key)
     except ObjectNotFoundError:
         log.warning(
-            "storage: item %s: its content object %s is missing; shown without content",
+            "storage: item %s: its content object %s is missing; shown without content "
+            "(`feedcollector restore --feed %s` writes it again while a backup lists the item)",
             item.id,
             item.content_key,
+            item.feed_url,
         )
         return None
     return data.decode("utf-8", "replace")

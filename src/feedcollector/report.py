@@ -174,6 +174,25 @@ class CycleObserver(Protocol):
         """The cycle is over; ``db`` is there to sample gauges (image tasks by status...)."""
 
 
+class CycleObservers:
+    """Several observers heard as one (``run`` with metrics shows progress too)."""
+
+    def __init__(self, *observers: CycleObserver) -> None:
+        self._observers = observers
+
+    def feed_done(self, outcome: FeedOutcome, report: CycleReport) -> None:
+        for observer in self._observers:
+            observer.feed_done(outcome, report)
+
+    def images_done(self, report: CycleReport) -> None:
+        for observer in self._observers:
+            observer.images_done(report)
+
+    async def cycle_done(self, report: CycleReport, db: Database) -> None:
+        for observer in self._observers:
+            await observer.cycle_done(report, db)
+
+
 @dataclass(slots=True)
 class CycleReport:
     """Counters only (no per-feed lists), so memory stays flat however many feeds there are."""

@@ -168,20 +168,23 @@ async def run_once(collector: Collector) -> None:
 
 
 def refuse_storage_down(report: CycleReport) -> None:
-    """Raise StorageError when every feed the cycle refreshed was aborted by one, or storage
-    failing stopped the cycle before any feed was stored (its feeds could not even be claimed:
-    a locked or unreachable database): a revoked key, a missing bucket or a full disk stops
-    every feed alike, and ``run --once`` (or ``fetch``) ended 0 each time, nothing in
-    ``status``, every body downloaded again."""
+    """Raise StorageError when feeds the cycle refreshed were aborted by one and none was
+    stored (the others answered 304 or sent the body stored last time, whose bookkeeping goes
+    to the database alone), or storage failing stopped the cycle before any feed was stored
+    (its feeds could not even be claimed: a locked or unreachable database): a revoked key, a
+    missing bucket or a full disk stops every feed alike, and ``run --once`` (or ``fetch``)
+    ended 0 each time, nothing in ``status``, every body downloaded again. One feed aborted
+    among feeds stored is a passing fault, its error logged: the cycle still succeeds."""
     every_one = report.aborted == report.feeds - report.deferred
     stopped = report.storage_failing is not None and not report.stored
-    if report.aborted and (every_one or stopped):
+    if report.aborted and (every_one or stopped or not report.stored):
         what = "all " if every_one else ""
         left = f", and {report.left} more were left untried" if report.left else ""
         raise StorageError(
             f"storage: {what}{report.aborted} feeds this cycle refreshed were aborted by "
-            f"storage errors{left} (logged above): the database or object store cannot be "
-            "used now; nothing was stored, the next run tries again"
+            f"storage errors{left} (logged above), and none was stored: the database or "
+            "object store cannot be used now; the next run tries them again (an item a "
+            "batch left stored is not stored twice)"
         )
     if stopped:  # no feed even claimed (a database locked or unreachable)
         raise StorageError(

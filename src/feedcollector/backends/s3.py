@@ -31,6 +31,19 @@ CLOSE_GRACE_S = 0.1
 """How long closing waits for obstore's runtime threads (see :meth:`S3ObjectStore.close`)."""
 
 
+_KEYS_HINT = (
+    " (the store refused the credentials: check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
+    "and that the key may read and write this bucket)"
+)
+_ERROR_HINTS = (
+    ("NoSuchBucket", " (the bucket does not exist: create it, or correct [storage] bucket)"),
+    ("SignatureDoesNotMatch", _KEYS_HINT),
+    ("InvalidAccessKeyId", _KEYS_HINT),
+    ("AccessDenied", _KEYS_HINT),
+)
+"""S3 error codes an operator can act on, and what the error adds for each."""
+
+
 class S3ObjectStore:
     """Objects in ``bucket`` at ``endpoint`` (R2: ``https://<account>.r2.cloudflarestorage.com``,
     region ``auto``)."""
@@ -156,8 +169,10 @@ class S3ObjectStore:
         await asyncio.sleep(CLOSE_GRACE_S)
 
     def _error(self, action: str, what: str, exc: BaseException) -> ObjectStoreError:
+        """The error of an S3 call, naming it, the bucket and the endpoint, and for the codes
+        an operator can act on (:data:`_ERROR_HINTS`) what to do."""
         detail = " ".join(str(exc).split("Debug source:")[0].split())
-        hint = " (the bucket does not exist)" if "NoSuchBucket" in detail else ""
+        hint = next((words for code, words in _ERROR_HINTS if code in detail), "")
         if isinstance(exc, InvalidPathError) and action == "list":
             hint = (
                 " (an object there has a key obstore cannot read: an empty, '.' or '..' "

@@ -198,7 +198,7 @@ def run_async(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
         try:
             asyncio.run(main())
         except (KeyboardInterrupt, asyncio.CancelledError):
-            typer.echo("interrupted", err=True)
+            say_warning("interrupted")  # a JSON line with --log-format json
             raise typer.Exit(130) from None
 
     guard(run_main)

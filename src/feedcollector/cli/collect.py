@@ -12,7 +12,7 @@ from ..collector import Collector
 from ..config import Settings, load_feeds
 from ..feeds_file import feed_url_key
 from ..pipeline import run_cycle
-from ..report import CycleObserver
+from ..report import CycleObserver, CycleObservers
 from ..service import refuse_storage_down, run_forever, run_once, serve
 from .app import (
     app,
@@ -56,18 +56,23 @@ def run(
         finally:
             display.close()
         return
-    if settings.metrics.listen is None:
-        _serve(settings, run_forever)
-        return
-    from ..metrics import CollectorMetrics, serve_metrics  # on use: off by default
-
-    metrics = CollectorMetrics()
-    server = guard(lambda: serve_metrics(settings.metrics.listen or "", metrics))
-    log.info("metrics: serving Prometheus metrics at %s", server.url)
+    display = open_display()
+    progress = CycleProgress(display)  # a cycle of many feeds (a first fetch) shows it
     try:
-        _serve(settings, run_forever, observer=metrics)
+        if settings.metrics.listen is None:
+            _serve(settings, run_forever, observer=progress)
+            return
+        from ..metrics import CollectorMetrics, serve_metrics  # on use: off by default
+
+        metrics = CollectorMetrics()
+        server = guard(lambda: serve_metrics(settings.metrics.listen or "", metrics))
+        log.info("metrics: serving Prometheus metrics at %s", server.url)
+        try:
+            _serve(settings, run_forever, observer=CycleObservers(metrics, progress))
+        finally:
+            server.close()
     finally:
-        server.close()
+        display.close()
 
 
 def _serve(

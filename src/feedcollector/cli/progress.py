@@ -117,6 +117,7 @@ class LineDisplay:
             if line != self._tasks[task].shown:
                 log.info("%s", line)
         self._pending.clear()
+        self._tasks.clear()  # a display used again (each cycle of `run`) starts anew
 
 
 def progress_line(task: str, done: int, total: int | None, detail: str) -> str:
