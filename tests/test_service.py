@@ -126,8 +126,9 @@ def test_run_once_exits_1_when_the_feeds_storage_aborted_were_all_it_had_to_stor
         service.refuse_storage_down(quiet)
     assert str(raised.value) == (
         "storage: 2 feeds this cycle refreshed were aborted by storage errors (logged above), "
-        "and none was stored: the database or object store cannot be used now; the next run "
-        "tries them again (an item a batch left stored is not stored twice)"
+        "and no feed was stored: the database or object store cannot be used now; the next run "
+        "tries them again (an item of a batch the database took without answering is not "
+        "stored twice)"
     )
 
 

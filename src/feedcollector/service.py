@@ -182,9 +182,9 @@ def refuse_storage_down(report: CycleReport) -> None:
         left = f", and {report.left} more were left untried" if report.left else ""
         raise StorageError(
             f"storage: {what}{report.aborted} feeds this cycle refreshed were aborted by "
-            f"storage errors{left} (logged above), and none was stored: the database or "
-            "object store cannot be used now; the next run tries them again (an item a "
-            "batch left stored is not stored twice)"
+            f"storage errors{left} (logged above), and no feed was stored: the database or "
+            "object store cannot be used now; the next run tries them again (an item of a "
+            "batch the database took without answering is not stored twice)"
         )
     if stopped:  # no feed even claimed (a database locked or unreachable)
         raise StorageError(
