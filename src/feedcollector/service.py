@@ -177,7 +177,7 @@ def refuse_storage_down(report: CycleReport) -> None:
     among feeds stored is a passing fault, its error logged: the cycle still succeeds."""
     every_one = report.aborted == report.feeds - report.deferred
     stopped = report.storage_failing is not None and not report.stored
-    if report.aborted and (every_one or stopped or not report.stored):
+    if report.aborted and not report.stored:
         what = "all " if every_one else ""
         left = f", and {report.left} more were left untried" if report.left else ""
         raise StorageError(
