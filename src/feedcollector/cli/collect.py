@@ -49,30 +49,30 @@ def run(
     """
     settings = load_command_settings(ctx)
     require_feeds_file(settings)
-    if once:
-        display = open_display()
-        try:
-            _serve(settings, run_once, observer=CycleProgress(display))
-        finally:
-            display.close()
-        return
     display = open_display()
     progress = CycleProgress(display)  # a cycle of many feeds (a first fetch) shows it
     try:
-        if settings.metrics.listen is None:
+        if once:
+            _serve(settings, run_once, observer=progress)
+        elif settings.metrics.listen is None:
             _serve(settings, run_forever, observer=progress)
-            return
-        from ..metrics import CollectorMetrics, serve_metrics  # on use: off by default
-
-        metrics = CollectorMetrics()
-        server = guard(lambda: serve_metrics(settings.metrics.listen or "", metrics))
-        log.info("metrics: serving Prometheus metrics at %s", server.url)
-        try:
-            _serve(settings, run_forever, observer=CycleObservers(metrics, progress))
-        finally:
-            server.close()
+        else:
+            _serve_with_metrics(settings, progress)
     finally:
         display.close()
+
+
+def _serve_with_metrics(settings: Settings, progress: CycleProgress) -> None:
+    """``run`` serving Prometheus metrics at ``[metrics] listen`` while it runs."""
+    from ..metrics import CollectorMetrics, serve_metrics  # on use: off by default
+
+    metrics = CollectorMetrics()
+    server = guard(lambda: serve_metrics(settings.metrics.listen or "", metrics))
+    log.info("metrics: serving Prometheus metrics at %s", server.url)
+    try:
+        _serve(settings, run_forever, observer=CycleObservers(metrics, progress))
+    finally:
+        server.close()
 
 
 def _serve(

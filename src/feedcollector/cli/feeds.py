@@ -275,11 +275,10 @@ def export_opml_command(
     settings = load_command_settings(ctx)
     own = None if file is None else _collector_file(settings, file)
     if own is not None:
-        say_error(
+        usage_error(
             f"export-opml: refused to write over {file}: it is feedcollector's {own}. "
             "Name another file (e.g. feeds.opml), or leave the file out to print the OPML."
         )
-        raise typer.Exit(2)
     specs = guard(lambda: load_feeds(settings.feeds_file))
     document = export_opml(specs, now=utc_now(), titles=_known_titles(settings))
     if file is None:
