@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import codecs
 import encodings
+import itertools
 import pkgutil
 import re
 from dataclasses import dataclass
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from lxml import etree
 
@@ -117,10 +118,12 @@ DIVERGENCES: dict[str, Divergence] = {
     "double-encoded-html.xml": Divergence(_PARSER_LEVEL, unchanged=True),
     "bozo_double-encoded-html.xml": Divergence(_PARSER_LEVEL, unchanged=True),
     "bozo_linenoise.xml": Divergence(
-        "declared UTF-8 with 2 valid characters and 1 stray byte: too little evidence to call it "
-        "damaged UTF-8, so detection guesses a legacy code page; feedparser's expected value is "
-        "itself a guess (its iso-8859-2 fallback), neither is the author's text",
+        "declared UTF-8 with 2 valid characters, both curly quotes, and 1 stray byte: Western "
+        "UTF-8 with a windows-1252 byte mixed in, read as such; feedparser's expected value is "
+        "a guess (its iso-8859-2 fallback read the whole body, quotes included)",
+        encoding="utf-8",
         source="detected",
+        contains="\u2019<>\u201d\u00a9",
     ),
 }
 
@@ -484,7 +487,7 @@ def test_damaged_utf8_keeps_its_good_characters() -> None:
     assert item_description(result.data) == ZH_SIMPLIFIED.replace("北京", "北京\ufffd")
 
 
-def test_a_word_paste_in_a_utf8_feed_costs_two_characters_not_every_accent() -> None:
+def test_a_word_paste_in_a_utf8_feed_keeps_its_quotes_and_every_accent() -> None:
     """Two windows-1252 curly quotes beside six good accents: detection picked a Thai code
     page that read every "é" as two letters, and nothing warned."""
     body = (
@@ -493,8 +496,53 @@ def test_a_word_paste_in_a_utf8_feed_costs_two_characters_not_every_accent() -> 
         .replace(b"</title>", b"\x93x\x94</title>", 1)
     )
     result = decode_feed(body, "application/rss+xml; charset=utf-8")
-    assert (result.encoding, result.replaced) == ("utf-8", 2)
+    assert (result.encoding, result.replaced, result.stray_windows_1252) == ("utf-8", 0, 2)
+    assert channel_title(result.data) == "Caf\u00e9 Caf\u00e9 \u201cx\u201d"
     assert item_description(result.data) == "Caf\u00e9 " * 6
+
+
+@pytest.mark.parametrize("declared", ["utf-8", None])
+def test_a_short_utf8_body_with_more_latin1_bytes_than_good_characters_reads_both(
+    declared: str | None,
+) -> None:
+    """A UTF-8 template with a legacy database's names in it: one good "é" against three
+    Latin-1 letters was too little evidence for damaged UTF-8, and charset detection on a few
+    hundred bytes picked a code page that turned the "é" into two letters (or worse)."""
+    body = rss("Caf\u00e9 M\u00fcller, Gr\u00fc\u00dfe", declared=declared).encode("utf-8")
+    body = body.replace("ü".encode(), b"\xfc").replace("ß".encode(), b"\xdf")
+    result = decode_feed(body, None)
+    assert (result.encoding, result.replaced, result.stray_windows_1252) == ("utf-8", 0, 6)
+    assert item_description(result.data) == "Caf\u00e9 M\u00fcller, Gr\u00fc\u00dfe"
+
+
+def test_stray_bytes_beside_utf8_that_windows_1252_cannot_write_stay_replaced() -> None:
+    """The text is not Western, so its stray bytes are no windows-1252 either: U+FFFD."""
+    body = rss("Caf\u00e9 \u0142\u00f3d\u017a " * 4, declared="utf-8").encode()
+    body = body.replace(b"</title>", b"\xb9</title>", 1)
+    result = decode_feed(body, None)
+    assert (result.encoding, result.replaced, result.stray_windows_1252) == ("utf-8", 1, 0)
+    assert channel_title(result.data) == "Caf\u00e9 \u0142\u00f3d\u017a \ufffd"
+
+
+def test_a_windows_1252_body_forming_a_non_western_utf8_sequence_is_detected() -> None:
+    """German legacy text where "ß" meets a curly quote (DF 93) is valid UTF-8 for an N'Ko
+    letter: no Western UTF-8 text, so the body is read as the code page it is."""
+    text = "Die Stra\u00dfe \u201eam Markt\u201c und die Stra\u00dfe\u201c, sch\u00f6n"
+    result = decode_feed(rss(text).encode("cp1252"), None)
+    assert (result.encoding, result.source, result.stray_windows_1252) == (
+        "windows-1252",
+        "detected",
+        0,
+    )
+    assert item_description(result.data) == text
+
+
+def test_a_utf8_bom_with_stray_windows_1252_bytes_reads_them() -> None:
+    body = codecs.BOM_UTF8 + rss("R\u00e9sum\u00e9 \u00a9 Espa\u00f1a").encode()
+    body = body.replace("ñ".encode(), b"\xf1")
+    result = decode_feed(body, None)
+    assert (result.encoding, result.source, result.stray_windows_1252) == ("utf-8", "detected", 2)
+    assert item_description(result.data) == "R\u00e9sum\u00e9 \u00a9 Espa\u00f1a"
 
 
 @pytest.mark.parametrize(
@@ -779,3 +827,67 @@ def test_small_non_western_feeds_keep_their_code_page(text: str, codec: str, exp
     """The preference for windows-1252 does not take text it reads as mojibake."""
     result = decode_feed(rss(text, declared="utf-8").encode(codec), None)
     assert (result.encoding, item_description(result.data)) == (expected, text)
+
+
+@pytest.mark.parametrize(
+    ("declared", "content_type"),
+    [("iso-8859-1", None), (None, "text/xml; charset=windows-1252"), ("us-ascii", None)],
+)
+def test_western_utf8_in_a_body_labelled_windows_1252_is_read_as_utf8(
+    declared: str | None, content_type: str | None
+) -> None:
+    """A legacy template (or a server default) labels the feed Latin-1 while newer entries are
+    UTF-8: read as labelled, their "é" became "Ã©". The label's bytes still read as it says."""
+    body = rss("Caf\u00e9 \u201cneu\u201d, M\u00fcller", declared=declared).encode()
+    body = body.replace("ü".encode(), b"\xfc")
+    result = decode_feed(body, content_type)
+    assert (result.encoding, result.source, result.stray_windows_1252) == ("utf-8", "detected", 2)
+    assert item_description(result.data) == "Caf\u00e9 \u201cneu\u201d, M\u00fcller"
+
+
+def test_a_windows_1252_label_keeps_a_body_without_western_utf8() -> None:
+    text = "Die Stra\u00dfe\u201c und M\u00fcller"
+    result = decode_feed(rss(text, declared="windows-1252").encode("cp1252"), None)
+    assert (result.encoding, result.source, result.stray_windows_1252) == (
+        "windows-1252",
+        "declaration",
+        0,
+    )
+    assert item_description(result.data) == text
+
+
+WESTERN_LETTERS = st.text(
+    st.sampled_from(
+        "abc xyz.\u00e9\u00fc\u00df\u00e0\u00f1\u00e7\u00c9\u00a9\u201c\u201d\u2019\u20ac\u0153"
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(pieces=st.lists(st.tuples(WESTERN_LETTERS, st.booleans()), min_size=1, max_size=8))
+def test_western_text_mixing_utf8_and_windows_1252_pieces_reads_back_whole(
+    pieces: list[tuple[str, bool]],
+) -> None:
+    """Any Western text whose pieces are written in UTF-8 or windows-1252 reads back as
+    written, provided some UTF-8 holds a non-ASCII character and no run of windows-1252 forms
+    a UTF-8 sequence by itself (which no reading can tell from UTF-8)."""
+    assume(any(not text.isascii() for text, in_utf8 in pieces if in_utf8))
+    encoded = [text.encode("utf-8" if in_utf8 else "cp1252") for text, in_utf8 in pieces]
+    legacy_runs = b"".join(
+        b"\n" if in_utf8 else piece for piece, (_, in_utf8) in zip(encoded, pieces, strict=True)
+    )
+    assume(not _forms_utf8_sequence(legacy_runs))
+    text = "".join(text for text, _ in pieces)
+    head = b'<rss version="2.0"><channel><title>'
+    result = decode_feed(head + b"".join(encoded) + b"</title></channel></rss>", None)
+    assert (result.encoding, result.replaced) == ("utf-8", 0)
+    assert channel_title(result.data) == text
+
+
+def _forms_utf8_sequence(piece: bytes) -> bool:
+    return any(
+        0xC2 <= first <= 0xF4 and 0x80 <= second <= 0xBF
+        for first, second in itertools.pairwise(piece)
+    )

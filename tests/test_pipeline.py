@@ -696,6 +696,25 @@ def test_undecodable_bytes_are_replaced_with_one_warning_naming_the_feed(
     assert "utf-8 with 1 undecodable byte sequence(s)" in warning
 
 
+def test_windows_1252_bytes_in_a_western_utf8_feed_are_read_with_one_line_naming_the_feed(
+    feed_server: FeedServer, project: Callable[..., Project], caplog: pytest.LogCaptureFixture
+) -> None:
+    body = rss([Entry("Caf\u00e9 M\u00fcller", guid="1"), Entry("K\u00f6ln", guid="2")])
+    body = body.replace("ü".encode(), b"\xfc")
+    url = feed_server.route("/mixed", body=body)
+    p = project([url])
+    with caplog.at_level(logging.INFO, logger="feedcollector"):
+        assert p.cycle().new_items == 2
+    assert p.rows("SELECT title FROM items ORDER BY guid") == [
+        {"title": "Caf\u00e9 M\u00fcller"},
+        {"title": "K\u00f6ln"},
+    ]
+    (line,) = [r.getMessage() for r in caplog.records if "windows-1252" in r.getMessage()]
+    assert url in line
+    assert "1 byte sequence(s) of windows-1252 text mixed in" in line
+    assert not [r for r in caplog.records if "undecodable" in r.getMessage()]
+
+
 def test_image_results_are_written_while_a_slow_image_of_the_page_downloads(
     feed_server: FeedServer, project: Callable[..., Project], monkeypatch: pytest.MonkeyPatch
 ) -> None:

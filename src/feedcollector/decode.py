@@ -20,12 +20,14 @@ Labels map as browsers map them (:mod:`.decode_labels`: ``gb2312`` -> gb18030,
 ``latin1``/``us-ascii`` -> windows-1252, ``big5`` -> big5hkscs, ``shift_jis`` -> cp932,
 ``euc-kr`` -> cp949...); a label that names no text encoding, or one the bytes cannot be in (a
 UTF-16 label on single-byte bytes and the reverse), is ignored. A candidate must decode the
-whole body strictly. When none does, a BOM still wins (with replacement characters), and a
-candidate that decodes almost everything (enough good non-ASCII characters per bad byte) is read
-with replacement before detection is asked, since detection would trade a few bad bytes for
-mojibake everywhere; the last resort is the first candidate (or UTF-8) with replacement. Lossy
-readings report ``detected`` and how many byte sequences they replaced; the caller warns,
-naming the feed (this module does not log).
+whole body strictly. When none does, UTF-8 whose multi-byte characters are all Western is read
+with its other bytes as windows-1252 (:mod:`.decode_mixed`), a BOM still wins (with
+replacement characters), and a candidate that decodes almost everything (enough good non-ASCII
+characters per bad byte) is read with replacement before detection is asked, since detection
+would trade a few bad bytes for mojibake everywhere; the last resort is the first candidate
+(or UTF-8) with replacement. Mixed and lossy readings report ``detected`` and how many byte
+sequences they read as windows-1252 or replaced; the caller says so, naming the feed (this
+module does not log).
 
 The output has no BOM, a declaration (if any) that is first and says UTF-8, and no U+FFFE or
 U+FFFF. The other characters XML 1.0 forbids, C0 controls but TAB/LF/CR, are not searched for
@@ -43,6 +45,7 @@ from .decode_detect import detected_codecs
 from .decode_labels import UTF8 as _UTF8
 from .decode_labels import WIDE as _WIDE
 from .decode_labels import codec_for_label
+from .decode_mixed import WINDOWS_1252, may_hold_western_utf8, read_mixed
 from .errors import ParseError
 from .models import DecodedFeed
 
@@ -88,8 +91,8 @@ def decode_feed(body: bytes, content_type: str | None) -> DecodedFeed:
     if not payload:
         raise ParseError("decode: empty body, nothing to read")
     candidates = _candidates(bom_codec, wide, _charset_param(content_type), declared)
-    codec, data, source, replaced = _read(payload, candidates, bom_codec, wide)
-    return DecodedFeed(_finish(data), codec, source, replaced)
+    codec, data, source, replaced, stray = _read(payload, candidates, bom_codec, wide)
+    return DecodedFeed(_finish(data), codec, source, replaced, stray)
 
 
 def charset_decides(body: bytes, content_type: str | None) -> bool:
@@ -123,37 +126,48 @@ def _own_evidence(body: bytes) -> tuple[str | None, int, str | None, str | None]
 
 def _read(
     payload: bytes, candidates: list[tuple[str, str]], bom_codec: str | None, wide: str | None
-) -> tuple[str, bytes, str, int]:
-    """Codec, UTF-8 bytes, source and replaced sequences: strict readings first, lossy ones
-    only after them."""
-    if bom_codec is None and wide is None and candidates and _utf8_beats(payload, candidates):
-        return _UTF8, payload, "detected", 0
+) -> tuple[str, bytes, str, int, int]:
+    """Codec, UTF-8 bytes, source, replaced sequences and stray windows-1252 bytes: strict
+    readings first, then UTF-8 mixed with windows-1252, lossy readings last."""
+    if bom_codec is None and wide is None and candidates:
+        if _utf8_beats(payload, candidates):
+            return _UTF8, payload, "detected", 0, 0
+        if candidates[0][0] == WINDOWS_1252 and may_hold_western_utf8(payload):
+            mixed = _decode_mixed(payload)  # the label's reading, but for Western UTF-8
+            if mixed is not None:
+                return _UTF8, *mixed
     for codec, source in candidates:
         data = _decode_strict(payload, codec)
         if data is not None:
-            return codec, data, source, 0
+            return codec, data, source, 0, 0
     tried = {codec for codec, _ in candidates}
     utf8_untried = wide is None and _UTF8 not in tried
     if utf8_untried:
         data = _decode_strict(payload, _UTF8)
         if data is not None:
-            return _UTF8, data, "detected" if candidates else "default", 0
+            return _UTF8, data, "detected" if candidates else "default", 0, 0
     if bom_codec is not None:  # a BOM is no guess: damaged bytes do not overturn it
+        mixed = _decode_mixed(payload) if bom_codec == _UTF8 else None
+        if mixed is not None:
+            return bom_codec, *mixed
         data, replaced = _decode_lossy(payload, bom_codec)
-        return bom_codec, data, "detected", replaced
+        return bom_codec, data, "detected", replaced, 0
     for codec in [codec for codec, _ in candidates] + ([_UTF8] if utf8_untried else []):
+        mixed = _decode_mixed(payload) if codec == _UTF8 else None
+        if mixed is not None:
+            return codec, *mixed
         mostly = _decode_mostly(payload, codec)
         if mostly is not None:
             data, replaced = mostly
-            return codec, data, "detected", replaced
+            return codec, data, "detected", replaced, 0
     if wide is None:
         for codec in detected_codecs(payload, tried):
             data = _decode_strict(payload, codec) if codec not in tried else None
             if data is not None:
-                return codec, data, "detected", 0
+                return codec, data, "detected", 0, 0
     fallback = candidates[0][0] if candidates else _UTF8
     data, replaced = _decode_lossy(payload, fallback)
-    return fallback, data, "detected", replaced
+    return fallback, data, "detected", replaced, 0
 
 
 def _utf8_beats(payload: bytes, candidates: list[tuple[str, str]]) -> bool:
@@ -298,6 +312,15 @@ def _is_clean_utf8(payload: bytes) -> bool:
     except UnicodeDecodeError:
         return False
     return True
+
+
+def _decode_mixed(payload: bytes) -> tuple[bytes, str, int, int] | None:
+    """:func:`.decode_mixed.read_mixed` as a reading (UTF-8 bytes, source, replaced, stray)."""
+    mixed = read_mixed(payload)
+    if mixed is None:
+        return None
+    text, stray = mixed
+    return _utf8(text), "detected", 0, stray
 
 
 def _decode_mostly(payload: bytes, codec: str) -> tuple[bytes, int] | None:

@@ -93,6 +93,9 @@ class DecodedFeed:
     replaced: int = 0
     """Byte sequences no encoding could read, each replaced by U+FFFD (a lossy reading: the
     caller warns, naming the feed); 0 when every byte was read."""
+    stray_windows_1252: int = 0
+    """Bytes of a UTF-8 body that are no UTF-8, read as windows-1252 (Western text from a
+    legacy source pasted into a UTF-8 template; the caller says so, naming the feed)."""
 
 
 class ParsedItem(NamedTuple):

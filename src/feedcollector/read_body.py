@@ -53,6 +53,13 @@ def read_feed_body(
             decoded.encoding,
             decoded.replaced,
         )
+    if decoded.stray_windows_1252:
+        log.info(
+            "decode: feed %s is UTF-8 with %d byte sequence(s) of windows-1252 text mixed in, "
+            "read as such (its other text is Western; its backup keeps the original bytes)",
+            feed_url,
+            decoded.stray_windows_1252,
+        )
     if parsed.items_dropped:
         log.warning(
             "parse: feed %s lists more than %d items; the %d at its newer end are stored (its "
