@@ -456,6 +456,63 @@ def test_restore_gives_guids_whose_md5_share_8_digits_their_own_objects_again(
         assert html.startswith(f"<p>content of {name}</p>")
 
 
+def test_a_restore_after_the_short_key_holders_backups_expired_gives_no_item_its_html(
+    feed_server: FeedServer, tmp_path: Path
+) -> None:
+    """A held the short key, B the full one; then A left the feed and the backups listing it
+    expired. After a database loss, B (replayed alone) took A's object at the short key as
+    its own, "already there": it read A's HTML, and its own object belonged to no row."""
+    guids = ("https://blog.example/post/15027", "https://blog.example/post/59911")
+    a, b = (
+        Entry(n, guid=g, content=f"<p>content of {n}</p>{BIG}")
+        for n, g in zip("AB", guids, strict=True)
+    )
+    url = feed_server.route("/feed.xml", body=rss([a]))
+    drill = Drill(tmp_path, write_project(tmp_path, [url]), Clock())
+    for entries in ([a], [a, b], [b]):
+        feed_server.route("/feed.xml", body=rss(entries))
+        drill.cycle()
+        drill.clock.now += timedelta(hours=1)
+    feed_id = feed_id_for(url)
+    backups = sorted((tmp_path / "objects" / "backups" / feed_id).iterdir())
+    assert len(backups) == 3
+    for expired in backups[:2]:
+        expired.unlink()
+    b_key = content_key(feed_id, guids[1], full=True)
+    assert drill.rows("SELECT guid, content_key FROM items ORDER BY guid") == [
+        (guids[0], content_key(feed_id, guids[0])),
+        (guids[1], b_key),
+    ]
+
+    drill.database.unlink()
+    report, _ = drill.restore()
+    assert report.items_recovered == 1
+    assert drill.rows("SELECT guid, content_key FROM items") == [(guids[1], b_key)]
+    assert (tmp_path / "objects" / b_key).read_text().startswith("<p>content of B</p>")
+
+
+def test_a_spilled_item_whose_short_key_holds_another_items_lost_object_takes_the_full_key(
+    feed_server: FeedServer, tmp_path: Path
+) -> None:
+    """The same after a database loss, for an item spilled for the first time: an object at its
+    short key that no row names and that holds other bytes is not its own."""
+    guids = ("https://blog.example/post/15027", "https://blog.example/post/59911")
+    url = feed_server.route("/feed.xml", body=rss([]))
+    drill = Drill(tmp_path, write_project(tmp_path, [url]), Clock())
+    feed_id = feed_id_for(url)
+    short = tmp_path / "objects" / content_key(feed_id, guids[1])
+    short.parent.mkdir(parents=True)
+    short.write_text("<p>content of a lost item</p>")
+    feed_server.route(
+        "/feed.xml", body=rss([Entry("B", guid=guids[1], content=f"<p>content of B</p>{BIG}")])
+    )
+    drill.cycle()
+    b_key = content_key(feed_id, guids[1], full=True)
+    assert drill.rows("SELECT content_key FROM items") == [(b_key,)]
+    assert (tmp_path / "objects" / b_key).read_text().startswith("<p>content of B</p>")
+    assert short.read_text() == "<p>content of a lost item</p>"
+
+
 def test_a_backup_whose_items_d1_refuses_as_too_large_is_skipped_not_fatal(pair: Pair) -> None:
     """D1 refuses a batch over the Worker's 16 MiB on every run (413): the restore stopped
     there with a database error, leaving every later backup and feed unreplayed. The backup

@@ -21,8 +21,9 @@ batch the database refuses as too large (it stores nothing, and refuses the same
 has the objects written for it deleted again (:func:`spilled_records`). An
 existing object is never overwritten: content is immutable once stored, and a re-fetch of a
 feed without validators does not upload the same megabytes again. Two GUIDs of a feed may share
-their md5's first 8 hex digits: when the key is held by ANOTHER item (its row names it, or an
-item earlier in the same batch takes it), the item's HTML goes to
+their md5's first 8 hex digits: when the key is held by ANOTHER item (its row names it, an
+item earlier in the same batch takes it, or an object no row names holds other bytes: an item
+whose row was lost with the database), the item's HTML goes to
 ``content/{feed_id}/{md5(guid)}.html`` (all 32 digits) instead, so no object is ever shared;
 readers and retention follow ``items.content_key``. A spilled item's images are
 still extracted (from the full HTML, before spilling).
@@ -36,7 +37,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from .database import Database
-from .errors import TOO_LARGE, DatabaseError, StorageError
+from .errors import TOO_LARGE, DatabaseError, ObjectNotFoundError, StorageError
 from .images import guid_digest
 from .models import ItemRecord
 from .objectstore import ObjectStore
@@ -277,11 +278,11 @@ async def _write_objects(
     moved: dict[str, str] = {}
     written: list[str] = []
     for content in plan.spilled:
-        key = await _owned_key(db, feed_id, content, taken)
+        key, present = await _owned_key(db, objects, feed_id, content, taken)
         taken.add(key)
         if key != content.key:
             moved[content.guid] = key
-        if await _exists(objects, key):
+        if present:
             log.info(
                 "store: item %r of feed %s is too big to store inline (%s); its HTML is "
                 "already at %s",
@@ -325,8 +326,15 @@ async def _discard(objects: ObjectStore, db: Database, feed_url: str, keys: list
         )
 
 
-async def _owned_key(db: Database, feed_id: str, content: SpilledContent, taken: set[str]) -> str:
-    """The key this item's HTML may use: its own row's, the short one, or the full-md5 one."""
+async def _owned_key(
+    db: Database, objects: ObjectStore, feed_id: str, content: SpilledContent, taken: set[str]
+) -> tuple[str, bool]:
+    """The key this item's HTML may use, and whether an object is there already: its own
+    row's key; else the full-md5 one when another item holds the short one, or when the
+    full-md5 object exists (this GUID's, written while another item held the short key: after
+    a database loss no row says so); else the short one, unless an object there that no row
+    names holds other bytes (another item's, whose row was lost with the database, or this
+    item's older version: the full-md5 key then holds the one replayed now)."""
     rows = await db.query(
         "SELECT guid, content_key FROM items WHERE (content_key = ? AND feed_id = ?) "
         "OR (feed_id = ? AND guid = ?)",
@@ -334,10 +342,20 @@ async def _owned_key(db: Database, feed_id: str, content: SpilledContent, taken:
     )
     for row in rows:
         if row["guid"] == content.guid and row["content_key"]:
-            return str(row["content_key"])
+            own = str(row["content_key"])
+            return own, await _exists(objects, own)
+    full = content_key(feed_id, content.guid, full=True)
     if content.key in taken or any(row["guid"] != content.guid for row in rows):
-        return content_key(feed_id, content.guid, full=True)
-    return content.key
+        return full, await _exists(objects, full)
+    if await _exists(objects, full):
+        return full, True
+    if not await _exists(objects, content.key):
+        return content.key, False
+    try:
+        same = await objects.get(content.key) == content.data
+    except ObjectNotFoundError:  # deleted meanwhile (a cleanup's orphan sweep)
+        return content.key, False
+    return (content.key, True) if same else (full, False)
 
 
 async def _exists(objects: ObjectStore, key: str) -> bool:
