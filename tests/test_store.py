@@ -701,7 +701,8 @@ def test_objects_spilled_for_a_batch_refused_as_too_large_are_deleted_again(
     objects = LocalObjectStore(tmp_path / "objects")
     records = [sized("new", 3000), sized("reused", 3000), sized("small", 10)]
     plan = spill.plan_spill(feed.id, records, inline_limit=2000)
-    run(objects.put(spill.content_key(feed.id, "reused"), b"left by an earlier try"))
+    earlier_try = next(content.data for content in plan.spilled if content.guid == "reused")
+    run(objects.put(spill.content_key(feed.id, "reused"), earlier_try))
 
     async def refused() -> None:
         refusing = RefusingBatches(db, kind)
