@@ -419,6 +419,42 @@ def test_restore_on_both_backend_pairs(pair: Pair) -> None:
     assert pair.run(restore()).items_recovered == 0
 
 
+def test_a_ctrl_c_stops_a_restore_at_its_next_backup_and_leaves_it_unfinished(pair: Pair) -> None:
+    """Ctrl-C cancels the main task, which hears it at its next wait: on SQLite and a folder
+    the restore never waited, and went on to its end before it stopped "interrupted"."""
+    urls = [f"https://blog{n}.example.org/feed.xml" for n in range(3)]
+
+    async def go() -> None:
+        for url in urls:
+            for hour in range(2):
+                body = rss([Entry(f"{url} {hour}", guid=f"urn:{hour}")])
+                at = START + timedelta(hours=hour)
+                await pair.objects.put(backup_key(feed_id_for(url), at), body)
+        restoring = asyncio.current_task()
+        assert restoring is not None
+
+        def interrupt(step: RestoreProgress) -> None:
+            if step.feed_done and step.feeds_done == 1:
+                restoring.cancel()
+
+        await restore_from_backups(
+            pair.db,
+            pair.objects,
+            [FeedSpec(url) for url in urls],
+            now=START + timedelta(days=1),
+            owner=OWNER,
+            progress=interrupt,
+        )
+
+    with pytest.raises(asyncio.CancelledError):
+        pair.run(go())
+    assert pair.rows("SELECT COUNT(*) AS n FROM items") == [{"n": 2}]
+    assert pair.rows("SELECT task, lease_owner FROM maintenance ORDER BY task") == [
+        {"task": "restore", "lease_owner": None},
+        {"task": "restore-unfinished", "lease_owner": None},
+    ]
+
+
 def test_restore_gives_guids_whose_md5_share_8_digits_their_own_objects_again(
     feed_server: FeedServer, tmp_path: Path
 ) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -671,7 +672,7 @@ def test_a_lease_is_renewed_while_its_work_runs_and_a_lapsed_one_stops_it(pair: 
             every=timedelta(milliseconds=10),
         )
         async with held_lease.renewed(lease):
-            lease.check()
+            await lease.checkpoint()
             clock.now = NOW + timedelta(minutes=4)
             renewed_until = format_timestamp(NOW + timedelta(minutes=9))
             while await lease_until() != renewed_until:
@@ -682,13 +683,13 @@ def test_a_lease_is_renewed_while_its_work_runs_and_a_lapsed_one_stops_it(pair: 
             )
             assert not sweep.taken
             assert sweep.in_the_way == (leases.Holder("restore", OWNER, renewed_until),)
-            lease.check()
+            await lease.checkpoint()
 
             clock.now = NOW + timedelta(minutes=20)  # nothing renewed it since minute 4
             while lease.lost is None:
                 await asyncio.sleep(0.01)
             with pytest.raises(held_lease.LeaseLost, match=r"^restore: stopped, its restore lease"):
-                lease.check()
+                await lease.checkpoint()
             sweep = await leases.claim(
                 pair.db, leases.ORPHANS, owner="other:1:b", now=clock(), length=leases.LEASE
             )
@@ -699,6 +700,40 @@ def test_a_lease_is_renewed_while_its_work_runs_and_a_lapsed_one_stops_it(pair: 
         return str(rows[0]["lease_until"])
 
     pair.run(scenario())
+
+
+def test_a_maintenance_loop_that_never_waits_still_renews_its_lease(tmp_path: Path) -> None:
+    """On SQLite and a folder nothing in a restore's loop waits: the renewal, a task of its
+    own, never ran, and a restore longer than the lease stopped as if the database did not
+    answer. Each checkpoint lets it run."""
+    clock = Clock(NOW)
+
+    async def scenario() -> None:
+        db = SQLiteDatabase(tmp_path / "collector.db")
+        await migrate(db)
+        lease = await held_lease.take(
+            db,
+            leases.RESTORE,
+            owner=OWNER,
+            now=clock(),
+            command="restore",
+            clock=clock,
+            every=timedelta(milliseconds=5),
+        )
+        taken_until = lease.until
+        async with held_lease.renewed(lease):
+            clock.now = NOW + timedelta(minutes=1)
+            busy_until = time.monotonic() + 0.2
+            while time.monotonic() < busy_until:
+                time.sleep(0.002)  # synchronous work: a replayed backup on SQLite
+                await lease.checkpoint()
+        assert taken_until is not None
+        assert lease.until is not None
+        assert lease.until > taken_until
+        await lease.release()
+        await db.close()
+
+    asyncio.run(scenario())
 
 
 def test_a_refusal_says_when_a_lease_in_the_way_was_last_renewed(pair: Pair) -> None:

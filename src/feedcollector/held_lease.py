@@ -88,8 +88,15 @@ class Lease:
             f"its {self.task} lease is no longer its own ({left}; another process may hold it)"
         )
 
-    def check(self) -> None:
-        """Raise :class:`LeaseLost` unless the lease is ours for another renewal period."""
+    async def checkpoint(self) -> None:
+        """Let the event loop run, then raise :class:`LeaseLost` unless the lease is ours for
+        another renewal period.
+
+        On SQLite and a local folder a maintenance loop never waits on anything: without this
+        turn of the loop the renewal (a task of its own) never ran, so a restore longer than
+        the lease stopped as if the database did not answer, and a Ctrl-C (which cancels the
+        main task at its next wait) was heard only when all the work was done."""
+        await asyncio.sleep(0)
         if self.lost is None and self.until is not None:
             if self.clock() + self.every < self.until:
                 return

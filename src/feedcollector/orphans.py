@@ -240,7 +240,7 @@ class _Sweep:
             await self._mind_an_empty_database()
         if orphans and not report.dry_run:
             if self.lease is not None:
-                self.lease.check()
+                await self.lease.checkpoint()
             await self.objects.delete_many([listed.key for listed in orphans])
         if prefix == IMAGE_PREFIX:
             report.images += len(orphans)

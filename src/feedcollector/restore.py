@@ -237,7 +237,7 @@ async def _restore_feed(
         if since is not None and taken < since:
             report.backups_before += 1
             continue
-        lease.check()
+        await lease.checkpoint()
         try:
             body, content_type = await read_backup(objects, backup)
         except ObjectStoreError as exc:  # this file (expired meanwhile, a broken link...)

@@ -136,7 +136,7 @@ async def relink_images(
             )
     if not statements:
         return 0
-    lease.check()  # the orphan sweep deletes what no row names: not while we name it
+    await lease.checkpoint()  # the orphan sweep deletes what no row names: not while we name it
     return sum(1 for rows in await db.batch(statements) if rows)
 
 

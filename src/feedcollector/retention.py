@@ -186,7 +186,7 @@ class CleanupReport:
         chunk's deletes, then report, where a stop request ends the cleanup."""
         await asyncio.sleep(0)
         if self.lease is not None:
-            self.lease.check()
+            await self.lease.checkpoint()
         if self.progress is not None:
             self.progress(self)
 
@@ -370,7 +370,7 @@ async def run_cleanup(
     report.lease = lease
     try:
         await lease.renew()  # also makes sure the lease is ours
-        lease.check()
+        await lease.checkpoint()
         async with renewed(lease):
             await _clean(db, objects, report, now)
     finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
@@ -122,6 +123,10 @@ def restore(
     """Rebuild items from the raw XML backups (idempotent; schedules are left alone)."""
     settings = load_command_settings(ctx)
     specs = guard(lambda: load_feeds(settings.feeds_file))
+    restore_arguments = [
+        *(["--feed", feed] if feed is not None else []),
+        *(["--since", since] if since is not None else []),
+    ]
 
     async def work(collector: Collector) -> None:
         since_at = since_option(since, collector.clock())
@@ -138,6 +143,11 @@ def restore(
                 item_days=settings.retention.item_days,
                 progress=restore_callback(display),
             )
+        except asyncio.CancelledError:  # Ctrl-C: the items and images replayed so far stay
+            display.close()
+            again = settings.command("restore", *restore_arguments)
+            say_warning(f"restore: stopped before its end; run `{again}` to finish it")
+            raise
         finally:
             display.close()
         typer.echo(report.summary())
