@@ -1180,6 +1180,34 @@ def test_fetches_within_one_second_keep_a_backup_each(
     ]
 
 
+def test_a_failed_fetchs_backup_is_kept_from_a_fetch_within_its_second(
+    feed_server: FeedServer, project: Callable[..., Project]
+) -> None:
+    """A body that does not parse is backed up, but its fetch leaves ``last_fetched_at`` as it
+    was: the next fetch within that second replaced its backup (the seed keeps failed bodies
+    too), and left its KOI8-R Content-Type beside a Latin-1 body, read so on restore."""
+    route = Route(body=b"not a feed at all", headers={"Content-Type": "text/xml; charset=koi8-r"})
+    url = feed_server.route("/feed", route)
+    p = project([url])
+    p.cycle(force=True)
+    assert p.rows("SELECT consecutive_failures, last_fetched_at FROM feeds") == [
+        {"consecutive_failures": 1, "last_fetched_at": None}
+    ]
+    route.body = rss([Entry("cr\u00e8me", guid="a")], encoding="iso-8859-1")
+    route.headers = {"Content-Type": "application/rss+xml"}
+    p.cycle(force=True)
+    feed_id = feed_id_for(url)
+    failed, stored = (
+        f"backups/{feed_id}/2026-03-02T09:00:00Z",
+        f"backups/{feed_id}/2026-03-02T09:00:01Z",
+    )
+    assert p.keys("backups") == [f"{failed}.content-type", f"{failed}.xml", f"{stored}.xml"]
+    assert p.object(f"{failed}.xml") == b"not a feed at all"
+    assert p.rows("SELECT consecutive_failures, last_fetched_at FROM feeds") == [
+        {"consecutive_failures": 0, "last_fetched_at": "2026-03-02T09:00:01Z"}
+    ]
+
+
 def test_a_manual_fetch_names_who_holds_a_feed_it_skips(
     feed_server: FeedServer, project: Callable[..., Project], caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from .decode import charset_decides
 from .errors import ObjectNotFoundError
-from .objectstore import ObjectStore
+from .objectstore import ObjectStore, object_exists
 from .timestamps import format_timestamp, parse_timestamp
 
 PREFIX = "backups/"
@@ -60,6 +60,18 @@ def _stamp(key: str, suffix: str) -> datetime | None:
         return parse_timestamp(key.rsplit("/", 1)[-1][: -len(suffix)])
     except ValueError:
         return None
+
+
+async def unused_backup_time(objects: ObjectStore, feed_id: str, at: datetime) -> datetime:
+    """``at``, or the first second after it that no backup of the feed has taken.
+
+    A fetch that failed after its backup was written (a body that does not parse) leaves
+    ``last_fetched_at`` as it was, so a fetch within the same second (a manual ``fetch``
+    beside ``run``, a clock stepped back) replaced that backup, and could leave its
+    ``.content-type`` beside the new body, which restore then read in the wrong encoding."""
+    while await object_exists(objects, backup_key(feed_id, at)):
+        at += timedelta(seconds=1)
+    return at
 
 
 async def write_backup(

@@ -68,6 +68,14 @@ class ObjectStore(Protocol):
         ...
 
 
+async def object_exists(objects: ObjectStore, key: str) -> bool:
+    """Whether ``key`` is stored (a listing of it as a prefix: the protocol has no HEAD)."""
+    found = False
+    async for listed in objects.list(key):
+        found = found or listed == key
+    return found
+
+
 def public_url_under(base: str, key: str) -> str:
     """``<base>/<key>``: the URL of an object under ``[storage] public_base_url`` (a CDN or
     R2's public bucket, or a web server that serves the local objects folder)."""

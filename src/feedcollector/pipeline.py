@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Sequence
 from datetime import datetime, timedelta
 
 from . import outcomes, store, store_items, store_schedule
-from .backups import write_backup
+from .backups import unused_backup_time, write_backup
 from .breaker import StorageBreaker
 from .claims import due_pages, feed_lease, forced_pages, sync_feeds_file
 from .clock_step import clock_mark_key, mark_is_due, write_mark
@@ -177,6 +177,9 @@ async def refresh_feed(
             return outcomes.unchanged(collector, outcome, response, began)
 
         outcome.bytes = len(response.body)
+        if feed.consecutive_failures:  # the last try's backup may be one last_fetched_at lacks
+            fetched_at = await unused_backup_time(collector.objects, feed.id, fetched_at)
+            outcome.fetched_at = fetched_at
         await write_backup(
             collector.objects, feed.id, response.body, fetched_at, response.content_type
         )

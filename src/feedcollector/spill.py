@@ -40,7 +40,7 @@ from .database import Database
 from .errors import TOO_LARGE, DatabaseError, ObjectNotFoundError, StorageError
 from .images import guid_digest
 from .models import ItemRecord
-from .objectstore import ObjectStore
+from .objectstore import ObjectStore, object_exists
 from .safe_text import QUOTED_CHARS, one_line
 from .store import MAX_PARAMS, chunked, keys_found, placeholders
 
@@ -343,23 +343,16 @@ async def _owned_key(
     for row in rows:
         if row["guid"] == content.guid and row["content_key"]:
             own = str(row["content_key"])
-            return own, await _exists(objects, own)
+            return own, await object_exists(objects, own)
     full = content_key(feed_id, content.guid, full=True)
     if content.key in taken or any(row["guid"] != content.guid for row in rows):
-        return full, await _exists(objects, full)
-    if await _exists(objects, full):
+        return full, await object_exists(objects, full)
+    if await object_exists(objects, full):
         return full, True
-    if not await _exists(objects, content.key):
+    if not await object_exists(objects, content.key):
         return content.key, False
     try:
         same = await objects.get(content.key) == content.data
     except ObjectNotFoundError:  # deleted meanwhile (a cleanup's orphan sweep)
         return content.key, False
     return (content.key, True) if same else (full, False)
-
-
-async def _exists(objects: ObjectStore, key: str) -> bool:
-    found = False
-    async for listed in objects.list(key):
-        found = found or listed == key
-    return found
