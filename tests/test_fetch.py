@@ -261,6 +261,31 @@ def test_stacked_codings_are_undone_up_to_a_bound(feed_server: FeedServer) -> No
     assert f"lists {MAX_ENCODINGS + 1} content codings" in str(error)
 
 
+def test_list_headers_sent_on_several_lines_are_read_whole(feed_server: FeedServer) -> None:
+    """RFC 9110 (5.3): field lines of one name are one list. aiohttp's ``get`` gave the first
+    line alone, so a body coded gzip then br was left br-coded ("not a feed"), and a max-age on
+    a second Cache-Control line was not heard."""
+    body = brotli.compress(gzip.compress(GUARDIAN_FEED))
+
+    def two_lines_each(request: BaseHTTPRequestHandler) -> None:
+        request.send_response(200)
+        for name, value in (
+            ("Content-Type", "application/rss+xml"),
+            ("Content-Encoding", "gzip"),
+            ("Content-Encoding", "br"),
+            ("Cache-Control", "public"),
+            ("Cache-Control", "max-age=7200"),
+            ("Content-Length", str(len(body))),
+        ):
+            request.send_header(name, value)
+        request.end_headers()
+        request.wfile.write(body)
+
+    fetched = fetch(feed_server.route("/feed", handler=two_lines_each))
+    assert fetched.body == GUARDIAN_FEED
+    assert fetched.hints.cache_control == "public, max-age=7200"
+
+
 @pytest.mark.parametrize(
     ("body", "content_type"),
     [

@@ -558,6 +558,22 @@ def test_public_host_is_fetched_from_the_checked_address_with_its_name(
     assert dns.lookups.count("cdn.test") >= 2, "checked per request and again at connect time"
 
 
+@pytest.mark.parametrize(
+    ("location", "path"),
+    [("/caf\xe9 photo", "/caf%E9%20photo"), ("/caf\xc3\xa9", "/caf%C3%A9")],
+    ids=["latin-1", "utf-8"],
+)
+def test_a_location_beyond_ascii_is_followed_as_browsers_follow_it(
+    feed_server: FeedServer, location: str, path: str
+) -> None:
+    """Its bytes percent-encoded as they came: httpx read a Latin-1 byte as a character and
+    encoded it again as UTF-8, so the image was asked for at /caf%C3%A9 (404, three attempts
+    spent). The feed side followed it right."""
+    final = feed_server.route(path, body=JPEG, headers={"Content-Type": "image/jpeg"})
+    start = feed_server.route("/photo.jpg", status=302, headers={"Location": location})
+    assert download(start).final_url == final
+
+
 def test_redirect_to_a_private_host_is_refused(
     public_server: FeedServer, feed_server: FeedServer
 ) -> None:

@@ -32,7 +32,7 @@ from .httpbody import (
     root_cause,
     unreachable_endpoint,
 )
-from .redirects import RedirectChain, require_web_scheme
+from .redirects import RedirectChain, percent_encoded, require_web_scheme
 from .safe_text import QUOTED_CHARS, one_line
 
 FEED_ACCEPT = (
@@ -227,21 +227,8 @@ def _parse_url(url: str) -> yarl.URL:
 
 def _redirect_target(current: yarl.URL, location: str) -> yarl.URL:
     what = f"{current} redirects to an invalid URL {header_text(location)!r}"
-    target = _percent_encoded(location)
+    target = percent_encoded(location.encode("utf-8", "surrogateescape"))
     return _valid_url(lambda: current.join(yarl.URL(target)), "redirect", what)
-
-
-_URL_SAFE = "".join(chr(code) for code in range(0x21, 0x7F))
-"""Printable ASCII, ``%`` included: what a Location may hold as it is."""
-
-
-def _percent_encoded(location: str) -> str:
-    """``location`` with its bytes beyond printable ASCII percent-encoded, as browsers send
-    them. aiohttp keeps bytes that are no UTF-8 (a Latin-1 é, one byte E9) as half
-    surrogate pairs, which yarl silently dropped: the redirect led elsewhere."""
-    if location.isascii():
-        return location
-    return urllib.parse.quote(location.encode("utf-8", "surrogateescape"), safe=_URL_SAFE)
 
 
 def _valid_url(make: Callable[[], yarl.URL], kind: str, what: str) -> yarl.URL:

@@ -28,11 +28,23 @@ _NO_FLOOR = re.compile(r"(?<![\w-])no-(?:cache|store)(?![\w-])(?!\s*=)")
 fields to revalidate and leaves the body's freshness alone (RFC 9111, 5.2.2.4)."""
 
 
+def list_field(headers: Mapping[str, str], name: str) -> str | None:
+    """A list-valued header field (``Cache-Control``, ``Content-Encoding``...) with all its
+    lines joined by commas, as RFC 9110 (5.3) reads them: aiohttp's ``get`` answers with the
+    first line alone, so ``Content-Encoding: gzip`` and ``Content-Encoding: br`` sent on two
+    lines left the body half decoded (httpx's ``get`` joins them already)."""
+    every_line = getattr(headers, "getall", None)
+    if every_line is None:
+        return headers.get(name)
+    lines: list[str] = every_line(name, [])
+    return ", ".join(lines) if lines else None
+
+
 def response_hints(headers: Mapping[str, str]) -> ResponseHints:
     """The headers the scheduler reads, as sent (case-insensitive lookup by the caller's map)."""
     return ResponseHints(
         retry_after=headers.get("Retry-After"),
-        cache_control=headers.get("Cache-Control"),
+        cache_control=list_field(headers, "Cache-Control"),
         expires=headers.get("Expires"),
         date=headers.get("Date"),
         age=headers.get("Age"),

@@ -25,6 +25,7 @@ from .content_coding import (
     content_encodings,
     decoder_chain,
 )
+from .http_hints import list_field
 from .safe_text import QUOTED_CHARS, one_line
 
 MAX_ENCODINGS = 5
@@ -184,7 +185,7 @@ async def read_limited(
         raise TransferError(
             "too_large", f"{url} declares {int(declared)} bytes, over the {max_bytes} byte limit"
         )
-    encodings = content_encodings(headers.get("Content-Encoding", ""))
+    encodings = content_encodings(list_field(headers, "Content-Encoding") or "")
     if len(encodings) > MAX_ENCODINGS:
         raise TransferError(
             "protocol",
@@ -257,7 +258,7 @@ def ends_at_close(headers: Mapping[str, str]) -> bool:
     so a cut connection looks like a whole body: only a compressed stream left unfinished
     tells. Otherwise the client checks the length, and an unfinished stream is what the
     server made: what decodes is kept, as browsers keep it."""
-    chunked = "chunked" in headers.get("Transfer-Encoding", "").lower()
+    chunked = "chunked" in (list_field(headers, "Transfer-Encoding") or "").lower()
     return "Content-Length" not in headers and not chunked
 
 

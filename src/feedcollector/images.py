@@ -39,7 +39,7 @@ from .image_types import (
 )
 from .netguard import IMAGE_ACCEPT, NetGuard
 from .netguard import make_image_client as make_image_client
-from .redirects import RedirectChain, require_web_scheme
+from .redirects import RedirectChain, percent_encoded, require_web_scheme
 from .timestamps import utc_now
 
 RETRY_AFTER_STATUSES = frozenset({429, 503})
@@ -248,15 +248,17 @@ async def open_response(
         location = chain.location(
             response.status_code, str(current), response.headers.get("Location")
         )
-        target = _redirect_target(current, location)
+        target = _redirect_target(current, location, response.headers.encoding)
         chain.visit(str(current), str(target), target.scheme)
         current = target
     raise chain.too_long(str(current))
 
 
-def _redirect_target(current: httpx.URL, location: str) -> httpx.URL:
+def _redirect_target(current: httpx.URL, location: str, encoding: str) -> httpx.URL:
+    """``location`` (decoded by httpx in ``encoding``) joined to ``current``."""
     what = f"{current} redirects to an invalid URL {location!r}"
-    return _valid_url(lambda: current.join(location), "redirect", what)
+    target = percent_encoded(location.encode(encoding))
+    return _valid_url(lambda: current.join(target), "redirect", what)
 
 
 def _valid_url(make: Callable[[], httpx.URL], kind: str, what: str) -> httpx.URL:
