@@ -430,6 +430,18 @@ def test_a_retry_after_asking_for_no_wait_is_not_worded_as_a_wait(
     )
 
 
+@pytest.mark.parametrize("retry_after", ["Wed, 21 Oct 2099 07:28:00 GMT", "9" * 40])
+def test_a_retry_after_beyond_ten_years_is_not_quoted_as_the_clipped_wait(
+    feed_server: FeedServer, retry_after: str
+) -> None:
+    """A date in 2099 was worded "asks to wait 315360000 s (until 2036-...)": the ten years
+    it is clipped to, not what the server said."""
+    url = feed_server.route("/feed", status=503, headers={"Retry-After": retry_after})
+    message = str(fetch_error(url))
+    assert f"its Retry-After {retry_after!r} asks to wait more than 10 years" in message
+    assert "315360000" not in message
+
+
 def test_an_error_from_a_redirect_target_names_the_url_that_answered() -> None:
     """A 429 there asks that host to wait, not the feed's own."""
     with FeedServer() as feeds, FeedServer() as limiter:

@@ -180,6 +180,7 @@ def test_response_hints_pick_the_headers() -> None:
         ([(302, "https://b/"), (301, "https://c/")], None),
         ([(307, "https://b/")], None),
         ([(303, "https://b/")], None),
+        ([(301, "https://b/feed#latest")], "https://b/feed"),
     ],
 )
 def test_only_the_leading_permanent_redirects_move_a_feed(

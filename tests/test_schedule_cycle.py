@@ -322,6 +322,27 @@ def test_a_permanent_move_is_followed_recorded_and_reported(
     assert p.rows("SELECT COUNT(*) AS n FROM items") == [{"n": 2}]
 
 
+def test_a_permanent_redirect_to_a_page_that_is_no_feed_moves_nothing(
+    feed_server: FeedServer, tmp_path: Path
+) -> None:
+    """A site redesign sends its old feed URL to the home page (301): the move was recorded
+    before the page failed to parse, so the feed was asked at the home page for good, and
+    never at its own URL again, fixed or not."""
+    old = redirect(feed_server, "/feed", 301, "/")
+    feed_server.route("/", body=b"<html><head><title>Home</title></head></html>")
+    p = polite_project(tmp_path, [old])
+    assert p.cycle().failed == 1
+    assert p.rows("SELECT moved_to, consecutive_failures FROM feeds") == [
+        {"moved_to": None, "consecutive_failures": 1}
+    ]
+    feed_server.route("/feed", body=rss([Entry("a", guid="a")]))  # the site fixed its feed
+    p.clock.advance(hours=1)
+    assert p.cycle().stored == 1
+    assert p.rows("SELECT moved_to, consecutive_failures FROM feeds") == [
+        {"moved_to": None, "consecutive_failures": 0}
+    ]
+
+
 @pytest.mark.parametrize(
     ("chain", "recorded"),
     [

@@ -31,7 +31,13 @@ from .feedhttp import (
     read_feed_body,
     validator,
 )
-from .http_hints import permanent_target, readable_retry_after, response_hints, retry_after
+from .http_hints import (
+    MAX_HINT,
+    permanent_target,
+    readable_retry_after,
+    response_hints,
+    retry_after,
+)
 from .httpbody import (
     TransferError,
     Unreachable,
@@ -291,6 +297,8 @@ def _retry_after_words(headers: Mapping[str, str], now: datetime) -> str | None:
     wait = retry_after(response_hints(headers), now)
     if wait is None:
         return f"its Retry-After {quoted!r} asks for no wait (zero or a past date)"
+    if wait >= MAX_HINT:  # clipped: its own time would not be the one quoted
+        return f"its Retry-After {quoted!r} asks to wait more than {MAX_HINT.days // 365} years"
     seconds = round(wait.total_seconds())
     return f"the server asks to wait {seconds} s (until {format_timestamp(now + wait)})"
 

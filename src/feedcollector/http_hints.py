@@ -126,11 +126,12 @@ def permanent_target(hops: Sequence[tuple[int, str]]) -> str | None:
     """Where the leading run of permanent redirects (301/308) of a chain leads, or None.
 
     ``hops`` are ``(status, target)`` in order. A temporary hop (302/303/307) ends the run: the
-    URL it left from is the feed's address from then on, and the rest is a detour.
+    URL it left from is the feed's address from then on, and the rest is a detour. The
+    target's fragment is left out, as from every address of a feed (no request carries it).
     """
     target: str | None = None
     for status, location in hops:
         if status not in PERMANENT_REDIRECTS:
             break
         target = location
-    return target
+    return None if target is None else target.partition("#")[0]

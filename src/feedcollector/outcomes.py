@@ -109,8 +109,11 @@ async def gone(
     return outcome.finish(began)
 
 
-async def record_move(collector: Collector, outcome: FeedOutcome, target: str) -> None:
-    """A permanent redirect: fetch from ``target`` from now on, and tell the operator."""
+async def record_move(collector: Collector, outcome: FeedOutcome, target: str | None) -> None:
+    """A permanent redirect (to ``target``; None: none): fetch from there from now on, and
+    tell the operator."""
+    if target is None:
+        return
     feed = outcome.feed
     moved_to = None if target == feed.url else target
     if moved_to == feed.moved_to:

@@ -171,9 +171,11 @@ async def refresh_feed(
                 return await outcomes.defer(collector, outcome, later, began, str(exc))
             return await outcomes.fail(collector, outcome, exc, exc.status, began)
         outcome.http_status = response.status
-        if response.permanent_url is not None:
-            await outcomes.record_move(collector, outcome, response.permanent_url)
+        # A permanent redirect moves the feed once the new place answers with a feed (a 304
+        # to its validators, the body stored last time, one that parses): a feed redirected
+        # to a home page would be asked there for good, never at its own URL again.
         if response.not_modified:
+            await outcomes.record_move(collector, outcome, response.permanent_url)
             return outcomes.unchanged(collector, outcome, response, began)
 
         outcome.bytes = len(response.body)
@@ -186,12 +188,14 @@ async def refresh_feed(
         outcome.backed_up = True
         digest = body_digest(response)
         if digest == feed.body_digest:  # the body stored last time: nothing new to read
+            await outcomes.record_move(collector, outcome, response.permanent_url)
             return outcomes.unchanged(collector, outcome, response, began)
         body_args = (response.body, response.content_type, response.final_url, feed.url)
         try:
             parsed, records = await _read_feed_body_quickly(body_args, fetched_at)
         except ParseError as exc:
             return await outcomes.fail(collector, outcome, exc, response.status, began)
+        await outcomes.record_move(collector, outcome, response.permanent_url)
         stats = posting_stats((i.pub_date for i in parsed.items if i.pub_date), now)
         ttl = min(parsed.ttl_minutes * 60, MAX_STORED_SECONDS) if parsed.ttl_minutes else None
         outcome.next_fetch_at = outcomes.next_fetch(collector, outcome, response.hints, ttl, stats)
