@@ -154,7 +154,7 @@ def test_a_feed_left_out_of_the_file_shows_removed_before_the_next_cycle(
         db = SQLiteDatabase(settings.database.path)
         try:
             return await read_status(
-                db, load_feeds(settings.feeds_file), generated_at="2026-03-02T10:00:00Z"
+                db, load_feeds(settings.feeds_file), generated_at="2027-03-02T10:00:00Z"
             )
         finally:
             await db.close()
@@ -163,13 +163,43 @@ def test_a_feed_left_out_of_the_file_shows_removed_before_the_next_cycle(
     states = {feed.url: feed.state for feed in report.feeds}
     assert (states[urls["ok"]], states[urls["removed"]]) == ("removed", "new")
     due = {feed.url: feed.next_fetch_at for feed in report.feeds}
-    assert (due[urls["removed"]], due[urls["new"]]) == ("2026-03-02T10:00:00Z",) * 2, (
+    assert (due[urls["removed"]], due[urls["new"]]) == ("2027-03-02T10:00:00Z",) * 2, (
         "put back or added, a feed is due at the next cycle (its row's time was long past)"
     )
     result = CliRunner().invoke(app, ["--config", str(config), "status", "--json"])
     assert result.exit_code == 0, result.output
     shown = {feed["url"]: feed["state"] for feed in json.loads(result.stdout)["feeds"]}
     assert (shown[urls["ok"]], shown[urls["removed"]]) == ("removed", "new")
+
+
+@pytest.mark.parametrize("generated_at", ["2026-03-02T09:00:00Z", "2026-03-05T00:00:00Z"])
+def test_a_failing_feed_put_back_shows_what_the_next_sync_makes_of_it(
+    feed_server: FeedServer, tmp_path: Path, generated_at: str
+) -> None:
+    """Put back during its backoff, a feed keeps the later next fetch it had and its
+    failures: status said ``new``, due now, and the next cycle did not fetch it."""
+    config, urls = fill(feed_server, tmp_path)
+    with sqlite3.connect(tmp_path / "collector.db") as conn:  # as a sync that missed it
+        conn.execute("UPDATE feeds SET active = 0 WHERE url = ?", (urls["failing"],))
+    settings = load_settings(config)
+
+    async def predicted_then_synced() -> tuple[StatusReport, StatusReport]:
+        db = SQLiteDatabase(settings.database.path)
+        try:
+            specs = load_feeds(settings.feeds_file)
+            predicted = await read_status(db, specs, generated_at=generated_at)
+            await sync_feeds(db, specs, parse_timestamp(generated_at))
+            return predicted, await read_status(db, None, generated_at=generated_at)
+        finally:
+            await db.close()
+
+    predicted, synced = asyncio.run(predicted_then_synced())
+    before, after = (
+        next(feed for feed in report.feeds if feed.url == urls["failing"])
+        for report in (predicted, synced)
+    )
+    assert (before.state, before.next_fetch_at) == (after.state, after.next_fetch_at)
+    assert before.state == "failing"
 
 
 def test_an_edited_title_shows_before_the_next_cycle(

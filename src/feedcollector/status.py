@@ -140,9 +140,11 @@ def build_status(
 ) -> StatusReport:
     """Join the query results into the sorted report. ``specs``: a feeds file the table has
     not followed yet (None: it has, or it cannot be read); its entries the database does not
-    know, or knows as removed, are ``new``, and the feeds it no longer lists ``removed``, as
-    the next cycle's sync will make them (they showed ``active`` until then), due at once
-    (``generated_at``): a feed put back showed the time its row last planned, long past. Its
+    know, or knows as removed, are ``new`` (``failing`` when put back during its backoff), and
+    the feeds it no longer lists ``removed``, as the next cycle's sync will make them (they
+    showed ``active`` until then), due at once (``generated_at``) or at the later time a feed
+    put back keeps (a backoff, a Retry-After): it showed the time its row last planned, long
+    past, or "due now" for one in backoff. Its
     titles are shown as the sync will store them (the file's, else the channel's).
     ``image_retries``: per feed id, when its first waiting image is tried again."""
     retries = image_retries or {}
@@ -166,8 +168,10 @@ def build_status(
             title = listed[row["url"]].title or row.get("channel_title") or title
         if row["url"] in leaving:
             state = "removed"
-        elif row["url"] in returning:
-            state, next_fetch_at = "new", generated_at
+        elif row["url"] in returning:  # due at once, unless it keeps a later time it had
+            failing = int(row["consecutive_failures"] or 0) > 0
+            state = "failing" if failing else "new"
+            next_fetch_at = max(next_fetch_at or generated_at, generated_at)
         statuses.append(
             FeedStatus(
                 url=row["url"],
