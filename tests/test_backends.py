@@ -35,7 +35,7 @@ from feedcollector.backends.sqlite import SQLiteDatabase
 from feedcollector.config import load_settings
 from feedcollector.database import Database, Statement
 from feedcollector.dbbackup import backup_sqlite
-from feedcollector.errors import DatabaseError, ObjectNotFoundError, ObjectStoreError
+from feedcollector.errors import ConfigError, DatabaseError, ObjectNotFoundError, ObjectStoreError
 from feedcollector.objectstore import ListedObject, ObjectStore
 from feedcollector.schema import latest_version, migrate
 
@@ -586,6 +586,29 @@ def test_a_failed_database_copy_leaves_no_file_behind(tmp_path: Path) -> None:
         backup_sqlite(source, tmp_path / "copy.db")
     left = sorted(path.name for path in tmp_path.iterdir())
     assert left == sorted(["collector.db", partial.name]), "the folder in its way stays"
+
+
+def test_a_database_copy_never_replaces_a_file_made_while_it_was_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The name was checked before the copy and the copy renamed over it after: a file made
+    there meanwhile (another backup-db's, a user's) was replaced."""
+    source = tmp_path / "collector.db"
+    with sqlite3.connect(source) as conn:
+        conn.execute("CREATE TABLE t (v)")
+    target = tmp_path / "copy.db"
+    connect = sqlite3.connect
+
+    def then_someone_writes_the_target(database: Any, *args: Any, **kwargs: Any) -> Any:
+        if str(database).endswith(".partial"):  # the check of the finished copy
+            target.write_bytes(b"made meanwhile")
+        return connect(database, *args, **kwargs)
+
+    monkeypatch.setattr(sqlite3, "connect", then_someone_writes_the_target)
+    with pytest.raises(ConfigError, match="was created while the copy was made"):
+        backup_sqlite(source, target)
+    assert target.read_bytes() == b"made meanwhile"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["collector.db", "copy.db"]
 
 
 def test_a_sqlite_file_replaced_while_open_gets_no_stale_write_ahead_log(tmp_path: Path) -> None:

@@ -45,7 +45,7 @@ def backup_sqlite(source: Path, target: Path) -> int:
             verdict = copy.execute("PRAGMA quick_check").fetchone()[0]
         if verdict != "ok":
             raise DatabaseError(f"backup-db: the copy of {source} failed its check: {verdict}")
-        os.replace(partial, target)
+        _put_in_place(partial, target)
     except sqlite3.Error as exc:
         raise DatabaseError(f"backup-db: cannot copy {source} to {target}: {exc}") from exc
     except OSError as exc:
@@ -61,6 +61,23 @@ def backup_sqlite(source: Path, target: Path) -> int:
             with contextlib.suppress(OSError):
                 leftover.unlink(missing_ok=True)  # VACUUM INTO's own journal too, on a full disk
     return target.stat().st_size
+
+
+def _put_in_place(partial: Path, target: Path) -> None:
+    """Give the checked copy its name, never over a file: one made there since the check
+    above (another backup-db, a user's file) stays. A hard link fails when the name is
+    taken; a file system without links gets a last check, then a rename."""
+    try:
+        os.link(partial, target)
+    except FileExistsError:
+        raise ConfigError(
+            f"backup-db: {target} was created while the copy was made; it is left as it is. "
+            "Give a new file name."
+        ) from None
+    except OSError:
+        if target.exists():
+            raise
+        os.replace(partial, target)
 
 
 SQLITE_COMPANIONS = ("-wal", "-shm", "-journal")
