@@ -13,6 +13,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -20,6 +21,7 @@ import pytest
 
 from benchmarks.farm import run_farm
 
+from .conftest import PROJECT_ROOT
 from .feedserver import FeedServer, Route
 from .samples import Entry, png, rss, write_project
 
@@ -441,6 +443,14 @@ def test_help_lists_the_commands(tmp_path: Path) -> None:
     assert result.returncode == 0
     for command in ("run", "fetch"):
         assert command in result.stdout
+
+
+def test_version_is_the_packages(tmp_path: Path) -> None:
+    """Upgrade notes say what a new version does: the running one had no way to tell."""
+    project = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]
+    result = feedcollector("--version", cwd=tmp_path)
+    assert (result.returncode, result.stdout) == (0, f"feedcollector {project['version']}\n")
+    assert not list(tmp_path.iterdir()), "it opens nothing"
 
 
 @pytest.mark.parametrize(

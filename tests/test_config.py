@@ -754,7 +754,7 @@ def test_an_interval_under_a_millisecond_is_refused(tmp_path: Path, name: str, t
     path = write(tmp_path, name, text)
     assert feeds_error(path).startswith(
         f'config: {path} line 3: "interval" must be a duration like "30m", "2h" or "1h30m" '
-        "from 1s to 3650d, got 1e-09. Fix the value or remove the key"
+        "from 1s to 3650d, got 1e-09. Fix the value, or remove the key"
     )
 
 
@@ -810,9 +810,11 @@ def test_bad_interval_shows_the_default(tmp_path: Path) -> None:
     path = write(tmp_path, "feeds.yaml", text)
     assert feeds_error(path, default_interval=timedelta(minutes=30)) == (
         f'config: {path} line 5: "interval" must be a duration like "30m", "2h" or "1h30m", '
-        'got "soon". Fix the value or remove the key to use the default (30m).'
+        'got "soon". Fix the value, or remove the key: the collector then learns the interval '
+        "from how often the feed posts (30m until it knows, or always with [schedule] adaptive "
+        "= false)."
     )
-    assert "use the default ([fetch] default_interval)" in feeds_error(path)
+    assert "posts ([fetch] default_interval until it knows" in feeds_error(path)
 
 
 @pytest.mark.parametrize(

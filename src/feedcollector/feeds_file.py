@@ -370,7 +370,11 @@ def _entry_interval(
     if node is None or node.value is None:
         return None
     shown = format_duration(default) if default is not None else "[fetch] default_interval"
-    fix = f"Fix the value or remove the key to use the default ({shown})."
+    fix = (
+        "Fix the value, or remove the key: the collector then learns the interval from how "
+        f"often the feed posts ({shown} until it knows, or always with [schedule] adaptive = "
+        "false)."
+    )
     try:  # kept in whole seconds: shorter would be 0, which means "not pinned"
         return parse_duration(node.value, shortest=MIN_FEED_INTERVAL)
     except ValueError as exc:

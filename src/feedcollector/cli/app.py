@@ -22,6 +22,7 @@ from typing import Annotated, Any, NoReturn, TypeVar
 import typer
 from typer.core import TyperGroup
 
+from .. import __version__
 from ..collector import Collector, open_collector
 from ..config import CONFIG_ENV, Settings, load_feeds, load_settings
 from ..config_values import describe_value
@@ -117,13 +118,26 @@ def _global_options(
             help="console: readable lines (default); json: one JSON object per line.",
         ),
     ] = None,
+    _version: Annotated[
+        bool,
+        typer.Option(
+            "--version", is_eager=True, callback=_print_version, help="Print the version and exit."
+        ),
+    ] = False,
 ) -> None:
     """Collect RSS/Atom feeds into a database and object storage, reliably and fast.
 
     Exit codes: 0 done (failed feeds are recorded, not fatal), 1 the database or object
-    store cannot be used, 2 a config or feeds file problem or a command used wrongly.
+    store cannot be used, 2 a config or feeds file problem or a command used wrongly, 130
+    interrupted (Ctrl-C).
     """
     ctx.obj = GlobalOptions(config, log_level, log_format)
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        typer.echo(f"feedcollector {__version__}")
+        raise typer.Exit
 
 
 def load_command_settings(ctx: typer.Context) -> Settings:

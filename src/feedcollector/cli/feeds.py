@@ -75,7 +75,7 @@ def add(
         typer.Option(
             "--interval",
             metavar="DURATION",
-            help="How often to fetch it, e.g. 15m or 2h (default: [fetch] default_interval).",
+            help="How often to fetch it, e.g. 15m or 2h (default: learned from its posts).",
         ),
     ] = None,
     pick: Annotated[
