@@ -693,6 +693,14 @@ def test_duplicate_urls_in_json_name_both_lines(tmp_path: Path) -> None:
             'must be an http:// or https:// address, got "ftp://example.com/feed"',
         ),
         ("http:///feed.xml", 'must name a host after http://, got "http:///feed.xml"'),
+        (  # its "e.g." was "https://mailto:x@example.org"
+            "mailto:x@example.org",
+            'must be an http:// or https:// address, got "mailto:x@example.org"',
+        ),
+        (
+            "localhost:8080/feed",
+            'starting with http:// or https:// (e.g. "https://example.com/feed.xml")',
+        ),
         (
             "example.com",
             'starting with http:// or https:// (e.g. "https://example.com"), got "example.com"',

@@ -267,7 +267,9 @@ def check_http_url(value: str) -> str:
             f"http://[::1]:8080/, got {shown}"
         ) from None
     if parts.scheme.lower() not in ("http", "https"):
-        if "://" in text:
+        after_colon = text[len(parts.scheme) + 1 :]
+        other_scheme = parts.scheme and "." not in parts.scheme and not after_colon[:1].isdigit()
+        if "://" in text or other_scheme:  # ftp://..., mailto:... (not a host:port)
             raise ValueError(f"must be an http:// or https:// address, got {shown}")
         example = f"https://{text}" if "." in text.split("/")[0] else "https://example.com/feed.xml"
         raise ValueError(
