@@ -215,7 +215,7 @@ def test_gzip_data_without_a_content_encoding_is_read_within_the_limit(
     assert (error.kind, str(error)) == (
         "too_large",
         f"fetch: {bomb} sent gzip data (without a Content-Encoding) that decompresses to more "
-        "than the 50000 byte limit",
+        "than the 50000 byte limit (a feed this big needs a larger [fetch] max_body_bytes)",
     )
     broken = fetch_error(serving(feed_server, "/broken", b"\x1f\x8b" + GUARDIAN_FEED))
     assert broken.kind == "protocol"
@@ -498,6 +498,7 @@ def test_read_timeout(feed_server: FeedServer) -> None:
     url = feed_server.route("/feed", body=GUARDIAN_FEED, delay_s=1.5)
     error = fetch_error(url, limits=FetchLimits(timeout_s=0.2))
     assert error.kind == "timeout"
+    assert str(error).endswith("([fetch] timeout sets how long to wait)"), "what to change"
 
 
 def test_tls_to_a_plain_http_server_is_a_tls_error(feed_server: FeedServer) -> None:
@@ -722,6 +723,7 @@ def test_dripping_server_hits_the_deadline(feed_server: FeedServer) -> None:
     error = fetch_error(url, limits=FetchLimits(timeout_s=1.0, deadline_s=0.6))
     assert (error.kind, error.status) == ("deadline", 200), "it answered, then dripped"
     assert url in str(error)
+    assert str(error).endswith("(the server is too slow; [fetch] deadline sets it)")
     assert time.monotonic() - started < 10, "the deadline did not stop the fetch"
 
 

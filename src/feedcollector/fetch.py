@@ -133,14 +133,22 @@ async def fetch_feed(
     except TimeoutError as exc:
         raise FetchError(
             f"fetch: {url} did not finish within the {limits.deadline_s:g} s deadline "
-            "(the server is too slow)",
+            "(the server is too slow; [fetch] deadline sets it)",
             kind="deadline",
             status=answered,
         ) from exc
     except TransferError as exc:
         remember_unreachable(dead, exc)
         status = exc.status or answered
-        raise FetchError(f"fetch: {exc.detail}", kind=exc.kind, status=status) from exc
+        setting = _SETTING_HINTS.get(exc.kind, "")
+        raise FetchError(f"fetch: {exc.detail}{setting}", kind=exc.kind, status=status) from exc
+
+
+_SETTING_HINTS = {
+    "too_large": " (a feed this big needs a larger [fetch] max_body_bytes)",
+    "timeout": " ([fetch] timeout sets how long to wait)",
+}
+"""The setting behind a failure of these kinds, said where a user may want to change it."""
 
 
 async def _read_feed_response(
