@@ -333,6 +333,7 @@ def test_a_parsers_words_become_one_bounded_line() -> None:
         (410, "HTTP 410 Gone"),
         (500, "HTTP 500 Internal Server Error"),
         (503, "HTTP 503 Service Unavailable"),
+        (999, "(a status HTTP does not define; the server may be blocking this client)"),
     ],
 )
 def test_error_statuses(feed_server: FeedServer, status: int, words: str) -> None:

@@ -280,8 +280,10 @@ def feed_status_error(
         hint += "; this host's feeds wait"
     elif status == 503 and (wait := _retry_after_words(headers, now)):
         hint = f"unavailable, {wait}"
-    elif status >= 500:
+    elif 500 <= status < 600:
         hint = "the server is failing"
+    elif status >= 600:  # none HTTP defines (999: a site's bot block)
+        hint = "a status HTTP does not define; the server may be blocking this client"
     else:
         hint = "the server refused the request"
     return TransferError(
