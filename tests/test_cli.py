@@ -293,7 +293,10 @@ def test_hints_carry_the_config_they_were_given_so_they_work_from_any_folder(
     assert f"`feedcollector --config {config} add URL`" in unknown.stderr
     removed = feedcollector("--config", "feedcollector.toml", "remove", url, cwd=project)
     assert removed.returncode == 0, removed.stderr
-    assert f"`feedcollector --config {config} status` lists it as removed" in removed.stdout
+    assert (
+        f"`feedcollector --config {config} status` lists it as removed once it has been collected"
+        in removed.stdout
+    )
 
     from_env = {"FEEDCOLLECTOR_CONFIG": str(project / "feedcollector.toml")}
     again = feedcollector("add", url, cwd=elsewhere, env=from_env)

@@ -160,7 +160,7 @@ def remove(
     typer.echo(f"remove: {result.spec.url} removed from {settings.feeds_file}{where}.")
     typer.echo(
         f"{NEXT_CYCLE} and stops fetching it; its items, images and backups are kept "
-        f"(`{settings.command('status')}` lists it as removed)."
+        f"(`{settings.command('status')}` lists it as removed once it has been collected)."
     )
 
 
