@@ -13,6 +13,7 @@ import sqlite3
 import subprocess
 import threading
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -713,6 +714,29 @@ def test_windows_1252_bytes_in_a_western_utf8_feed_are_read_with_one_line_naming
     assert url in line
     assert "1 byte sequence(s) of windows-1252 text mixed in" in line
     assert not [r for r in caplog.records if "undecodable" in r.getMessage()]
+
+
+def test_a_body_in_a_coding_not_decoded_fails_with_the_coding_named(
+    feed_server: FeedServer, project: Callable[..., Project]
+) -> None:
+    """Unknown codings pass through (servers name bogus ones over plain bodies, which then
+    parse); one that was real left only "not a feed", and nothing about the coding."""
+    body = rss([Entry("a", guid="a")])
+    coded = feed_server.route(
+        "/coded", body=zlib.compress(body), headers={"Content-Encoding": "x-foo"}
+    )
+    plain = feed_server.route("/plain", body=body, headers={"Content-Encoding": "utf-8"})
+    p = project([coded, plain])
+    report = p.cycle()
+    assert (report.stored, report.failed) == (1, 1)
+    (error,) = [
+        row["last_error"] for row in p.rows("SELECT last_error FROM feeds") if row["last_error"]
+    ]
+    assert error.startswith("parse: ")
+    assert error.endswith(
+        "(the body came with Content-Encoding 'x-foo', which is not decoded; the server's "
+        "setup may be at fault)"
+    )
 
 
 def test_image_results_are_written_while_a_slow_image_of_the_page_downloads(

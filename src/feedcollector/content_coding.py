@@ -19,11 +19,24 @@ INVALID_DATA_ERRORS: tuple[type[Exception], ...] = (zlib.error, brotli.error, zs
 """What a decoder raises for bytes that are not valid data of its coding."""
 
 
+_ALIASES = {"x-gzip": "gzip"}
+
+
 def content_encodings(header: str) -> list[str]:
     """Known codings in the order they were applied; unknown ones pass through like httpx does."""
-    aliases = {"x-gzip": "gzip"}
-    names = [aliases.get(n.strip().lower(), n.strip().lower()) for n in header.split(",")]
-    return [n for n in names if n in DECODABLE_ENCODINGS]
+    return [name for name in _coding_names(header) if name in DECODABLE_ENCODINGS]
+
+
+def unknown_encodings(header: str) -> list[str]:
+    """The codings :func:`content_encodings` passes through (``identity`` is none): servers
+    name bogus ones (``utf-8``, ``none``) over plain bodies, so they are no error, but they
+    may be why a body does not parse."""
+    known = (*DECODABLE_ENCODINGS, "identity", "")
+    return [name for name in _coding_names(header) if name not in known]
+
+
+def _coding_names(header: str) -> list[str]:
+    return [_ALIASES.get(n.strip().lower(), n.strip().lower()) for n in header.split(",")]
 
 
 class OutputTooLarge(Exception):

@@ -23,6 +23,7 @@ from pathlib import Path
 import aiohttp
 
 from .config import DEFAULT_USER_AGENT, PACKAGE_VERSION
+from .content_coding import unknown_encodings
 from .errors import FetchError
 from .feedhttp import (
     header_text,
@@ -33,6 +34,7 @@ from .feedhttp import (
 )
 from .http_hints import (
     MAX_HINT,
+    list_field,
     permanent_target,
     readable_retry_after,
     response_hints,
@@ -223,7 +225,13 @@ async def _read_feed_response(
         elapsed_s=time.monotonic() - started,
         hints=hints,
         permanent_url=permanent_url,
+        unknown_codings=_unknown_codings(response.headers),
     )
+
+
+def _unknown_codings(headers: Mapping[str, str]) -> str | None:
+    names = unknown_encodings(list_field(headers, "Content-Encoding") or "")
+    return one_line(header_text(", ".join(names)), QUOTED_CHARS) if names else None
 
 
 def body_digest(response: FetchedFeed) -> str:

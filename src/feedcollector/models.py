@@ -76,6 +76,9 @@ class FetchedFeed:
     hints: ResponseHints = field(default_factory=ResponseHints)
     permanent_url: str | None = None
     """Where the leading permanent redirects (301/308) of the chain led, if there were any."""
+    unknown_codings: str | None = None
+    """Content-Encoding names this client does not decode, as sent (the body is passed on as
+    it came): said when the body then fails to parse."""
 
     @property
     def not_modified(self) -> bool:

@@ -194,6 +194,11 @@ async def refresh_feed(
         try:
             parsed, records = await _read_feed_body_quickly(body_args, fetched_at)
         except ParseError as exc:
+            if response.unknown_codings:  # passed on undecoded: may be why
+                exc = ParseError(
+                    f"{exc} (the body came with Content-Encoding {response.unknown_codings!r}, "
+                    "which is not decoded; the server's setup may be at fault)"
+                )
             return await outcomes.fail(collector, outcome, exc, response.status, began)
         await outcomes.record_move(collector, outcome, response.permanent_url)
         stats = posting_stats((i.pub_date for i in parsed.items if i.pub_date), now)
