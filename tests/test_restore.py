@@ -372,6 +372,7 @@ def test_restore_command(drill: Drill) -> None:
     )
     assert unknown.returncode == 2
     assert "is neither in the feeds file nor in the database" in unknown.stderr
+    assert "is found once its URL is back in the file" in unknown.stderr, "how to get it back"
     bad_since = feedcollector("--config", config, "restore", "--since", "soon", cwd=drill.folder)
     assert bad_since.returncode == 2
     assert "--since must be a date" in bad_since.stderr

@@ -104,7 +104,8 @@ class RestoreReport:
         if self.unknown_feed_folders:
             text += (
                 f"; {self.unknown_feed_folders} backup folders belong to feeds in neither the "
-                "feeds file nor the database (their URLs are unknown) and were not replayed"
+                "feeds file nor the database (their URLs are unknown) and were not replayed "
+                "(feeds removed from the file: put their URLs back and restore again)"
             )
         return text
 
@@ -149,7 +150,9 @@ def restore_targets(
     if not chosen:
         raise ConfigError(
             f"restore: {feed_url} is neither in the feeds file nor in the database, so its "
-            "backups cannot be found. Give the feed's URL exactly as it is subscribed."
+            "backups cannot be found. Give the feed's URL exactly as it is subscribed; a feed "
+            "removed from the feeds file before the database was lost is found once its URL "
+            "is back in the file (its backups are kept under it)."
         )
     return chosen
 
