@@ -578,6 +578,9 @@ def test_log_format_json_and_log_level(feed_server: FeedServer, tmp_path: Path) 
     entries = [json.loads(line) for line in result.stderr.splitlines()]
     assert {entry["level"] for entry in entries} == {"INFO", "WARNING"}
     assert all(set(entry) == {"time", "level", "logger", "message"} for entry in entries)
+    assert all(
+        re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", entry["time"]) for entry in entries
+    ), "UTC written as every other timestamp"
     assert any(entry["message"].startswith(f"feed {broken}: HTTP 500") for entry in entries)
 
     quiet = feedcollector(

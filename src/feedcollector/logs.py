@@ -16,10 +16,16 @@ CONSOLE_TIME = "%Y-%m-%d %H:%M:%SZ"
 12:20Z", which read as long past."""
 
 
+def _utc_milliseconds(created: float) -> str:
+    """``2026-03-02T09:00:00.123Z``: UTC written as every other timestamp here writes it."""
+    moment = datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds")
+    return moment.removesuffix("+00:00") + "Z"
+
+
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         entry = {
-            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "time": _utc_milliseconds(record.created),
             "level": record.levelname,
             "logger": record.name,
             "message": record.getMessage(),
