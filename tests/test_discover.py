@@ -220,6 +220,12 @@ def test_add_from_a_site_and_remove(feed_server: FeedServer, tmp_path: Path) -> 
     again = feedcollector("--config", config, "add", same, cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert "already in" in again.stdout
+    assert "edit its title:" not in again.stdout
+    retitled = feedcollector("--config", config, "add", same, "--title", "Posts", cwd=tmp_path)
+    assert "already in" in retitled.stdout
+    assert "To change its title or interval, edit its title: or interval: line" in (
+        retitled.stdout
+    ), "--title given to a feed listed already: where it goes"
     assert len(feed_server.requests) == requests, "a subscribed URL is not fetched again"
     via_site = feedcollector("--config", config, "add", site, cwd=tmp_path)
     assert via_site.returncode == 0

@@ -114,7 +114,7 @@ def add(
     specs = _current_feeds(settings)
     present = find_feed(specs, url)
     if present is not None and not list_only:
-        _already(present.url, settings)
+        _already(present.url, settings, options=title is not None or interval is not None)
         return
     found = _discover(settings, url, None if list_only else (pick or 1))
     if list_only:
@@ -129,7 +129,7 @@ def add(
     try:
         result = add_feed(settings.feeds_file, NewEntry(chosen.url, title, entry_interval))
     except AlreadySubscribed as exc:  # the discovered feed is subscribed under another URL
-        _already(exc.spec.url, settings)
+        _already(exc.spec.url, settings, options=title is not None or interval is not None)
         return
     except ConfigError as exc:
         usage_error(str(exc))
@@ -201,8 +201,14 @@ def _current_feeds(settings: Settings) -> list[FeedSpec]:
     return [] if original is None else guard(lambda: listed_feeds(settings.feeds_file, text))
 
 
-def _already(url: str, settings: Settings) -> None:
+def _already(url: str, settings: Settings, *, options: bool) -> None:
+    """Said for a feed the file lists; with --title or --interval given, where they go."""
     typer.echo(f"add: {url} is already in {settings.feeds_file}; nothing changed.")
+    if options:
+        typer.echo(
+            "     To change its title or interval, edit its title: or interval: line there "
+            "(add never rewrites an entry)."
+        )
 
 
 def _discover(settings: Settings, url: str, want: int | None) -> Discovery:
