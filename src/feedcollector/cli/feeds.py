@@ -22,7 +22,7 @@ from ..config import Settings, load_feeds
 from ..config_values import check_http_url, parse_duration
 from ..discover import Discovery, FoundFeed, discover_feeds
 from ..errors import ConfigError, StorageError
-from ..feeds_file import MIN_FEED_INTERVAL
+from ..feeds_file import MIN_FEED_INTERVAL, feed_url_key
 from ..fetch import make_http_client
 from ..models import FeedSpec
 from ..safe_text import one_line
@@ -136,7 +136,11 @@ def add(
     where = f" line {result.line}" if result.line else ""
     typer.echo(f"add: {_describe(chosen)}")
     typer.echo(f"     added to {settings.feeds_file}{where}.")
-    others = len(found.announced) - 1
+    others = sum(  # those not subscribed yet
+        1
+        for link in found.announced
+        if feed_url_key(link.url) != feed_url_key(chosen.url) and find_feed(specs, link.url) is None
+    )
     if chosen.via == "link" and others > 0 and pick is None:
         typer.echo(f"     The page announces {others} more; see them with `{listing}`.")
     fetch_now = settings.command("fetch", chosen.url)
