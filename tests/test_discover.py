@@ -180,7 +180,7 @@ feeds:
 def test_add_counts_only_the_announced_feeds_not_subscribed_yet(
     feed_server: FeedServer, tmp_path: Path
 ) -> None:
-    """"The page announces 1 more" named a feed the file listed already."""
+    """ "The page announces 1 more" named a feed the file listed already."""
     feed_server.route("/blog/posts.xml", body=rss([Entry("p", guid="p")], title="Posts"))
     comments = feed_server.route("/blog/comments.xml", body=rss([], title="Comments"))
     site = feed_server.route(
