@@ -871,10 +871,11 @@ def test_western_text_mixing_utf8_and_windows_1252_pieces_reads_back_whole(
     pieces: list[tuple[str, bool]],
 ) -> None:
     """Any Western text whose pieces are written in UTF-8 or windows-1252 reads back as
-    written, provided some UTF-8 holds a non-ASCII character and no run of windows-1252 forms
-    a UTF-8 sequence by itself (which no reading can tell from UTF-8)."""
-    assume(any(not text.isascii() for text, in_utf8 in pieces if in_utf8))
+    written, provided its UTF-8 shows itself as text (a three-byte character, or an accented
+    letter beside a lowercase one) and no run of windows-1252 forms a UTF-8 sequence by itself
+    (which no reading can tell from UTF-8)."""
     encoded = [text.encode("utf-8" if in_utf8 else "cp1252") for text, in_utf8 in pieces]
+    assume(_UTF8_AS_TEXT.search(b"".join(encoded)))
     legacy_runs = b"".join(
         b"\n" if in_utf8 else piece for piece, (_, in_utf8) in zip(encoded, pieces, strict=True)
     )
@@ -886,8 +887,51 @@ def test_western_text_mixing_utf8_and_windows_1252_pieces_reads_back_whole(
     assert channel_title(result.data) == text
 
 
+_UTF8_AS_TEXT = re.compile(
+    rb"\xe2[\x80-\xbf]{2}|[a-z][\xc2-\xdf][\x80-\xbf]|[\xc2-\xdf][\x80-\xbf][a-z]"
+)
+
+
 def _forms_utf8_sequence(piece: bytes) -> bool:
     return any(
         0xC2 <= first <= 0xF4 and 0x80 <= second <= 0xBF
         for first, second in itertools.pairwise(piece)
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "codec", "content_type"),
+    [
+        ("Від сьогодні нові правила", "cp1251", None),  # "Ві" is C2 B3: "Â³"
+        ("Від сьогодні нові правила", "cp1251", "text/xml; charset=utf-8"),  # PHP's default
+        ("В\xa0Москве открылся новый «НТВ» центр", "cp1251", None),  # "В" + NBSP: C2 A0
+        ("\u201cA IRMÃ\u201d estreia com recorde de público", "cp1252", "text/xml; charset=latin1"),
+        ("Amanhã: \u201cAMANHÃ\u201d é o dia; IRMÃ\xa0SÃO PAULO Â®", "cp1252", None),
+    ],
+    ids=["ukrainian", "ukrainian-labelled-utf8", "russian-nbsp", "portuguese-latin1", "caps"],
+)
+def test_legacy_text_forming_a_pair_by_accident_is_not_read_as_utf8(
+    text: str, codec: str, content_type: str | None
+) -> None:
+    """Between capitals, spaces and symbols, legacy bytes form two-byte UTF-8 sequences by
+    accident: one such pair overruled charset detection (a short Ukrainian feed read wholly as
+    windows-1252 mojibake) or a Latin-1 label ("IRMÃ”" read as "IRMÔ")."""
+    result = decode_feed(rss_bytes(text.encode(codec)), content_type)
+    assert result.stray_windows_1252 == 0
+    assert channel_title(result.data) == text
+
+
+def test_mixed_reading_counts_only_stray_bytes_and_replaces_unassigned_ones() -> None:
+    """A U+FFFD the UTF-8 holds is no stray byte; a stray byte windows-1252 does not assign
+    (81) becomes U+FFFD and is said as such (a WARNING, not the INFO of a mixed reading)."""
+    written = "Caf\u00e9 \ufffd ok ".encode() + b"M\xfcller"
+    result = decode_feed(rss_bytes(written), None)
+    assert (result.replaced, result.stray_windows_1252) == (0, 1)
+    unassigned = "Caf\u00e9 ".encode() + b"\x81 M\xfcller"
+    result = decode_feed(rss_bytes(unassigned), None)
+    assert (result.replaced, result.stray_windows_1252) == (1, 2)
+    assert channel_title(result.data) == "Caf\u00e9 \ufffd M\u00fcller"
+
+
+def rss_bytes(title: bytes) -> bytes:
+    return b'<rss version="2.0"><channel><title>' + title + b"</title></channel></rss>"

@@ -319,8 +319,8 @@ def _decode_mixed(payload: bytes) -> tuple[bytes, str, int, int] | None:
     mixed = read_mixed(payload)
     if mixed is None:
         return None
-    text, stray = mixed
-    return _utf8(text), "detected", 0, stray
+    text, stray, replaced = mixed
+    return _utf8(text), "detected", replaced, stray
 
 
 def _decode_mostly(payload: bytes, codec: str) -> tuple[bytes, int] | None:

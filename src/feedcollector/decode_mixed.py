@@ -3,12 +3,19 @@ a Word paste in a UTF-8 feed, a server that labels a feed Latin-1 while its newe
 are UTF-8.
 
 Read as one encoding, such a body loses either way: as UTF-8 its stray bytes become U+FFFD,
-as windows-1252 every UTF-8 character becomes mojibake (``Ã©`` for ``é``). Where every
-character its valid multi-byte UTF-8 sequences form is one windows-1252 has too (Western
-text), the stray bytes almost surely come from a windows-1252 or Latin-1 source, and legacy
-text forms such sequences only as mojibake: the body is read as UTF-8, its other bytes as
-windows-1252. Other text (a Chinese feed's stray bytes are no windows-1252) is left to the
-rest of :mod:`.decode`.
+as windows-1252 every UTF-8 character becomes mojibake (``Ã©`` for ``é``). It is read as
+UTF-8 with its other bytes as windows-1252 when two things hold:
+
+- every character its valid multi-byte UTF-8 sequences form is one windows-1252 has too
+  (Western text; a Chinese feed's stray bytes are no windows-1252);
+- the UTF-8 shows itself as text: a three-byte character (curly quotes, dashes, ``…``,
+  ``€``) or an accented letter beside a lowercase ASCII one (``caf|é``, ``é|té``). Legacy
+  text forms two-byte sequences by accident, but between capitals, spaces and symbols: a
+  Portuguese ``IRMÃ”`` (C3 94), a Ukrainian ``Ві`` in windows-1251 (C2 B3), a Russian ``В``
+  before a no-break space. One such pair overruled a label, or charset detection, for the
+  whole body.
+
+Anything else is left to the rest of :mod:`.decode`.
 """
 
 from __future__ import annotations
@@ -22,19 +29,27 @@ _WINDOWS_1252_ONLY = bytes(range(0x80, 0x100)).decode("cp1252", "ignore")
 """The non-ASCII characters windows-1252 writes (its five unassigned bytes left out)."""
 _WESTERN_LEADS = sorted({character.encode()[0] for character in _WINDOWS_1252_ONLY})
 """The first bytes of those characters' UTF-8: C2, C3, C5, C6, CB and E2."""
-_NON_ASCII_RE = re.compile(r"[^\x00-\x7f\ufffd]")
-"""A character of a valid multi-byte UTF-8 sequence (U+FFFD marks the invalid bytes)."""
+_UTF8_AS_TEXT_RE = re.compile(
+    rb"\xe2[\x80-\xbf][\x80-\xbf]|[a-z][\xc2-\xdf][\x80-\xbf]|[\xc2-\xdf][\x80-\xbf][a-z]"
+)
+"""UTF-8 that shows itself as text: a three-byte sequence of E2 (windows-1252's punctuation,
+``€``, ``™``), or a two-byte one beside a lowercase ASCII letter. Bytes C2-DF followed by
+80-BF are always a whole valid sequence, so nothing else is matched."""
 _NOT_WINDOWS_1252_RE = re.compile(rf"[^\x00-\x7f\ufffd{re.escape(_WINDOWS_1252_ONLY)}]")
 """A character windows-1252 cannot write: the text is not (only) Western."""
 
 
-def read_mixed(payload: bytes) -> tuple[str, int] | None:
-    """``payload`` read as UTF-8 with its invalid bytes read as windows-1252, and how many
-    byte sequences were; None unless it holds Western UTF-8 and nothing but."""
+def read_mixed(payload: bytes) -> tuple[str, int, int] | None:
+    """``payload`` read as UTF-8 with its invalid bytes read as windows-1252: the text, how
+    many byte sequences were read so, and how many bytes of them windows-1252 does not
+    assign either (U+FFFD); None unless it holds Western UTF-8, and nothing but, that shows
+    itself as text (see the module's docstring)."""
     text = payload.decode("utf-8", "replace")
-    if not _NON_ASCII_RE.search(text) or _NOT_WINDOWS_1252_RE.search(text):
+    if _NOT_WINDOWS_1252_RE.search(text) or not _UTF8_AS_TEXT_RE.search(payload):
         return None
-    return payload.decode("utf-8", _ERRORS), text.count("\ufffd")
+    written = payload.count("\ufffd".encode())  # a U+FFFD the UTF-8 itself holds
+    mixed = payload.decode("utf-8", _ERRORS)
+    return mixed, text.count("\ufffd") - written, mixed.count("\ufffd") - written
 
 
 def may_hold_western_utf8(payload: bytes) -> bool:
