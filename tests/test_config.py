@@ -702,6 +702,10 @@ def test_duplicate_urls_in_json_name_both_lines(tmp_path: Path) -> None:
             'starting with http:// or https:// (e.g. "https://example.com/feed.xml")',
         ),
         (
+            "user:secret@example.org/feed",
+            'starting with http:// or https:// (e.g. "https://user:secret@example.org/feed")',
+        ),
+        (
             "example.com",
             'starting with http:// or https:// (e.g. "https://example.com"), got "example.com"',
         ),

@@ -1165,7 +1165,7 @@ def test_an_image_retry_after_beyond_ten_years_is_not_quoted_as_the_clipped_wait
     feed_server: FeedServer,
 ) -> None:
     url = feed_server.route("/busy.png", status=503, headers={"Retry-After": "9" * 40})
-    assert str(refused(url)).endswith("(the server asks to wait more than 10 years)")
+    assert str(refused(url)).endswith("(the server asks to wait ten years or more)")
 
 
 def test_a_429_rests_the_whole_image_host_for_the_cycle_and_charges_one_image(

@@ -266,6 +266,44 @@ def test_a_dry_run_on_a_database_without_items_gives_the_reason_the_sweep_refuse
     assert "would delete 1 image objects" in named.summary()
 
 
+@pytest.mark.parametrize("dry_run", [False, True], ids=["sweep", "dry-run"])
+def test_a_ctrl_c_stops_a_sweep_at_its_next_chunk_also_without_orphans(
+    embedded: Pair, dry_run: bool
+) -> None:
+    """Ctrl-C cancels the main task at its next wait: on SQLite and a folder a sweep let the
+    event loop run only before deleting, so one without orphans, or a dry run, went on to the
+    end (and its lease was never renewed meanwhile)."""
+    pair = embedded
+    pair.run(add_feed(pair.db))
+    pair.run(add_item(pair, "kept", NOW))
+    keys = [object_key(FEED_ID, "kept", position, "png") for position in range(5)]
+    for key in keys:  # the item's own folder: none of them is an orphan
+        pair.run(pair.objects.put(key, b"x"))
+    seen: list[int] = []
+
+    async def go() -> None:
+        sweeping = asyncio.current_task()
+        assert sweeping is not None
+
+        def interrupt(report: OrphanReport) -> None:
+            seen.append(report.objects)
+            sweeping.cancel()
+
+        await sweep_orphans(
+            pair.db,
+            pair.objects,
+            now=datetime.now(UTC) + LATER,
+            owner=OWNER,
+            dry_run=dry_run,
+            chunk_size=1,
+            progress=interrupt,
+        )
+
+    with pytest.raises(asyncio.CancelledError):
+        pair.run(go())
+    assert seen == [1]
+
+
 class FailingDeletes(LocalObjectStore):
     async def delete_many(self, keys: Sequence[str]) -> None:
         raise ObjectStoreError("storage: cannot delete images/x: disk on fire")

@@ -268,8 +268,11 @@ def check_http_url(value: str) -> str:
         ) from None
     if parts.scheme.lower() not in ("http", "https"):
         after_colon = text[len(parts.scheme) + 1 :]
-        other_scheme = parts.scheme and "." not in parts.scheme and not after_colon[:1].isdigit()
-        if "://" in text or other_scheme:  # ftp://..., mailto:... (not a host:port)
+        credentials = "@" in after_colon.split("/", 1)[0] and parts.scheme.lower() != "mailto"
+        other_scheme = (
+            parts.scheme and "." not in parts.scheme and not after_colon[:1].isdigit()
+        ) and not credentials  # mailto:..., javascript:... (not host:port, not user:secret@)
+        if "://" in text or other_scheme:
             raise ValueError(f"must be an http:// or https:// address, got {shown}")
         example = f"https://{text}" if "." in text.split("/")[0] else "https://example.com/feed.xml"
         raise ValueError(

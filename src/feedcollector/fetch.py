@@ -39,6 +39,7 @@ from .http_hints import (
     readable_retry_after,
     response_hints,
     retry_after,
+    wait_words,
 )
 from .httpbody import (
     TransferError,
@@ -316,9 +317,8 @@ def _retry_after_words(headers: Mapping[str, str], now: datetime) -> str | None:
     if wait is None:
         return f"its Retry-After {quoted!r} asks for no wait (zero or a past date)"
     if wait >= MAX_HINT:  # clipped: its own time would not be the one quoted
-        return f"its Retry-After {quoted!r} asks to wait more than {MAX_HINT.days // 365} years"
-    seconds = round(wait.total_seconds())
-    return f"the server asks to wait {seconds} s (until {format_timestamp(now + wait)})"
+        return f"its Retry-After {quoted!r} asks to wait {wait_words(wait)}"
+    return f"the server asks to wait {wait_words(wait)} (until {format_timestamp(now + wait)})"
 
 
 def status_text(status: int, reason_phrase: str) -> str:

@@ -3,9 +3,10 @@
 A holder renews its lease every :data:`.maintenance_leases.RENEW_EVERY` while it works (a
 restore may take hours), and lets go at the end, also after an error or Ctrl-C; a killed
 process's lease runs out by itself. Before each step that deletes or names objects the work
-asks :meth:`Lease.check`: it goes on only while its lease is its own for at least one more
-renewal period, so a process whose renewals failed (or that was suspended) stops instead of
-running beside the one that took the lease after it ran out. Which leases clash, and how one
+awaits :meth:`Lease.checkpoint`, which lets the event loop run (the renewal is a task of its
+own) and goes on only while its lease is its own for at least one more renewal period, so a
+process whose renewals failed (or that was suspended) stops instead of running beside the
+one that took the lease after it ran out. Which leases clash, and how one
 is claimed, is :mod:`.maintenance_leases`.
 """
 

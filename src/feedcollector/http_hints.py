@@ -97,6 +97,12 @@ def retry_after(hints: ResponseHints | None, now: datetime) -> timedelta | None:
     return delay if delay > timedelta(0) else None
 
 
+def wait_words(wait: timedelta) -> str:
+    """A Retry-After's wait for a message: seconds, or "ten years or more" for one clipped to
+    :data:`MAX_HINT` (its clipped length is not what the server asked)."""
+    return "ten years or more" if wait >= MAX_HINT else f"{round(wait.total_seconds())} s"
+
+
 def freshness(hints: ResponseHints | None, now: datetime) -> timedelta:
     """How long the answer stays fresh by HTTP caching rules; zero when it does not say.
 

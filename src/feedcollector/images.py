@@ -18,7 +18,7 @@ import httpx
 
 from .errors import ImageError, ImageNotTried
 from .fetch import MIB, status_text
-from .http_hints import MAX_HINT, response_hints, retry_after
+from .http_hints import response_hints, retry_after, wait_words
 from .httpbody import (
     NOT_TRIED,
     TransferError,
@@ -189,12 +189,7 @@ async def _accept_image(
             f"image: HTTP {status} {status_text(status, response.reason_phrase)} from {final_url}"
         )
         if wait is not None:
-            asked = (
-                f"more than {MAX_HINT.days // 365} years"
-                if wait >= MAX_HINT
-                else f"{round(wait.total_seconds())} s"
-            )
-            raise ImageRetryLater(f"{refused} (the server asks to wait {asked})", wait)
+            raise ImageRetryLater(f"{refused} (the server asks to wait {wait_words(wait)})", wait)
         raise ImageError(refused)
     declared = media_type(response.headers.get("Content-Type"))
     if surely_not_an_image(declared):

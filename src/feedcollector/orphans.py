@@ -31,6 +31,7 @@ refuses to delete, and a dry run says that it would, and why (:attr:`OrphanRepor
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
@@ -229,6 +230,12 @@ class _Sweep:
     async def _delete_unnamed(self, prefix: str, chunk: Sequence[ListedObject]) -> None:
         if not chunk:
             return
+        # Every chunk lets the event loop run (a Ctrl-C, the lease's renewal: on SQLite and a
+        # folder nothing here waits) and makes sure the lease is ours before it names keys.
+        if self.lease is not None:
+            await self.lease.checkpoint()
+        else:  # a dry run holds no lease
+            await asyncio.sleep(0)
         named = await keys_found(self.db, NAMING_COLUMNS[prefix], [listed.key for listed in chunk])
         orphans = [listed for listed in chunk if listed.key not in named]
         report = self.report
@@ -239,8 +246,6 @@ class _Sweep:
         if orphans:
             await self._mind_an_empty_database()
         if orphans and not report.dry_run:
-            if self.lease is not None:
-                await self.lease.checkpoint()
             await self.objects.delete_many([listed.key for listed in orphans])
         if prefix == IMAGE_PREFIX:
             report.images += len(orphans)

@@ -105,7 +105,8 @@ class RestoreReport:
             text += (
                 f"; {self.unknown_feed_folders} backup folders belong to feeds in neither the "
                 "feeds file nor the database (their URLs are unknown) and were not replayed "
-                "(feeds removed from the file: put their URLs back and restore again)"
+                "(feeds removed from the file: put their URLs back, restore again, then "
+                "remove them once more)"
             )
         return text
 
@@ -152,7 +153,8 @@ def restore_targets(
             f"restore: {feed_url} is neither in the feeds file nor in the database, so its "
             "backups cannot be found. Give the feed's URL exactly as it is subscribed; a feed "
             "removed from the feeds file before the database was lost is found once its URL "
-            "is back in the file (its backups are kept under it)."
+            "is back in the file (its backups are kept under it; it is then fetched again "
+            "until you remove it once more)."
         )
     return chosen
 

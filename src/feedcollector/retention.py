@@ -183,10 +183,12 @@ class CleanupReport:
         """After each chunk: let the event loop run first (on SQLite and a local folder
         nothing here waits, so a SIGTERM's handler never ran and ``run`` ignored it until
         the whole cleanup was over), make sure the lease is still ours before the next
-        chunk's deletes, then report, where a stop request ends the cleanup."""
-        await asyncio.sleep(0)
+        chunk's deletes (the lease's checkpoint does both), then report, where a stop request
+        ends the cleanup."""
         if self.lease is not None:
             await self.lease.checkpoint()
+        else:  # a dry run holds no lease
+            await asyncio.sleep(0)
         if self.progress is not None:
             self.progress(self)
 

@@ -142,9 +142,8 @@ def build_status(
     not followed yet (None: it has, or it cannot be read); its entries the database does not
     know, or knows as removed, are ``new`` (``failing`` when put back during its backoff), and
     the feeds it no longer lists ``removed``, as the next cycle's sync will make them (they
-    showed ``active`` until then), due at once (``generated_at``) or at the later time a feed
-    put back keeps (a backoff, a Retry-After): it showed the time its row last planned, long
-    past, or "due now" for one in backoff. Its
+    showed ``active`` until then). Those coming are due at once (``generated_at``), but for
+    the later time a feed put back keeps (a backoff, a Retry-After). Its
     titles are shown as the sync will store them (the file's, else the channel's).
     ``image_retries``: per feed id, when its first waiting image is tried again."""
     retries = image_retries or {}

@@ -22,9 +22,8 @@ from typing import Annotated, Any, NoReturn, TypeVar
 import typer
 from typer.core import TyperGroup
 
-from .. import __version__
 from ..collector import Collector, open_collector
-from ..config import CONFIG_ENV, Settings, load_feeds, load_settings
+from ..config import CONFIG_ENV, PACKAGE_VERSION, Settings, load_feeds, load_settings
 from ..config_values import describe_value
 from ..database import Database
 from ..errors import ConfigError, StorageError
@@ -136,7 +135,7 @@ def _global_options(
 
 def _print_version(asked: bool) -> None:
     if asked:
-        typer.echo(f"feedcollector {__version__}")
+        typer.echo(f"feedcollector {PACKAGE_VERSION}")
         raise typer.Exit
 
 

@@ -75,7 +75,8 @@ def add(
         typer.Option(
             "--interval",
             metavar="DURATION",
-            help="How often to fetch it, e.g. 15m or 2h (default: learned from its posts).",
+            help="How often to fetch it, e.g. 15m or 2h (default: learned from its posts, or "
+            "[fetch] default_interval with [schedule] adaptive = false).",
         ),
     ] = None,
     pick: Annotated[
