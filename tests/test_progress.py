@@ -29,7 +29,7 @@ from feedcollector.models import Feed
 from feedcollector.report import CycleReport, FeedOutcome
 
 from .feedserver import FeedServer
-from .samples import Entry, rss, write_project
+from .samples import Entry, png, rss, write_project
 from .test_cli import feedcollector
 
 NOW = datetime(2026, 3, 2, 9, 0, 0, tzinfo=UTC)
@@ -135,6 +135,30 @@ def test_fetch_all_of_many_feeds_logs_progress_lines(
     )
     messages = [json.loads(line)["message"] for line in as_json.stderr.splitlines()]
     assert "feeds: [24/24] 100%, 0 failed, 0 new items" in messages
+
+
+def test_the_last_progress_lines_come_before_the_cycles_summary(
+    feed_server: FeedServer, tmp_path: Path
+) -> None:
+    """A display shows a task's last state when it closes (the second page of images, within
+    10 s of the first): it closed after the cycle's summary was logged, which then read as
+    if work went on after it (``feeds: [13/22]`` after ``run`` stopped mid-cycle)."""
+    image = feed_server.route("/i.png", body=png(), headers={"Content-Type": "image/png"})
+    entries = [
+        Entry("x", guid=f"{n}", content=f'<img src="{image}?{n}-a"><img src="{image}?{n}-b">')
+        for n in range(3)
+    ]
+    urls = [feed_server.route(f"/f{n}", body=rss(entries)) for n in range(24)]
+    config = str(write_project(tmp_path, urls))
+    result = feedcollector(
+        "--config", config, "--log-format", "json", "fetch", "--all", cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    messages = [json.loads(line)["message"] for line in result.stderr.splitlines()]
+    progress = [n for n, text in enumerate(messages) if text.startswith("images: [")]
+    summary = next(n for n, text in enumerate(messages) if text.startswith("cycle: "))
+    assert len(progress) >= 2
+    assert max(progress) < summary
 
 
 def test_run_shows_the_progress_of_a_cycle_of_many_feeds(

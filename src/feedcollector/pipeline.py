@@ -107,9 +107,11 @@ async def run_cycle(
         await download_pending_images(collector, report, share)
     await _mark_the_clock(collector, report)
     report.elapsed_s = time.monotonic() - began
-    log.log(report.summary_level(asked=force), "cycle: %s", report.summary())
-    if collector.observer is not None:
-        await collector.observer.cycle_done(report, collector.db)
+    try:  # the observers first: a progress display's last line comes before the summary
+        if collector.observer is not None:
+            await collector.observer.cycle_done(report, collector.db)
+    finally:
+        log.log(report.summary_level(asked=force), "cycle: %s", report.summary())
     return report
 
 
