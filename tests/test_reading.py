@@ -23,6 +23,7 @@ from feedcollector.backends.sqlite import SQLiteDatabase
 from feedcollector.collector import open_collector
 from feedcollector.config import load_settings
 from feedcollector.database import Database
+from feedcollector.errors import ConfigError
 from feedcollector.models import FeedSpec
 from feedcollector.pipeline import run_cycle
 from feedcollector.reading import (
@@ -381,6 +382,45 @@ def test_iter_items_filters_and_pages(collected: Collected) -> None:
     assert listed(since=START + timedelta(minutes=30)) == ["n3"]
     assert len(listed(limit=3)) == 3
     assert listed(feed_url="https://unknown.example/feed") == []
+
+
+def test_a_consumer_reading_in_batches_goes_on_past_a_second_of_more_items(
+    collected: Collected,
+) -> None:
+    """Three items share one second; batches of two from the last created_at alone returned
+    the same two forever. From the last id taken, each batch goes on where the last ended."""
+    ids = [row[0] for row in collected.rows("SELECT id FROM items ORDER BY created_at, id")]
+    assert len(collected.rows("SELECT DISTINCT created_at FROM items")) < len(ids)
+
+    def batch(after: str | None) -> list[str]:
+        async def go(collector: Any) -> list[StoredItem]:
+            return [item async for item in iter_items(collector.db, limit=2, after=after)]
+
+        return [item.id for item in collected.run(go)]
+
+    taken: list[str] = []
+    while batch_ids := batch(taken[-1] if taken else None):
+        taken += batch_ids
+    assert taken == ids
+    with pytest.raises(ConfigError, match="no item has the id 'gone'"):
+        batch("gone")
+    config = str(collected.config)
+    page = feedcollector(
+        "--config",
+        config,
+        "items",
+        "--jsonl",
+        "--limit",
+        "2",
+        "--after",
+        ids[1],
+        cwd=collected.folder,
+    )
+    assert page.returncode == 0, page.stderr
+    assert [json.loads(line)["id"] for line in page.stdout.splitlines()] == ids[2:4]
+    unknown = feedcollector("--config", config, "items", "--after", "gone", cwd=collected.folder)
+    assert unknown.returncode == 2
+    assert "no item has the id 'gone'" in unknown.stderr
 
 
 def test_items_and_item_commands(collected: Collected) -> None:

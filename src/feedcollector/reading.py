@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 from .config_values import parse_duration
 from .database import Database, Row, SqlValue
-from .errors import ObjectNotFoundError
+from .errors import ConfigError, ObjectNotFoundError
 from .feeds_file import feed_url_key
 from .objectstore import ObjectStore
 from .rendering import (
@@ -158,6 +158,16 @@ async def stored_feed_urls(db: Database, feed_url: str) -> list[str]:
     return sorted(str(row["url"]) for row in rows if feed_url_key(str(row["url"])) == key)
 
 
+async def _cursor_of(db: Database, item_id: str) -> tuple[str, str]:
+    rows = await db.query("SELECT created_at FROM items WHERE id = ?", (item_id,))
+    if not rows:
+        raise ConfigError(
+            f"items: no item has the id {item_id!r} (expired, or mistyped); resume with "
+            "--since and the last created_at seen instead"
+        )
+    return str(rows[0]["created_at"]), item_id
+
+
 async def iter_items(
     db: Database,
     *,
@@ -166,12 +176,16 @@ async def iter_items(
     limit: int | None = None,
     newest_first: bool = False,
     page_size: int = PAGE_SIZE,
+    after: str | None = None,
 ) -> AsyncIterator[StoredItem]:
     """Items in ``(created_at, id)`` order, page by page (keyset), so memory stays flat.
 
     ``since`` keeps items with ``created_at >= since`` (inclusive: a consumer resuming from the
-    last ``created_at`` it saw skips the ids it already has). An unknown ``feed_url`` yields
-    nothing.
+    last ``created_at`` it saw skips the ids it already has). ``after``, the id of the last
+    item a consumer took, starts past it in that order: one reading in batches of ``limit``
+    from ``since`` alone got the same batch back forever once more items than that shared one
+    second (a first cycle stores thousands in one). ConfigError when no item has that id (it
+    expired: resume with ``since``). An unknown ``feed_url`` yields nothing.
     """
     order = "DESC" if newest_first else "ASC"
     beyond = "<" if newest_first else ">"
@@ -189,7 +203,7 @@ async def iter_items(
     # index from the start, or the whole second, on every page (quadratic).
     next_sql = _page_sql([*filters, f"(i.created_at, i.id) {beyond} (?, ?)"], order)
     remaining = limit
-    cursor: tuple[str, str] | None = None
+    cursor = None if after is None else await _cursor_of(db, after)
     while remaining is None or remaining > 0:
         size = page_size if remaining is None else min(page_size, remaining)
         if cursor is None:

@@ -56,6 +56,13 @@ def items(
         ),
     ] = None,
     limit: Annotated[int | None, typer.Option(min=1, metavar="N", help="At most N items.")] = None,
+    after: Annotated[
+        str | None,
+        typer.Option(
+            metavar="ID",
+            help="Only items past this one (the last a consumer took) in created_at, id order.",
+        ),
+    ] = None,
     jsonl: Annotated[
         bool, typer.Option("--jsonl", help="One JSON object per line, content included.")
     ] = False,
@@ -72,7 +79,12 @@ def items(
         since_at = since_option(since, collector.clock())
         feed_url = None if feed is None else await _stored_feed_url(collector.db, feed)
         listed = iter_items(
-            collector.db, feed_url=feed_url, since=since_at, limit=limit, newest_first=newest_first
+            collector.db,
+            feed_url=feed_url,
+            since=since_at,
+            limit=limit,
+            newest_first=newest_first,
+            after=None if after is None else text_argument(after.strip(), "items: --after"),
         )
         if jsonl:
             await _print_jsonl(collector, listed)
