@@ -177,28 +177,8 @@ feeds:
 """
 
 
-def test_add_counts_only_the_announced_feeds_not_subscribed_yet(
-    feed_server: FeedServer, tmp_path: Path
-) -> None:
-    """ "The page announces 1 more" named a feed the file listed already."""
-    feed_server.route("/blog/posts.xml", body=rss([Entry("p", guid="p")], title="Posts"))
-    comments = feed_server.route("/blog/comments.xml", body=rss([], title="Comments"))
-    site = feed_server.route(
-        "/blog/",
-        body=page(
-            '<link rel="alternate" type="application/rss+xml" href="posts.xml">'
-            '<link rel="alternate" type="application/rss+xml" href="comments.xml">'
-        ),
-        headers=HTML,
-    )
-    config = str(write_project(tmp_path, [comments]))
-    added = feedcollector("--config", config, "add", site, cwd=tmp_path)
-    assert added.returncode == 0, added.stderr
-    assert "added to" in added.stdout
-    assert "announces" not in added.stdout
-
-
-def test_add_from_a_site_and_remove(feed_server: FeedServer, tmp_path: Path) -> None:
+def blog_site(feed_server: FeedServer) -> tuple[str, str, str]:
+    """A blog page announcing two feeds: (posts, comments, the page)."""
     posts = feed_server.route("/blog/posts.xml", body=rss([Entry("p", guid="p")], title="Posts"))
     comments = feed_server.route("/blog/comments.xml", body=rss([], title="Comments"))
     site = feed_server.route(
@@ -209,6 +189,23 @@ def test_add_from_a_site_and_remove(feed_server: FeedServer, tmp_path: Path) -> 
         ),
         headers=HTML,
     )
+    return posts, comments, site
+
+
+def test_add_counts_only_the_announced_feeds_not_subscribed_yet(
+    feed_server: FeedServer, tmp_path: Path
+) -> None:
+    """ "The page announces 1 more" named a feed the file listed already."""
+    _, comments, site = blog_site(feed_server)
+    config = str(write_project(tmp_path, [comments]))
+    added = feedcollector("--config", config, "add", site, cwd=tmp_path)
+    assert added.returncode == 0, added.stderr
+    assert "added to" in added.stdout
+    assert "announces" not in added.stdout
+
+
+def test_add_from_a_site_and_remove(feed_server: FeedServer, tmp_path: Path) -> None:
+    posts, comments, site = blog_site(feed_server)
     old = feed_server.route("/old.xml", body=rss([Entry("o", guid="o")]))
     config = str(write_project(tmp_path, []))
     feeds_file = tmp_path / "feeds.yaml"
