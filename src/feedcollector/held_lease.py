@@ -131,6 +131,15 @@ class Lease:
             )
 
 
+async def checkpoint(lease: Lease | None) -> None:
+    """:meth:`Lease.checkpoint`, or for work that holds no lease (a dry run) only the turn of
+    the event loop (a Ctrl-C is heard there too)."""
+    if lease is not None:
+        await lease.checkpoint()
+    else:
+        await asyncio.sleep(0)
+
+
 async def _renew_forever(lease: Lease) -> None:
     while lease.lost is None:
         await asyncio.sleep(lease.every.total_seconds())

@@ -31,7 +31,6 @@ refuses to delete, and a dry run says that it would, and why (:attr:`OrphanRepor
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
@@ -43,7 +42,7 @@ from .config import command_line
 from .config_values import format_duration
 from .database import Database
 from .errors import ConfigError, StorageError
-from .held_lease import Lease, holding
+from .held_lease import Lease, checkpoint, holding
 from .images import IMAGE_PREFIX, guid_digest
 from .objectstore import MAX_KEYS_PER_DELETE, ListedObject, ObjectStore
 from .retention import keep_samples
@@ -232,10 +231,7 @@ class _Sweep:
             return
         # Every chunk lets the event loop run (a Ctrl-C, the lease's renewal: on SQLite and a
         # folder nothing here waits) and makes sure the lease is ours before it names keys.
-        if self.lease is not None:
-            await self.lease.checkpoint()
-        else:  # a dry run holds no lease
-            await asyncio.sleep(0)
+        await checkpoint(self.lease)
         named = await keys_found(self.db, NAMING_COLUMNS[prefix], [listed.key for listed in chunk])
         orphans = [listed for listed in chunk if listed.key not in named]
         report = self.report

@@ -20,7 +20,6 @@ replays): the daily run and ``cleanup`` by hand both hold the ``cleanup`` lease 
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -28,7 +27,7 @@ from datetime import datetime, timedelta
 from .backups import CONTENT_TYPE_SUFFIX, stored_time
 from .backups import PREFIX as BACKUP_PREFIX
 from .database import Database, SqlValue, Statement
-from .held_lease import Lease, clock_from, renewed
+from .held_lease import Lease, checkpoint, clock_from, renewed
 from .objectstore import MAX_KEYS_PER_DELETE, ObjectStore
 from .report import counted
 from .retention_daily import CLEANUP_LEASE, CLEANUP_TASK
@@ -185,10 +184,7 @@ class CleanupReport:
         the whole cleanup was over), make sure the lease is still ours before the next
         chunk's deletes (the lease's checkpoint does both), then report, where a stop request
         ends the cleanup."""
-        if self.lease is not None:
-            await self.lease.checkpoint()
-        else:  # a dry run holds no lease
-            await asyncio.sleep(0)
+        await checkpoint(self.lease)
         if self.progress is not None:
             self.progress(self)
 
