@@ -355,14 +355,14 @@ def test_cleanup_orphans_deletes_old_objects_no_row_names(
     assert all(path.exists() for path in orphans), "only --orphans looks for them"
     dry = feedcollector("--config", config, "cleanup", "--orphans", "--dry-run", cwd=tmp_path)
     assert dry.returncode == 0, dry.stderr
-    assert "would delete 1 image objects and 1 content objects" in dry.stdout
+    assert "would delete 1 image object and 1 content object" in dry.stdout
     assert "1 younger than 1d left alone" in dry.stdout
     assert "    images/gone/aa/0.png" in dry.stdout.splitlines()
     assert all(path.exists() for path in orphans), "a dry run deletes nothing"
 
     done = feedcollector("--config", config, "cleanup", "--orphans", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert "orphans: deleted 1 image objects and 1 content objects" in done.stdout
+    assert "orphans: deleted 1 image object and 1 content object" in done.stdout
     assert not any(path.exists() for path in orphans)
     assert young.exists()
     assert sorted(objects.rglob("*.xml")) == backups

@@ -213,7 +213,7 @@ def test_add_from_a_site_and_remove(feed_server: FeedServer, tmp_path: Path) -> 
 
     listed = feedcollector("--config", config, "add", "--list", site, cwd=tmp_path)
     assert listed.returncode == 0, listed.stderr
-    assert f'[1] {posts} ("Posts", rss, 1 items)' in listed.stdout
+    assert f'[1] {posts} ("Posts", rss, 1 item)' in listed.stdout
     assert f'[2] {comments} ("Comments", rss, 0 items)' in listed.stdout
     assert feeds_file.read_text() == FEEDS.format(old=old), "--list changes nothing"
 

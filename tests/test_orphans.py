@@ -104,13 +104,13 @@ def test_objects_no_row_names_go_once_old_and_named_ones_and_backups_stay(pair: 
     assert dry.orphan_bytes == sum(len(data) for data in orphans.values())
     assert sorted(dry.samples) == sorted(orphans)
     assert every_key(pair) == everything, "a dry run deletes nothing"
-    assert "would delete 1 image objects and 1 content objects" in dry.summary()
+    assert "would delete 1 image object and 1 content object" in dry.summary()
     assert "3 unnamed image objects kept in the folders of items still stored" in dry.summary()
 
     done = sweep(pair, now=later)
     assert (done.images, done.content, done.orphan_bytes) == (1, 1, dry.orphan_bytes)
     assert every_key(pair) == sorted([*named, *owned, *backups])
-    assert "deleted 1 image objects" in done.summary()
+    assert "deleted 1 image object and 1 content object" in done.summary()
     assert pair.run(pair.objects.get(content_key(FEED_ID, "kept"))) == b"<p>big</p>"
     again = sweep(pair, now=later)
     assert (again.objects, again.images, again.content, again.owned) == (5, 0, 0, 3)
@@ -263,7 +263,7 @@ def test_a_dry_run_on_a_database_without_items_gives_the_reason_the_sweep_refuse
     pair.run(add_item(pair, "kept", NOW))
     named = sweep(pair, now=later, dry_run=True)
     assert (named.images, named.refusal) == (1, None)
-    assert "would delete 1 image objects" in named.summary()
+    assert "would delete 1 image object and 0 content objects" in named.summary()
 
 
 @pytest.mark.parametrize("dry_run", [False, True], ids=["sweep", "dry-run"])

@@ -8,6 +8,8 @@ import json
 import logging
 import re
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -33,6 +35,7 @@ from feedcollector.reading import (
     items_images,
     iter_items,
     load_content,
+    open_stores,
     parse_since,
     read_item,
     render_item_html,
@@ -312,9 +315,11 @@ class Collected:
             return list(conn.execute(sql))
 
     def run(self, work: Any) -> Any:
+        """``work(stores)`` over what was collected, opened as a downstream reader opens it."""
+
         async def go() -> Any:
-            async with open_collector(load_settings(self.config)) as collector:
-                return await work(collector)
+            async with open_stores(load_settings(self.config)) as stores:
+                return await work(stores)
 
         return asyncio.run(go())
 
@@ -366,6 +371,41 @@ def test_read_item_renders_without_changing_what_is_stored(collected: Collected)
     assert found.rendered_html != stored
     assert collected.rows("SELECT content_html FROM items WHERE guid = 'n1'") == [(stored,)]
     assert collected.run(lambda c: read_item(c.db, c.objects, "no-such-id")) is None
+
+
+def test_the_readmes_library_example_reads_what_was_collected(collected: Collected) -> None:
+    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("\n## Reading items\n") :]
+    example = section[section.index("```python\n") + 10 : section.index("\n```\n")]
+    result = subprocess.run(
+        [sys.executable, "-c", example],
+        cwd=collected.folder,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    rows = collected.rows(
+        "SELECT id, created_at, title, length(coalesce(content_html, '')) FROM items "
+        "ORDER BY created_at, id"
+    )
+    assert len(rows) == 4
+    assert result.stdout.splitlines() == [" ".join(map(str, row)) for row in rows]
+
+
+def test_open_stores_refuses_a_missing_database_and_creates_nothing(tmp_path: Path) -> None:
+    """A reader pointed at a mistyped folder saw "nothing collected", and left an empty
+    database there that a collector started in that folder would then use."""
+    settings = load_settings(write_project(tmp_path, ["https://a.example/feed"]))
+
+    async def open_and_close() -> None:
+        async with open_stores(settings):
+            pytest.fail("opened a database that does not exist")
+
+    with pytest.raises(ConfigError, match=r"reading: there is no database at .*collector\.db"):
+        asyncio.run(open_and_close())
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["feedcollector.toml", "feeds.yaml"]
 
 
 def test_iter_items_filters_and_pages(collected: Collected) -> None:

@@ -349,7 +349,7 @@ def test_unknown_backup_folders_are_reported(drill: Drill) -> None:
     stray.write_bytes(rss([Entry("lost", guid="urn:lost")]))
     report, _ = drill.restore()
     assert report.unknown_feed_folders == 1
-    assert "1 backup folders belong to feeds in neither" in report.summary()
+    assert "1 backup folder of feeds in neither" in report.summary()
 
 
 def test_restore_command(drill: Drill) -> None:

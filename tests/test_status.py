@@ -25,7 +25,7 @@ from feedcollector.backends.sqlite import SQLiteDatabase
 from feedcollector.cli import app
 from feedcollector.cli import status as cli_status
 from feedcollector.collector import open_collector
-from feedcollector.config import load_feeds, load_settings
+from feedcollector.config import Settings, load_feeds, load_settings
 from feedcollector.database import CountingDatabase, Statement
 from feedcollector.models import FeedSpec
 from feedcollector.pipeline import run_cycle, sync_feeds_file
@@ -326,7 +326,8 @@ def test_status_command_table_and_json(feed_server: FeedServer, tmp_path: Path) 
     as_json = feedcollector("--config", str(config), "status", "--json", cwd=tmp_path)
     assert as_json.returncode == 0, as_json.stderr
     document = json.loads(as_json.stdout)
-    assert set(document) == {"generated_at", "totals", "feeds"}
+    assert set(document) == {"generated_at", "feeds_file_error", "totals", "feeds"}
+    assert document["feeds_file_error"] is None
     assert all(set(feed) == FEED_KEYS for feed in document["feeds"])
     assert document["totals"]["feeds"] == 6
     assert document["feeds"][0]["url"] == urls["gone"]
@@ -615,6 +616,27 @@ def test_status_does_not_parse_the_feeds_file_the_table_follows(
     states = {f["url"]: f["state"] for f in json.loads(result.stdout)["feeds"]}
     assert states == {"https://a.example/feed": "active", "https://b.example/feed": "new"}
     assert parsed == [settings.feeds_file]
+
+
+def test_status_json_says_why_the_feeds_file_cannot_be_read(tmp_path: Path) -> None:
+    """A monitoring script reads ``status --json``; the broken feeds file was only a warning
+    on stderr, which it does not read, while every feed looked fine."""
+    config = write_project(tmp_path, ["https://a.example/feed"])
+    settings = load_settings(config)
+    settings.feeds_file.write_text("feeds:\n  - url: https://a.example/feed\n  - url: [\n")
+    for created in (False, True):
+        if created:
+            asyncio.run(_open_and_close(settings))
+        result = feedcollector("--config", str(config), "status", "--json", cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        error = json.loads(result.stdout)["feeds_file_error"]
+        assert f"{settings.feeds_file} line 4, column 1: YAML syntax error" in error
+        assert f"new and removed feeds are not shown: {error}" in result.stderr
+
+
+async def _open_and_close(settings: Settings) -> None:
+    async with open_collector(settings):
+        pass
 
 
 def test_a_moved_feed_that_fails_shows_its_error_beside_the_hint() -> None:

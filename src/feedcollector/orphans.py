@@ -45,6 +45,7 @@ from .errors import ConfigError, StorageError
 from .held_lease import Lease, checkpoint, holding
 from .images import IMAGE_PREFIX, guid_digest
 from .objectstore import MAX_KEYS_PER_DELETE, ListedObject, ObjectStore
+from .report import counted
 from .retention import keep_samples
 from .spill import CONTENT_NAMED_BY, CONTENT_PREFIX
 from .store import keys_found
@@ -110,13 +111,14 @@ class OrphanReport:
         owned = ""
         if self.owned:
             owned = (
-                f"; {self.owned} unnamed image objects kept in the folders of items still "
-                "stored (their own images; they go with the item)"
+                f"; {counted(self.owned, 'unnamed image object')} kept in the folders of items "
+                "still stored (their own images; they go with the item)"
             )
         return (
             f"cleanup{' (dry run)' if self.dry_run else ''}: orphans: {verb} "
-            f"{self.images} image objects and {self.content} content objects that no row names "
-            f"({self.orphan_bytes / 2**20:.1f} MiB), of {self.objects} objects under "
+            f"{counted(self.images, 'image object')} and {counted(self.content, 'content object')} "
+            "that no row names "
+            f"({self.orphan_bytes / 2**20:.1f} MiB), of {counted(self.objects, 'object')} under "
             f"{IMAGE_PREFIX} and {CONTENT_PREFIX}; {self.young} younger than "
             f"{format_duration(self.min_age)} "
             f"left alone (their rows may be on the way){owned}{refused}"

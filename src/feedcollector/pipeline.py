@@ -41,7 +41,7 @@ from .image_stage import download_pending_images
 from .models import Feed, ItemRecord, ParsedFeed
 from .politeness import PoliteQueue, Ticket, host_key
 from .read_body import read_feed_body
-from .report import CycleReport, FeedOutcome
+from .report import CycleReport, FeedOutcome, counted
 from .schedule import (
     MAX_STORED_SECONDS,
     deferred_until,
@@ -214,7 +214,8 @@ async def refresh_feed(
         if not whole:
             outcome.cut_off = True
             outcome.error = (
-                f"parse: the body ends inside an item, after {len(parsed.items)} whole items "
+                "parse: the body ends inside an item, after "
+                f"{counted(len(parsed.items), 'whole item')} "
                 "(cut off in transfer, or by the server?)"
             )
             outcome.next_fetch_at = next_fetch_after_failure(now, feed.consecutive_failures + 1)

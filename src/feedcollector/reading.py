@@ -1,18 +1,21 @@
 """Reading items back: the way in for downstream tools (a reader, AI dedup, pipelines).
 
-Items are listed a page at a time in ``created_at`` order (:func:`iter_items`), or read one by
-one with their images and their HTML rendered for display (:func:`read_item`; the rendering
-is :mod:`.rendering`, whose functions are part of this API too). ``content_html`` spilled to
-the object store is loaded back.
+:func:`open_stores` opens what the collector stored; items are listed a page at a time in
+``created_at`` order (:func:`iter_items`), or read one by one with their images and their HTML
+rendered for display (:func:`read_item`; the rendering is :mod:`.rendering`, whose functions
+are part of this API too). ``content_html`` spilled to the object store is loaded back.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 
+from .backends import open_database, open_object_store, require_database_file
+from .config import Settings
 from .config_values import parse_duration
 from .database import Database, Row, SqlValue
 from .errors import ConfigError, ObjectNotFoundError
@@ -25,6 +28,7 @@ from .rendering import (
     replace_image_sources,
     sanitize_html,
 )
+from .schema import migrate
 from .store import MAX_PARAMS, chunked, placeholders
 from .timestamps import format_timestamp
 
@@ -37,6 +41,36 @@ ones are read after it, grouped up to :data:`CONTENT_GROUP_CHARS`. A page of 200
 900 KiB inline each could be 180 MB, past D1's 50 MB query result limit (and the Worker's
 memory); this way no answer of a listing is over about 16 MB."""
 CONTENT_GROUP_CHARS = 4 * 2**20
+
+
+@dataclass(frozen=True, slots=True)
+class Stores:
+    """What the collector stored: the database and the object store this module reads."""
+
+    db: Database
+    objects: ObjectStore
+
+
+@asynccontextmanager
+async def open_stores(settings: Settings) -> AsyncIterator[Stores]:
+    """Open the database (migrations applied, as the collector's next start would) and the
+    object store the settings name, for reading; close them on exit.
+
+    Unlike :func:`.open_collector` it makes no HTTP client and never claims a feed. A SQLite
+    file that does not exist is a ConfigError, not a new empty database: a reader pointed at
+    a mistyped path would otherwise see "nothing collected" and leave an empty file there.
+    """
+    require_database_file(settings, "reading")
+    db = open_database(settings)
+    try:
+        await migrate(db)
+        objects = open_object_store(settings)
+        try:
+            yield Stores(db, objects)
+        finally:
+            await objects.close()
+    finally:
+        await db.close()
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,10 +345,12 @@ __all__ = [
     "ReadItem",
     "StoredImage",
     "StoredItem",
+    "Stores",
     "item_images",
     "items_images",
     "iter_items",
     "load_content",
+    "open_stores",
     "parse_since",
     "public_image_urls",
     "read_item",

@@ -103,8 +103,8 @@ class RestoreReport:
             )
         if self.unknown_feed_folders:
             text += (
-                f"; {self.unknown_feed_folders} backup folders belong to feeds in neither the "
-                "feeds file nor the database (their URLs are unknown) and were not replayed "
+                f"; {counted(self.unknown_feed_folders, 'backup folder')} of feeds in neither the "
+                "feeds file nor the database (their URLs are unknown): not replayed "
                 "(feeds removed from the file: put their URLs back, restore again, then "
                 "remove them once more)"
             )

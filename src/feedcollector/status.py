@@ -14,7 +14,7 @@ feed), so it stays fast at 10k feeds on SQLite and D1 alike.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .database import Database, Row
@@ -105,10 +105,14 @@ class StatusReport:
     generated_at: str
     feeds: tuple[FeedStatus, ...]
     totals: StatusTotals
+    feeds_file_error: str | None = None
+    """Why the feeds file could not be read (then new and removed feeds are not shown, and a
+    running collector keeps the feeds it knows): a script reads it here, not on stderr."""
 
     def to_json(self) -> dict[str, Any]:
         return {
             "generated_at": self.generated_at,
+            "feeds_file_error": self.feeds_file_error,
             "totals": self.totals.to_json(),
             "feeds": [feed.to_json() for feed in self.feeds],
         }
@@ -209,7 +213,7 @@ def select_feeds(
     """The report with only the given states (all when empty), at most ``limit`` feeds;
     the totals keep counting everything."""
     feeds = [feed for feed in report.feeds if not states or feed.state in states]
-    return StatusReport(report.generated_at, tuple(feeds[:limit]), report.totals)
+    return replace(report, feeds=tuple(feeds[:limit]))
 
 
 # --- queries ------------------------------------------------------------------------------

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..errors import ConfigError
+
 if TYPE_CHECKING:
     from ..config import Settings
     from ..database import Database
@@ -46,3 +48,21 @@ def open_object_store(settings: Settings) -> ObjectStore:
     from .local import LocalObjectStore
 
     return LocalObjectStore(st.path, public_base_url=st.public_base_url)
+
+
+def no_database_file(settings: Settings) -> bool:
+    """Whether the database is a SQLite file that does not exist (yet): opening it creates it."""
+    return settings.database.backend == "sqlite" and not settings.database.path.exists()
+
+
+def require_database_file(settings: Settings, command: str) -> None:
+    """ConfigError, before opening it, when the database is a SQLite file that does not exist:
+    opening it made an empty database, in a mistyped folder too, read as "nothing collected"
+    (and ``cleanup --orphans`` over an empty database takes every archived image for an
+    orphan)."""
+    if no_database_file(settings):
+        raise ConfigError(
+            f"{command}: there is no database at {settings.database.path}, so nothing was "
+            "collected there. The first `feedcollector run` creates it; if the collector's "
+            "database is elsewhere, run from its folder or name its config with --config."
+        )

@@ -22,6 +22,7 @@ from typing import Annotated, Any, NoReturn, TypeVar
 import typer
 from typer.core import TyperGroup
 
+from ..backends import require_database_file
 from ..collector import Collector, open_collector
 from ..config import CONFIG_ENV, PACKAGE_VERSION, Settings, load_feeds, load_settings
 from ..config_values import describe_value
@@ -187,21 +188,9 @@ def require_feeds_file(settings: Settings) -> None:
         guard(lambda: load_feeds(settings.feeds_file))
 
 
-def no_database_file(settings: Settings) -> bool:
-    """Whether the database is a SQLite file that does not exist (yet): opening it creates it."""
-    return settings.database.backend == "sqlite" and not settings.database.path.exists()
-
-
 def require_database(settings: Settings, command: str) -> None:
-    """Refuse (exit 2) a command about what was collected when its SQLite file does not exist:
-    opening it made an empty database, in a mistyped folder too, and ``cleanup --orphans``
-    over an empty database takes every archived image for an orphan."""
-    if no_database_file(settings):
-        usage_error(
-            f"{command}: there is no database at {settings.database.path}, so nothing was "
-            "collected there. The first `feedcollector run` creates it; if the collector's "
-            "database is elsewhere, run from its folder or name its config with --config."
-        )
+    """Refuse (exit 2) a command about what was collected when its SQLite file does not exist."""
+    guard(lambda: require_database_file(settings, command))
 
 
 def run_async(main: Callable[[], Coroutine[Any, Any, None]]) -> None:

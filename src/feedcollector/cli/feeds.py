@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from ..backends import open_database
+from ..backends import no_database_file, open_database
 from ..collector import fetch_limits
 from ..config import Settings, load_feeds
 from ..config_values import check_http_url, parse_duration
@@ -25,13 +25,13 @@ from ..errors import ConfigError, StorageError
 from ..feeds_file import MIN_FEED_INTERVAL, feed_url_key
 from ..fetch import make_http_client
 from ..models import FeedSpec
+from ..report import counted
 from ..safe_text import one_line
 from ..timestamps import utc_now
 from .app import (
     app,
     guard,
     load_command_settings,
-    no_database_file,
     run_async,
     say_error,
     say_warning,
@@ -230,7 +230,7 @@ def _discover(settings: Settings, url: str, want: int | None) -> Discovery:
 
 def _describe(feed: FoundFeed) -> str:
     title = f'"{one_line(feed.title, TITLE_SHOWN)}"' if feed.title else "untitled"
-    return f"{one_line(feed.url)} ({title}, {feed.format}, {feed.items} items)"
+    return f"{one_line(feed.url)} ({title}, {feed.format}, {counted(feed.items, 'item')})"
 
 
 def _print_list(found: Discovery, pick_hint: str) -> None:

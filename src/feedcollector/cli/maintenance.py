@@ -14,6 +14,7 @@ from ..config import load_feeds
 from ..dbbackup import backup_sqlite
 from ..errors import ConfigError
 from ..orphans import OrphanReport, sweep_orphans
+from ..report import counted
 from ..restore import restore_from_backups
 from ..retention import run_cleanup
 from ..retention_daily import record_cleanup, take_cleanup
@@ -101,7 +102,7 @@ def cleanup(
 def _orphans_callback(display: ProgressDisplay) -> Callable[[OrphanReport], None]:
     def update(report: OrphanReport) -> None:
         found = report.images + report.content
-        display.update("cleanup: orphans", report.objects, None, f"{found} orphaned objects")
+        display.update("cleanup: orphans", report.objects, None, counted(found, "orphaned object"))
 
     return update
 

@@ -24,7 +24,7 @@ from rich.progress import (
 )
 
 from ..database import Database
-from ..report import CycleReport, FeedOutcome
+from ..report import CycleReport, FeedOutcome, counted
 from ..restore import RestoreProgress
 from ..retention import CleanupReport
 
@@ -141,7 +141,7 @@ class CycleProgress:
 
     def feed_done(self, outcome: FeedOutcome, report: CycleReport) -> None:
         if self._shown(report):
-            detail = f"{report.failed} failed, {report.new_items} new items"
+            detail = f"{report.failed} failed, {counted(report.new_items, 'new item')}"
             self._display.update("feeds", report.feeds, report.feeds_due, detail)
 
     def images_done(self, report: CycleReport) -> None:
@@ -160,7 +160,7 @@ class CycleProgress:
 def restore_callback(display: ProgressDisplay) -> Callable[[RestoreProgress], None]:
     def update(step: RestoreProgress) -> None:
         done = step.feeds_done if step.feed_done else step.feeds_done - 1
-        detail = f"{step.items_recovered} items recovered, {_short(step.feed_url)}"
+        detail = f"{counted(step.items_recovered, 'item')} recovered, {_short(step.feed_url)}"
         display.update("restore", done, step.feeds_total, detail)
 
     return update

@@ -3,35 +3,38 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Annotated, Any
 
 import typer
 
-from ..collector import Collector
+from ..config import Settings
 from ..database import Database
 from ..objectstore import ObjectStore
 from ..reading import (
     StoredImage,
     StoredItem,
+    Stores,
     items_images,
     iter_items,
     load_content,
+    open_stores,
     read_item,
     sanitize_html,
 )
 from ..report import counted
 from ..safe_text import one_line
+from ..timestamps import utc_now
 from .app import (
     app,
     feeds_named,
     load_command_settings,
     quiet_on_broken_pipe,
     require_database,
+    run_async,
     since_option,
     text_argument,
     usage_error,
-    with_collector,
 )
 
 LINE_BREAKS_ESCAPED = str.maketrans({"\u2028": "\\u2028", "\u2029": "\\u2029", "\x85": "\\u0085"})
@@ -75,11 +78,11 @@ def items(
     feed = None if feed is None else text_argument(feed, "items: --feed")
     require_database(settings, "items")
 
-    async def work(collector: Collector) -> None:
-        since_at = since_option(since, collector.clock())
-        feed_url = None if feed is None else await _stored_feed_url(collector.db, feed)
+    async def work(stores: Stores) -> None:
+        since_at = since_option(since, utc_now())
+        feed_url = None if feed is None else await _stored_feed_url(stores.db, feed)
         listed = iter_items(
-            collector.db,
+            stores.db,
             feed_url=feed_url,
             since=since_at,
             limit=limit,
@@ -87,14 +90,14 @@ def items(
             after=None if after is None else text_argument(after.strip(), "items: --after"),
         )
         if jsonl:
-            await _print_jsonl(collector, listed)
+            await _print_jsonl(stores, listed)
             return
         typer.echo("created_at            id                                title")
         async for item in listed:
             title = one_line(item.title or item.guid)
             typer.echo(f"{item.created_at}  {item.id:<32}  {title}  <{item.feed_url}>")
 
-    quiet_on_broken_pipe(lambda: with_collector(settings, work))
+    quiet_on_broken_pipe(lambda: with_stores(settings, work))
 
 
 async def _stored_feed_url(db: Database, url: str) -> str:
@@ -130,8 +133,8 @@ def item(
     text_argument(item_id, "item: ID")
     require_database(settings, "item")
 
-    async def work(collector: Collector) -> None:
-        found = await read_item(collector.db, collector.objects, item_id, sanitize=sanitize)
+    async def work(stores: Stores) -> None:
+        found = await read_item(stores.db, stores.objects, item_id, sanitize=sanitize)
         if found is None:
             usage_error(f"item: no item with id {item_id} (ids are listed by `items`)")
         content = found.content_html or ""
@@ -150,7 +153,17 @@ def item(
             typer.echo("")
         typer.echo(shown)
 
-    with_collector(settings, work)
+    with_stores(settings, work)
+
+
+def with_stores(settings: Settings, work: Callable[[Stores], Awaitable[None]]) -> None:
+    """Open the database and object store for reading, run ``work``, close them."""
+
+    async def main() -> None:
+        async with open_stores(settings) as stores:
+            await work(stores)
+
+    run_async(main)
 
 
 def image_attempts(image: StoredImage) -> str:
@@ -178,15 +191,15 @@ JSONL_BATCH = 100
 """Items whose images one query reads for ``items --jsonl``."""
 
 
-async def _print_jsonl(collector: Collector, listed: AsyncIterator[StoredItem]) -> None:
+async def _print_jsonl(stores: Stores, listed: AsyncIterator[StoredItem]) -> None:
     """One JSON line per item, its images read a batch of items at a time."""
     batch: list[StoredItem] = []
 
     async def flush() -> None:
-        images = await items_images(collector.db, [item.id for item in batch])
+        images = await items_images(stores.db, [item.id for item in batch])
         for item in batch:
-            content = await load_content(collector.objects, item)
-            line = item_json(item, content, images.get(item.id, ()), collector.objects)
+            content = await load_content(stores.objects, item)
+            line = item_json(item, content, images.get(item.id, ()), stores.objects)
             typer.echo(json.dumps(line, ensure_ascii=False).translate(LINE_BREAKS_ESCAPED))
         batch.clear()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated
@@ -15,7 +16,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from ..backends import open_database
+from ..backends import no_database_file, open_database
 from ..claims import last_feeds_sync
 from ..collector import owner_has_stopped
 from ..config import Settings, load_feeds
@@ -28,7 +29,7 @@ from ..safe_text import one_line
 from ..schema import migrate
 from ..status import FeedStatus, StatusReport, build_status, read_status, select_feeds
 from ..timestamps import format_timestamp, parse_timestamp, utc_now
-from .app import app, load_command_settings, no_database_file, run_async, say_warning
+from .app import app, load_command_settings, run_async, say_warning
 
 STATE_STYLES = {"gone": "bold red", "failing": "red", "new": "cyan", "removed": "dim"}
 
@@ -73,14 +74,16 @@ def status(
     async def main() -> None:
         stamp = format_timestamp(now)
         if no_database_file(settings):
-            listed = _feeds_file(settings)
-            reports.append(build_status([], {}, {}, {}, listed, generated_at=stamp))
+            listed, error = _feeds_file(settings)
+            report = build_status([], {}, {}, {}, listed, generated_at=stamp)
+            reports.append(replace(report, feeds_file_error=error))
             return
         db = open_database(settings)
         try:
             await migrate(db)
-            unsynced = None if await _synced(db, settings) else _feeds_file(settings)
-            reports.append(await read_status(db, unsynced, generated_at=stamp))
+            listed, error = (None, None) if await _synced(db, settings) else _feeds_file(settings)
+            report = await read_status(db, listed, generated_at=stamp)
+            reports.append(replace(report, feeds_file_error=error))
         finally:
             await db.close()
 
@@ -92,20 +95,21 @@ def status(
     _print_table(report, now)
 
 
+def _feeds_file(settings: Settings) -> tuple[list[FeedSpec] | None, str | None]:
+    """The feeds file's entries, or None and why it cannot be read: status still works (from
+    the database) when it is broken."""
+    try:
+        return load_feeds(settings.feeds_file), None
+    except ConfigError as exc:
+        say_warning(f"new and removed feeds are not shown: {exc}")
+        return None, str(exc)
+
+
 async def _synced(db: Database, settings: Settings) -> bool:
     """Whether the feeds file is the one the ``feeds`` table last followed: then it holds no
     new feed, and its titles are in the table, so it need not be parsed (4 s for 30k feeds)."""
     digest = feeds_file_digest(settings.feeds_file)
     return digest is not None and digest == (await last_feeds_sync(db)).digest
-
-
-def _feeds_file(settings: Settings) -> list[FeedSpec] | None:
-    """The feeds file's entries; status still works (from the database) when it is broken."""
-    try:
-        return load_feeds(settings.feeds_file)
-    except ConfigError as exc:
-        say_warning(f"new and removed feeds are not shown: {exc}")
-        return None
 
 
 COLUMNS = (
