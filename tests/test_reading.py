@@ -523,6 +523,14 @@ def test_items_and_item_commands(collected: Collected) -> None:
     assert why is not None, shown.stdout
     assert re.fullmatch(r"\d failed attempts?; tried again from \S+Z; last: .*404.*", why[1])
     assert shown.stdout.rstrip().endswith(first["content_html"])
+    as_json = feedcollector("--config", config, "item", item_id, "--json", cwd=collected.folder)
+    assert as_json.returncode == 0, as_json.stderr
+    assert json.loads(as_json.stdout) == first, "the object `items --jsonl` wrote for it"
+    both = feedcollector(
+        "--config", config, "item", item_id, "--json", "--html", cwd=collected.folder
+    )
+    assert both.returncode == 2
+    assert "use one or the other" in both.stderr
     rendered = feedcollector(
         "--config",
         config,

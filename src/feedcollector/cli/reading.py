@@ -127,16 +127,29 @@ def item(
     html_only: Annotated[
         bool, typer.Option("--html", help="Print only the HTML (to save or open it).")
     ] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="One JSON object, as `items --jsonl` writes the item."),
+    ] = False,
 ) -> None:
     """Show one item: its fields, its images and its HTML."""
     settings = load_command_settings(ctx)
     text_argument(item_id, "item: ID")
+    if as_json and (render or sanitize or html_only):
+        usage_error(
+            "item: --json prints the item as stored (as `items --jsonl` does); --render, "
+            "--sanitize and --html print HTML for display: use one or the other"
+        )
     require_database(settings, "item")
 
     async def work(stores: Stores) -> None:
         found = await read_item(stores.db, stores.objects, item_id, sanitize=sanitize)
         if found is None:
             usage_error(f"item: no item with id {item_id} (ids are listed by `items`)")
+        if as_json:
+            document = item_json(found.item, found.content_html, found.images, stores.objects)
+            typer.echo(json.dumps(document, ensure_ascii=False, indent=2))
+            return
         content = found.content_html or ""
         if render:
             shown = found.rendered_html or ""
