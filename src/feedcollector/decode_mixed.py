@@ -45,6 +45,8 @@ def read_mixed(payload: bytes) -> tuple[str, int, int] | None:
     assign either (U+FFFD); None unless it holds Western UTF-8, and nothing but, that shows
     itself as text (see the module's docstring)."""
     text = payload.decode("utf-8", "replace")
+    if text.replace("\ufffd", "").isascii():  # no UTF-8 character at all: legacy bytes only
+        return None  # (the search below reads every byte: 0.3 ms for a 9 KB legacy feed)
     if _NOT_WINDOWS_1252_RE.search(text) or not _UTF8_AS_TEXT_RE.search(payload):
         return None
     written = payload.count("\ufffd".encode())  # a U+FFFD the UTF-8 itself holds
