@@ -495,10 +495,17 @@ def test_with_json_logs_the_commands_errors_and_warnings_are_json_lines(tmp_path
         (("-c", "typo.toml", "run", "--once"), "ERROR", 'unknown key "concurency" in [fetch]'),
         (("run", "--once"), "ERROR", "feeds.yaml does not exist"),
         (("status",), "WARNING", "new and removed feeds are not shown: config: feeds file"),
+        (("items", "--limit", "0"), "ERROR", "feedcollector items: Invalid value for '--limit'"),
+        (("status", "--bogus"), "ERROR", "feedcollector status: No such option: --bogus"),
     ):
         result = feedcollector("--log-format", "json", *args, cwd=tmp_path)
         lines = [json.loads(line) for line in result.stderr.splitlines()]
         assert [(line["level"], words in line["message"]) for line in lines] == [(level, True)]
+    (tmp_path / "json.toml").write_text('[log]\nformat = "json"\n')
+    result = feedcollector("-c", "json.toml", "items", "--limit", "0", cwd=tmp_path)
+    assert result.returncode == 2
+    (line,) = [json.loads(line) for line in result.stderr.splitlines()]
+    assert "Invalid value for '--limit'" in line["message"], "the config's [log] format too"
 
 
 def _hangup_as_a_terminal_leaves_it() -> None:

@@ -21,6 +21,7 @@ from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
 from typer.core import TyperGroup
+from typer.exceptions import TyperException
 
 from ..backends import require_database_file
 from ..collector import Collector, open_collector
@@ -46,7 +47,9 @@ GLOBAL_OPTIONS = ("--config", "-c", "--log-level", "--log-format")
 
 class _Commands(TyperGroup):
     """The command group: a global option given after the command (``status --config x``)
-    is refused with the fix, where click said only "No such option"."""
+    is refused with the fix, where click said only "No such option"; with ``--log-format
+    json`` a command used wrongly says so in a JSON log line, not in click's plain text that
+    broke the tools reading the log."""
 
     def invoke(self, ctx: Any) -> Any:  # typer's vendored click Context has no public name
         for arg in ctx.args:
@@ -58,7 +61,27 @@ class _Commands(TyperGroup):
                     f"{name} is a global option: it goes before the command "
                     f"(feedcollector {name} ... COMMAND ...)"
                 )
-        return super().invoke(ctx)
+        try:
+            return super().invoke(ctx)
+        except TyperException as exc:  # click's usage errors (bad value, unknown option...)
+            if not isinstance(ctx.obj, GlobalOptions) or not _logs_json(ctx.obj):
+                raise
+            where = getattr(exc, "ctx", None) or ctx
+            say_error(f"{where.command_path}: {exc.format_message()} (see --help)")
+            raise typer.Exit(getattr(exc, "exit_code", 2)) from None
+
+
+def _logs_json(options: GlobalOptions) -> bool:
+    """Whether the logs are JSON (``--log-format``, else the config's ``[log] format``), set
+    up so; for a command that failed before it loaded its settings."""
+    fmt = options.log_format.value if options.log_format else None
+    if fmt is None:
+        try:
+            fmt = load_settings(options.config).log.format
+        except ConfigError:  # the command's own run would have said why
+            return False
+    configure_logging(options.log_level.value if options.log_level else "INFO", fmt)
+    return logging_as_json()
 
 
 app = typer.Typer(
