@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.farm import run_farm
+from feedcollector.schema import latest_version
 
 from .conftest import PROJECT_ROOT
 from .feedserver import FeedServer, Route
@@ -452,7 +453,10 @@ def test_version_is_the_packages(tmp_path: Path) -> None:
     """Upgrade notes say what a new version does: the running one had no way to tell."""
     project = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]
     result = feedcollector("--version", cwd=tmp_path)
-    assert (result.returncode, result.stdout) == (0, f"feedcollector {project['version']}\n")
+    assert (result.returncode, result.stdout) == (
+        0,
+        f"feedcollector {project['version']} (database schema {latest_version()})\n",
+    ), "the schema tells builds of one version apart, and what a database was migrated to"
     assert not list(tmp_path.iterdir()), "it opens nothing"
 
 

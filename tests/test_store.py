@@ -810,6 +810,33 @@ def test_a_migration_that_fails_unrecorded_still_raises(tmp_path: Path) -> None:
         asyncio.run(broken())
 
 
+def test_a_database_a_newer_version_migrated_is_said_at_every_open(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An older collector on a database a newer one migrated ran on in silence, storing an
+    item twice where the two read a feed differently."""
+    newer = latest_version() + 1
+
+    async def open_twice() -> list[int]:
+        database = SQLiteDatabase(tmp_path / "shared.db")
+        try:
+            await migrate(database)
+            await database.query(
+                "INSERT INTO schema_migrations VALUES (?, 'of a later version', '')", (newer,)
+            )
+            return await migrate(database)
+        finally:
+            await database.close()
+
+    with caplog.at_level("WARNING", logger="feedcollector"):
+        assert asyncio.run(open_twice()) == []
+    (warning,) = caplog.messages
+    assert warning.startswith(
+        f"database: it holds migration {newer} of a newer feedcollector (this one knows up "
+        f"to {latest_version()}): upgrade this collector"
+    )
+
+
 def test_an_item_stored_or_expired_under_its_earlier_guid_is_not_stored_again(
     any_db: Live[Database],
 ) -> None:

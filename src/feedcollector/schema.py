@@ -10,9 +10,13 @@ Timestamps are ``YYYY-MM-DDTHH:MM:SSZ`` text, always supplied by the caller.
 
 from __future__ import annotations
 
+import logging
+
 from .database import Database, Statement
 from .errors import DatabaseError
 from .timestamps import format_timestamp, utc_now
+
+log = logging.getLogger("feedcollector")
 
 MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
     (
@@ -205,6 +209,16 @@ async def migrate(db: Database) -> list[int]:
         "(version INTEGER PRIMARY KEY, description TEXT NOT NULL, applied_at TEXT NOT NULL)"
     )
     done = {row["version"] for row in await db.query("SELECT version FROM schema_migrations")}
+    newer = sorted(version for version in done if version > latest_version())
+    if newer:
+        log.warning(
+            "database: it holds migration%s %s of a newer feedcollector (this one knows up to "
+            "%d): upgrade this collector; meanwhile it may store an item twice, or write "
+            "values the newer code repairs",
+            "s" if len(newer) > 1 else "",
+            ", ".join(map(str, newer)),
+            latest_version(),
+        )
     applied: list[int] = []
     for version, description, statements in MIGRATIONS:
         if version in done:

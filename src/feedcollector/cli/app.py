@@ -33,6 +33,7 @@ from ..logs import configure_logging, logging_as_json
 from ..reading import parse_since, stored_feed_urls
 from ..report import CycleObserver
 from ..safe_text import has_half_pair
+from ..schema import latest_version
 
 T = TypeVar("T")
 
@@ -159,7 +160,7 @@ def _global_options(
 
 def _print_version(asked: bool) -> None:
     if asked:
-        typer.echo(f"feedcollector {PACKAGE_VERSION}")
+        typer.echo(f"feedcollector {PACKAGE_VERSION} (database schema {latest_version()})")
         raise typer.Exit
 
 
