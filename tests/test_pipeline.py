@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import os
 import re
 import shutil
 import socket
@@ -1235,34 +1236,52 @@ def test_a_failed_fetchs_backup_is_kept_from_a_fetch_within_its_second(
 def test_a_manual_fetch_names_who_holds_a_feed_it_skips(
     feed_server: FeedServer, project: Callable[..., Project], caplog: pytest.LogCaptureFixture
 ) -> None:
-    """After a collector was killed, ``fetch`` said for 15 minutes that another collector was
-    fetching the feed right now, with no collector running."""
-    urls = [feed_server.route(f"/{n}", body=rss([Entry("a", guid="a")])) for n in range(2)]
-    p = project(urls)
+    """``fetch`` said that another collector was fetching the feed right now, and no more."""
+    url = feed_server.route("/feed", body=rss([Entry("a", guid="a")]))
+    p = project([url])
     p.cycle()
-    gone = f"{socket.gethostname()}:{_ended_pid()}:0f0f0f0f"
     until = "2026-03-02T09:14:00Z"
-    p.execute(
-        "UPDATE feeds SET lease_owner = ?, lease_until = ? WHERE url = ?", gone, until, urls[0]
-    )
-    p.execute(
-        "UPDATE feeds SET lease_owner = ?, lease_until = ? WHERE url = ?",
-        "elsewhere:1:ab",
-        until,
-        urls[1],
-    )
+    p.execute("UPDATE feeds SET lease_owner = 'elsewhere:1:ab', lease_until = ?", until)
     with caplog.at_level(logging.WARNING):
         assert p.cycle(force=True).feeds == 0
-    messages = [r.getMessage() for r in caplog.records]
-    assert (
-        f"fetch: {urls[0]} skipped: its lease until {until} belongs to collector {gone} of this "
-        "machine, whose process has stopped without letting go (killed?); the feed is free "
-        "when the lease runs out"
-    ) in messages
-    assert (
-        f"fetch: {urls[1]} skipped: collector elsewhere:1:ab holds it until {until} (fetching it "
+    assert [r.getMessage() for r in caplog.records] == [
+        f"fetch: {url} skipped: collector elsewhere:1:ab holds it until {until} (fetching it "
         "now, or stopped before it let go)"
-    ) in messages
+    ]
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_the_feeds_a_stopped_collector_of_this_machine_held_are_taken_back(
+    feed_server: FeedServer,
+    project: Callable[..., Project],
+    caplog: pytest.LogCaptureFixture,
+    force: bool,
+) -> None:
+    """A collector killed, or gone while the database did not answer, left its feeds claimed
+    for 15 minutes; the next `run --once` skipped them without a word. A live collector of
+    this machine, and one of another machine, keep theirs."""
+    urls = [feed_server.route(f"/{n}", body=rss([Entry("a", guid="a")])) for n in range(4)]
+    p = project(urls)
+    p.cycle()
+    host = socket.gethostname()
+    gone = f"{host}:{_ended_pid()}:0f0f0f0f"
+    owners = [gone, gone, f"{host}:{os.getpid()}:live", "elsewhere:1:ab"]
+    for url, owner in zip(urls, owners, strict=True):
+        p.execute(
+            "UPDATE feeds SET lease_owner = ?, lease_until = '2026-03-02T09:14:00Z', "
+            "next_fetch_at = '2026-03-02T09:00:00Z' WHERE url = ?",
+            owner,
+            url,
+        )
+    with caplog.at_level(logging.WARNING):
+        report = p.cycle(force=force)
+    assert (report.feeds, len(feed_server.hits("/0")), len(feed_server.hits("/2"))) == (2, 2, 1)
+    assert (
+        f"run: took back 2 feeds from collector {gone} of this machine, whose process stopped "
+        "without letting go (killed?)"
+    ) in [r.getMessage() for r in caplog.records]
+    held = p.rows("SELECT lease_owner FROM feeds WHERE lease_owner IS NOT NULL ORDER BY url")
+    assert [row["lease_owner"] for row in held] == owners[2:]
 
 
 def test_a_collector_hands_back_the_feeds_it_still_holds_when_it_leaves(
@@ -1285,6 +1304,27 @@ def test_a_collector_hands_back_the_feeds_it_still_holds_when_it_leaves(
     assert p.rows("SELECT lease_owner, lease_until FROM feeds") == [
         {"lease_owner": None, "lease_until": None}
     ]
+
+
+def test_a_collector_that_cannot_hand_back_its_feeds_says_so(
+    feed_server: FeedServer, project: Callable[..., Project], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The database gone as it left (a Worker stopped mid-cycle): the feeds it still held were
+    skipped for 15 minutes, and only a DEBUG line said why."""
+    p = project([feed_server.route("/feed", body=rss([Entry("a", guid="a")]))])
+
+    async def leave_with_the_database_gone() -> None:
+        async with open_collector(load_settings(p.config), clock=p.clock) as collector:
+            collector.claims_feeds = True
+            await collector.db.close()
+
+    with caplog.at_level(logging.WARNING):
+        asyncio.run(leave_with_the_database_gone())
+    (message,) = [r.getMessage() for r in caplog.records]
+    assert message.endswith(
+        "; the feeds this collector holds stay claimed until their leases run out (15 minutes "
+        "at least), unless a collector started on this machine takes them back first"
+    )
 
 
 def test_a_collector_that_claimed_nothing_leaves_without_a_write(

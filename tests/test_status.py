@@ -357,17 +357,20 @@ def test_a_feed_held_by_a_killed_collector_says_so(feed_server: FeedServer, tmp_
     killed = f"{socket.gethostname()}:{ended.pid}:0f0f0f0f"
     with sqlite3.connect(tmp_path / "collector.db") as conn:
         conn.execute(
-            "UPDATE feeds SET lease_owner = ?, lease_until = '2099-01-01T00:00:00Z' WHERE url = ?",
-            (killed, urls["ok"]),
+            "UPDATE feeds SET lease_owner = ?, lease_until = '2099-01-01T00:00:00Z' "
+            "WHERE url IN (?, ?)",
+            (killed, urls["ok"], urls["removed"]),
         )
     table = feedcollector("--config", str(config), "status", cwd=tmp_path)
     (row,) = [line for line in table.stdout.splitlines() if urls["ok"] in line]
     assert "skipped until in " in row
     assert ": held by a stopped collector of this machi" in row, "cut to the column width"
+    (removed,) = [line for line in table.stdout.splitlines() if urls["removed"] in line]
+    assert "held by" not in removed, "a removed feed is not fetched: nothing is skipped"
     listed = feedcollector("--config", str(config), "status", "--json", cwd=tmp_path)
     document = json.loads(listed.stdout)
-    (held,) = [feed for feed in document["feeds"] if feed["held_by"]]
-    assert (held["url"], held["held_until"]) == (urls["ok"], "2099-01-01T00:00:00Z")
+    held = {feed["url"]: feed["held_until"] for feed in document["feeds"] if feed["held_by"]}
+    assert held == {urls["ok"]: "2099-01-01T00:00:00Z", urls["removed"]: "2099-01-01T00:00:00Z"}
 
 
 def test_feeds_not_fetched_have_no_next_fetch_in_json_either(

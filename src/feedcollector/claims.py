@@ -18,7 +18,7 @@ from .feeds_file import feeds_file_digest
 from .image_stage import image_lease, page_size
 from .maintenance_leases import LONGEST_LEASE as LONGEST_MAINTENANCE_LEASE
 from .models import Feed
-from .report import CycleReport
+from .report import CycleReport, counted
 from .timestamps import format_timestamp, parse_timestamp
 
 log = logging.getLogger("feedcollector")
@@ -210,6 +210,26 @@ async def _settle_the_clock(
         collector.clock_mark = format_timestamp(now)
     if moved is not None or went_back_here:
         collector.forget_wall_clock_state()
+
+
+async def take_back_stopped_leases(collector: Collector, now: datetime) -> None:
+    """Let go of the feed leases of collectors of this machine whose process has stopped
+    (killed, or left while the database did not answer), once a process: their feeds
+    waited for the leases to run out (15 minutes), and a `run --once` from cron skipped
+    them in silence. Maintenance leases are let go the same way (:mod:`.maintenance_leases`)."""
+    if collector.stopped_leases_checked:
+        return
+    host = _host(collector.owner)
+    for owner in await store_schedule.lease_owners_of_host(collector.db, host, now):
+        if owner != collector.owner and owner_has_stopped(owner):
+            count = await store_schedule.release_owned_feeds(collector.db, owner)
+            log.warning(
+                "run: took back %s from collector %s of this machine, whose process stopped "
+                "without letting go (killed?)",
+                counted(count, "feed"),
+                owner,
+            )
+    collector.stopped_leases_checked = True
 
 
 async def due_pages(

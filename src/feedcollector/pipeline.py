@@ -24,7 +24,13 @@ from datetime import datetime, timedelta
 from . import outcomes, store, store_items, store_schedule
 from .backups import unused_backup_time, write_backup
 from .breaker import StorageBreaker
-from .claims import due_pages, feed_lease, forced_pages, sync_feeds_file
+from .claims import (
+    due_pages,
+    feed_lease,
+    forced_pages,
+    sync_feeds_file,
+    take_back_stopped_leases,
+)
 from .clock_step import clock_mark_key, mark_is_due, write_mark
 from .collector import Collector
 from .errors import (
@@ -91,6 +97,7 @@ async def run_cycle(
         await sync_feeds_file(collector, report.started)
     for limit in await store_schedule.live_rate_limits(collector.db, report.started):
         collector.hosts.defer(host_key(limit.asked_by), parse_timestamp(limit.until))
+    await take_back_stopped_leases(collector, report.started)
     if collector.observer is not None and not force:
         report.feeds_due = await store.count_due_feeds(collector.db, report.started)
     lease = feed_lease(collector)

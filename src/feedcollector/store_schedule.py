@@ -64,11 +64,26 @@ async def release_feeds(db: Database, feed_ids: Sequence[str], owner: str) -> No
         )
 
 
-async def release_owned_feeds(db: Database, owner: str) -> None:
-    """Hand back every feed ``owner`` holds (a collector leaving)."""
-    await db.query(
-        "UPDATE feeds SET lease_owner = NULL, lease_until = NULL WHERE lease_owner = ?", (owner,)
+async def release_owned_feeds(db: Database, owner: str) -> int:
+    """Hand back every feed ``owner`` holds (a collector leaving, or one that left without
+    doing so); how many it held."""
+    rows = await db.query(
+        "UPDATE feeds SET lease_owner = NULL, lease_until = NULL WHERE lease_owner = ? "
+        "RETURNING id",
+        (owner,),
     )
+    return len(rows)
+
+
+async def lease_owners_of_host(db: Database, host: str, now: datetime) -> list[str]:
+    """The collectors of the machine ``host`` (owners ``host:pid:nonce``) that hold a feed's
+    lease now."""
+    rows = await db.query(
+        "SELECT DISTINCT lease_owner FROM feeds "
+        "WHERE lease_owner >= ? AND lease_owner < ? AND lease_until > ?",
+        (f"{host}:", f"{host};", format_timestamp(now)),  # ";" is the character after ":"
+    )
+    return [row["lease_owner"] for row in rows]
 
 
 @dataclass(frozen=True, slots=True)

@@ -260,10 +260,10 @@ def _hint(feed: FeedStatus, now: datetime) -> str:
         return "gone for good: remove it from the feeds file"
     if feed.state == "new":
         return "registered by the next cycle"
-    if feed.held_by is not None and owner_has_stopped(feed.held_by):
+    if feed.held_by is not None and feed.state != "removed" and owner_has_stopped(feed.held_by):
         held = (
             f"skipped until {relative(feed.held_until, now)}: held by a stopped collector of "
-            f"this machine (killed?), {feed.held_by}"
+            f"this machine (killed?), {feed.held_by}; the next one started here takes it back"
         )
         return f"{held}; {error}" if error else held
     return error
