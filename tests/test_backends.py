@@ -37,7 +37,7 @@ from feedcollector.database import Database, Statement
 from feedcollector.dbbackup import backup_sqlite
 from feedcollector.errors import ConfigError, DatabaseError, ObjectNotFoundError, ObjectStoreError
 from feedcollector.objectstore import ListedObject, ObjectStore
-from feedcollector.schema import latest_version, migrate
+from feedcollector.schema import has_schema, latest_version, migrate
 
 from . import cloud
 from .cloud import FakeProxy, FakeReply, Live, S3Bucket, collect, d1_database, live, run_d1_proxy
@@ -86,7 +86,9 @@ def object_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Liv
 def test_migrations_apply_once_and_are_idempotent(database: Live[Database]) -> None:
     db = database.backend
     all_versions = list(range(1, latest_version() + 1))
+    assert not database.run(has_schema(db)), "a database no collector opened yet"
     assert database.run(migrate(db)) == all_versions
+    assert database.run(has_schema(db))
     assert database.run(migrate(db)) == []
     rows = database.run(
         db.query("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")

@@ -406,6 +406,11 @@ def test_open_stores_refuses_a_missing_database_and_creates_nothing(tmp_path: Pa
     with pytest.raises(ConfigError, match=r"reading: there is no database at .*collector\.db"):
         asyncio.run(open_and_close())
     assert sorted(path.name for path in tmp_path.iterdir()) == ["feedcollector.toml", "feeds.yaml"]
+    (tmp_path / "collector.db").touch()  # as a wrong D1 url or an empty D1 looks
+    with pytest.raises(ConfigError, match=r"reading: the database .* holds no feedcollector tab"):
+        asyncio.run(open_and_close())
+    with sqlite3.connect(tmp_path / "collector.db") as conn:
+        assert conn.execute("SELECT name FROM sqlite_master").fetchall() == [], "no tables made"
 
 
 def test_iter_items_filters_and_pages(collected: Collected) -> None:

@@ -523,6 +523,13 @@ def test_status_before_the_first_run(tmp_path: Path) -> None:
         ("https://a.example/feed", "new")
     ]
     assert not (tmp_path / "collector.db").exists(), "status creates no database"
+    (tmp_path / "collector.db").touch()  # as an empty D1 looks: no tables
+    again = feedcollector("--config", str(config), "status", "--json", cwd=tmp_path)
+    assert [(f["url"], f["state"]) for f in json.loads(again.stdout)["feeds"]] == [
+        ("https://a.example/feed", "new")
+    ]
+    with sqlite3.connect(tmp_path / "collector.db") as conn:
+        assert conn.execute("SELECT name FROM sqlite_master").fetchall() == [], "no tables made"
 
 
 pair = test_retention.pair

@@ -28,7 +28,7 @@ from .rendering import (
     replace_image_sources,
     sanitize_html,
 )
-from .schema import migrate
+from .schema import has_schema, migrate
 from .store import MAX_PARAMS, chunked, placeholders
 from .timestamps import format_timestamp
 
@@ -57,12 +57,22 @@ async def open_stores(settings: Settings) -> AsyncIterator[Stores]:
     object store the settings name, for reading; close them on exit.
 
     Unlike :func:`.open_collector` it makes no HTTP client and never claims a feed. A SQLite
-    file that does not exist is a ConfigError, not a new empty database: a reader pointed at
-    a mistyped path would otherwise see "nothing collected" and leave an empty file there.
+    file that does not exist, or a database no collector ever opened (an empty D1, a wrong
+    ``[database] url``), is a ConfigError: a reader pointed at the wrong place would otherwise
+    see "nothing collected", and leave an empty database there.
     """
     require_database_file(settings, "reading")
     db = open_database(settings)
     try:
+        if not await has_schema(db):
+            d1 = settings.database.backend == "d1"
+            named = settings.database.url if d1 else settings.database.path
+            raise ConfigError(
+                f"reading: the database {named} holds no feedcollector "
+                "tables, so nothing was collected there. The first `feedcollector run` "
+                "creates them; if the collector's database is elsewhere, correct [database] "
+                "in the config or name the collector's config with --config."
+            )
         await migrate(db)
         objects = open_object_store(settings)
         try:

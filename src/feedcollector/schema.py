@@ -238,6 +238,15 @@ async def migrate(db: Database) -> list[int]:
     return applied
 
 
+async def has_schema(db: Database) -> bool:
+    """Whether a collector ever opened this database (it holds ``schema_migrations``): an
+    empty D1, or a wrong ``[database] url``, read as "nothing collected yet" otherwise."""
+    rows = await db.query(
+        "SELECT 1 AS found FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'"
+    )
+    return bool(rows)
+
+
 async def _recorded(db: Database, version: int) -> bool:
     rows = await db.query("SELECT 1 AS done FROM schema_migrations WHERE version = ?", (version,))
     return bool(rows)

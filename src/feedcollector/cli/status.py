@@ -26,7 +26,7 @@ from ..feeds_file import feeds_file_digest
 from ..models import FeedSpec
 from ..report import counted
 from ..safe_text import one_line
-from ..schema import migrate
+from ..schema import has_schema, migrate
 from ..status import FeedStatus, StatusReport, build_status, read_status, select_feeds
 from ..timestamps import format_timestamp, parse_timestamp, utc_now
 from .app import app, load_command_settings, run_async, say_warning
@@ -74,12 +74,13 @@ def status(
     async def main() -> None:
         stamp = format_timestamp(now)
         if no_database_file(settings):
-            listed, error = _feeds_file(settings)
-            report = build_status([], {}, {}, {}, listed, generated_at=stamp)
-            reports.append(replace(report, feeds_file_error=error))
+            reports.append(_before_the_first_run(settings, stamp))
             return
         db = open_database(settings)
         try:
+            if not await has_schema(db):  # an empty D1: nothing collected, nothing to create
+                reports.append(_before_the_first_run(settings, stamp))
+                return
             await migrate(db)
             listed, error = (None, None) if await _synced(db, settings) else _feeds_file(settings)
             report = await read_status(db, listed, generated_at=stamp)
@@ -93,6 +94,13 @@ def status(
         typer.echo(json.dumps(report.to_json(), ensure_ascii=False, indent=2))
         return
     _print_table(report, now)
+
+
+def _before_the_first_run(settings: Settings, stamp: str) -> StatusReport:
+    """Every feed of the feeds file ``new``: no collector has opened the database yet."""
+    listed, error = _feeds_file(settings)
+    report = build_status([], {}, {}, {}, listed, generated_at=stamp)
+    return replace(report, feeds_file_error=error)
 
 
 def _feeds_file(settings: Settings) -> tuple[list[FeedSpec] | None, str | None]:
