@@ -570,8 +570,9 @@ def test_s3_wrong_bucket_and_stopped_server_raise_object_store_error(s3_server: 
         ):
             with pytest.raises(
                 ObjectStoreError, match=f"at {re.escape(s3_server.server.endpoint)}"
-            ):
+            ) as stopped:
                 store.run(step)
+            assert "(no answer from the store: check [storage] endpoint" in str(stopped.value)
         assert time.monotonic() - started < 60, "did not hang"
 
 

@@ -40,6 +40,11 @@ _ERROR_HINTS = (
     ("SignatureDoesNotMatch", _KEYS_HINT),
     ("InvalidAccessKeyId", _KEYS_HINT),
     ("AccessDenied", _KEYS_HINT),
+    (
+        "error sending request",
+        " (no answer from the store: check [storage] endpoint, that the store is running, "
+        "and the network to it)",
+    ),
 )
 """S3 error codes an operator can act on, and what the error adds for each."""
 
