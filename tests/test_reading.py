@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 import re
+import shlex
 import sqlite3
 import subprocess
 import sys
@@ -598,6 +599,10 @@ def test_one_missing_or_broken_content_object_does_not_stop_the_others(
     assert records["n1"]["content_html"] is None
     assert records["n2"]["content_html"] == "<p>caf\ufffd</p>"
     assert "content/x/gone.html is missing" in stream.stderr
+    restore = shlex.join(["feedcollector", "--config", str(collected.config), "restore", "--feed"])
+    assert f"(`{restore} {collected.feeds['news']}` writes it again" in stream.stderr, (
+        "pasted without the --config it was given, restore ran on the defaults"
+    )
     shown = feedcollector("--config", config, "item", records["n2"]["id"], cwd=collected.folder)
     assert shown.returncode == 0, shown.stderr
 

@@ -9,13 +9,13 @@ are part of this API too). ``content_html`` spilled to the object store is loade
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 
 from .backends import open_database, open_object_store, require_database_file
-from .config import Settings
+from .config import Settings, command_line
 from .config_values import parse_duration
 from .database import Database, Row, SqlValue
 from .errors import ConfigError, ObjectNotFoundError
@@ -305,12 +305,16 @@ async def items_images(db: Database, item_ids: Sequence[str]) -> dict[str, tuple
     return {item_id: tuple(images) for item_id, images in found.items()}
 
 
-async def load_content(objects: ObjectStore, item: StoredItem) -> str | None:
+async def load_content(
+    objects: ObjectStore, item: StoredItem, *, command: Callable[..., str] = command_line
+) -> str | None:
     """The item's HTML: inline, or from the object store when it was too big for the row.
 
     One item's missing object (a crash between cleanup's deletes and its batch, a database
-    copied back from before a cleanup) is that item's content missing, logged with its key:
-    the other items still read. An unreachable store is still an error."""
+    copied back from before a cleanup) is that item's content missing, logged with its key
+    and the ``restore`` that writes it again (``command``: :meth:`.Settings.command`, so it
+    names the collector's ``--config``): the other items still read. An unreachable store is
+    still an error."""
     if item.content_html is not None or item.content_key is None:
         return item.content_html
     try:
@@ -318,19 +322,25 @@ async def load_content(objects: ObjectStore, item: StoredItem) -> str | None:
     except ObjectNotFoundError:
         log.warning(
             "storage: item %s: its content object %s is missing; shown without content "
-            "(`feedcollector restore --feed %s` writes it again while a backup lists the item)",
+            "(`%s` writes it again while a backup lists the item)",
             item.id,
             item.content_key,
-            item.feed_url,
+            command("restore", "--feed", item.feed_url),
         )
         return None
     return data.decode("utf-8", "replace")
 
 
 async def read_item(
-    db: Database, objects: ObjectStore, item_id: str, *, sanitize: bool = False
+    db: Database,
+    objects: ObjectStore,
+    item_id: str,
+    *,
+    sanitize: bool = False,
+    command: Callable[..., str] = command_line,
 ) -> ReadItem | None:
-    """One item with its HTML rendered for display, or None when there is no such item."""
+    """One item with its HTML rendered for display, or None when there is no such item
+    (``command``: see :func:`load_content`)."""
     rows = await db.query(
         f"SELECT {_ITEM_COLUMNS} FROM items i JOIN feeds f ON f.id = i.feed_id "  # noqa: S608
         "WHERE i.id = ?",
@@ -339,7 +349,7 @@ async def read_item(
     if not rows:
         return None
     item = _item(rows[0])
-    content = await load_content(objects, item)
+    content = await load_content(objects, item, command=command)
     images = await item_images(db, item.id)
     rendered = (
         render_item_html(content, images, objects, sanitize=sanitize)

@@ -90,7 +90,7 @@ def items(
             after=None if after is None else text_argument(after.strip(), "items: --after"),
         )
         if jsonl:
-            await _print_jsonl(stores, listed)
+            await _print_jsonl(stores, listed, settings)
             return
         typer.echo("created_at            id                                title")
         async for item in listed:
@@ -143,7 +143,9 @@ def item(
     require_database(settings, "item")
 
     async def work(stores: Stores) -> None:
-        found = await read_item(stores.db, stores.objects, item_id, sanitize=sanitize)
+        found = await read_item(
+            stores.db, stores.objects, item_id, sanitize=sanitize, command=settings.command
+        )
         if found is None:
             usage_error(f"item: no item with id {item_id} (ids are listed by `items`)")
         if as_json:
@@ -204,14 +206,16 @@ JSONL_BATCH = 100
 """Items whose images one query reads for ``items --jsonl``."""
 
 
-async def _print_jsonl(stores: Stores, listed: AsyncIterator[StoredItem]) -> None:
+async def _print_jsonl(
+    stores: Stores, listed: AsyncIterator[StoredItem], settings: Settings
+) -> None:
     """One JSON line per item, its images read a batch of items at a time."""
     batch: list[StoredItem] = []
 
     async def flush() -> None:
         images = await items_images(stores.db, [item.id for item in batch])
         for item in batch:
-            content = await load_content(stores.objects, item)
+            content = await load_content(stores.objects, item, command=settings.command)
             line = item_json(item, content, images.get(item.id, ()), stores.objects)
             typer.echo(json.dumps(line, ensure_ascii=False).translate(LINE_BREAKS_ESCAPED))
         batch.clear()
