@@ -1014,6 +1014,11 @@ def test_schedule_section_defaults_and_values(tmp_path: Path) -> None:
             '[schedule]\nmin_interval = "2h"\nmax_interval = "1h"\n',
             'line 2: min_interval ("2h") is longer than max_interval ("1h"). Make min_interval',
         ),
+        (  # a config from before the default of max_interval went from 24h down to 2h
+            '[schedule]\nmin_interval = "3h"\n',
+            'line 2: min_interval ("3h") is longer than max_interval ("2h" (its default: set it '
+            "too)). Make min_interval",
+        ),
         (
             "[schedule]\njitter = 0.9\n",
             'line 2: "jitter" in [schedule] must be a fraction like 0.1 or "10%", from 0 to 0.5, '
@@ -1028,7 +1033,7 @@ def test_schedule_section_defaults_and_values(tmp_path: Path) -> None:
         ('[schedule]\nmax_retry_after = "0s"\n', '"max_retry_after" in [schedule] must be'),
         ('[schedule]\nmax_cache_floor = "-1h"\n', '"max_cache_floor" in [schedule] must be'),
     ],
-    ids=["bounds", "jitter", "host-gap", "zero-cap", "negative-floor-cap"],
+    ids=["bounds", "bounds-by-default", "jitter", "host-gap", "zero-cap", "negative-floor-cap"],
 )
 def test_schedule_section_problems_name_the_line_and_the_fix(
     tmp_path: Path, toml: str, expected: str

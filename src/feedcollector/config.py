@@ -152,9 +152,11 @@ class ScheduleSettings(BaseModel):
     @model_validator(mode="after")
     def _bounds_in_order(self) -> Self:
         if self.min_interval > self.max_interval:
+            unset = "max_interval" not in self.model_fields_set
+            default = " (its default: set it too)" if unset else ""
             raise SettingProblem(
                 f'min_interval ("{format_duration(self.min_interval)}") is longer than '
-                f'max_interval ("{format_duration(self.max_interval)}")',
+                f'max_interval ("{format_duration(self.max_interval)}"{default})',
                 fix="Make min_interval at most max_interval (defaults: 15m and 2h).",
                 key="min_interval",
             )

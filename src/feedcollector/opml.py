@@ -41,6 +41,7 @@ from .feeds_file import feed_url_key
 from .feeds_file_yaml import NOT_PRINTABLE
 from .feeds_yaml import NewEntry, UnsafeEdit, yaml_append_all
 from .models import FeedSpec
+from .report import counted
 from .safe_text import QUOTED_CHARS, one_line, xml_chars
 
 EXPORT_TITLE = "feedcollector subscriptions"
@@ -72,7 +73,7 @@ class ImportResult:
 
     def summary(self, feeds_file: Path) -> str:
         return (
-            f"import-opml: {len(self.added)} feeds added to {feeds_file}, "
+            f"import-opml: {counted(len(self.added), 'feed')} added to {feeds_file}, "
             f"{len(self.already_present)} already there, {len(self.skipped)} skipped"
         )
 
