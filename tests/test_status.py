@@ -649,6 +649,21 @@ async def _open_and_close(settings: Settings) -> None:
         pass
 
 
+def test_relative_times() -> None:
+    now = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
+    assert [
+        cli_status.relative(stamp, now)
+        for stamp in (
+            None,
+            "2026-03-02T09:00:00Z",
+            "2026-03-02T08:59:30Z",
+            "2026-03-02T09:05:00Z",
+            "2026-03-02T11:05:00Z",
+            "2026-03-04T12:00:00Z",
+        )
+    ] == ["never", "now", "30s ago", "in 5m", "in 2h05m", "in 2d3h"]
+
+
 def test_a_moved_feed_that_fails_shows_its_error_beside_the_hint() -> None:
     """Only the hint to put the new URL in the feeds file was shown, also when the new
     address itself failed (404): the error said why nothing came any more."""

@@ -278,7 +278,7 @@ def _hint(feed: FeedStatus, now: datetime) -> str:
 
 
 def relative(stamp: str | None, now: datetime) -> str:
-    """``5m ago`` / ``in 2h`` / ``never`` (pure)."""
+    """``5m ago`` / ``in 2h`` / ``now`` / ``never`` (pure)."""
     if not stamp:
         return "never"
     try:
@@ -286,6 +286,8 @@ def relative(stamp: str | None, now: datetime) -> str:
     except ValueError:
         return stamp
     seconds = int((moment - now).total_seconds())
+    if seconds == 0:  # a new feed's next fetch: "0s ago" read as a fetch that went wrong
+        return "now"
     span = abs(seconds)
     if span < 60:
         text = f"{span}s"
