@@ -1103,6 +1103,35 @@ def test_storage_failing_stops_the_cycle_after_a_few_aborts_and_leaves_the_rest_
     assert p.rows("SELECT DISTINCT last_etag FROM feeds") == [{"last_etag": '"v2"'}]
 
 
+def test_feeds_aborted_while_the_collector_stops_do_not_trip_the_breaker(
+    feed_server: FeedServer, project: Callable[..., Project], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stop gives up waiting for storage (the 10 s it grants a slow D1 Worker): the feeds
+    it aborts were counted as an outage, and the ERROR tripped alerts on a plain SIGTERM."""
+    urls = [
+        feed_server.route(f"/s{n}", Route(body=rss([Entry("a", guid=f"{n}")]), delay_s=0.3))
+        for n in range(6)
+    ]
+    p = project(urls, extra_toml="[fetch]\nconcurrency = 6\n")
+    backups = p.folder / "objects" / "backups"
+    backups.parent.mkdir(parents=True, exist_ok=True)
+    backups.write_text("a file where the backups folder goes: every backup write fails")
+
+    async def stopped_mid_cycle() -> CycleReport:
+        async with open_collector(load_settings(p.config), clock=p.clock) as collector:
+            cycle = asyncio.create_task(run_cycle(collector))
+            while not feed_server.hits("/s0"):
+                await asyncio.sleep(0.01)
+            collector.stopping.set()
+            return await cycle
+
+    with caplog.at_level(logging.ERROR, logger="feedcollector"):
+        report = asyncio.run(stopped_mid_cycle())
+    assert report.aborted >= STORAGE_TRIP_AFTER
+    assert report.storage_failing is None
+    assert not [r for r in caplog.records if r.getMessage().startswith("storage: failing")]
+
+
 def test_a_forced_fetch_of_every_feed_stops_as_a_cycle_does_when_storage_fails(
     feed_server: FeedServer, project: Callable[..., Project]
 ) -> None:
