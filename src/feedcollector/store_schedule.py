@@ -76,12 +76,15 @@ async def release_owned_feeds(db: Database, owner: str) -> int:
 
 
 async def lease_owners_of_host(db: Database, host: str, now: datetime) -> list[str]:
-    """The collectors of the machine ``host`` (owners ``host:pid:nonce``) that hold a feed's
-    lease now."""
+    """The collectors of the machine ``host`` (owners ``host:pid:nonce``) that hold the lease
+    of a due feed now. A feed whose work did not end is still due (its row was not written),
+    so the due range of ``feeds_due`` is all that is read, as a claim reads it: not every
+    feed's row, which D1 bills by the row, at every start of a ``run --once``."""
+    stamp = format_timestamp(now)
     rows = await db.query(
-        "SELECT DISTINCT lease_owner FROM feeds "
-        "WHERE lease_owner >= ? AND lease_owner < ? AND lease_until > ?",
-        (f"{host}:", f"{host};", format_timestamp(now)),  # ";" is the character after ":"
+        "SELECT DISTINCT lease_owner FROM feeds WHERE active = 1 AND next_fetch_at <= ? "
+        "AND lease_owner >= ? AND lease_owner < ? AND lease_until > ?",
+        (stamp, f"{host}:", f"{host};", stamp),  # ";" is the character after ":"
     )
     return [row["lease_owner"] for row in rows]
 
