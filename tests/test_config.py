@@ -1016,8 +1016,8 @@ def test_schedule_section_defaults_and_values(tmp_path: Path) -> None:
         ),
         (  # a config from before the default of max_interval went from 24h down to 2h
             '[schedule]\nmin_interval = "3h"\n',
-            'line 2: min_interval ("3h") is longer than max_interval ("2h" (its default: set it '
-            "too)). Make min_interval",
+            'line 2: min_interval ("3h") is longer than max_interval ("2h", its default: set it '
+            "too). Make min_interval",
         ),
         (
             "[schedule]\njitter = 0.9\n",

@@ -1103,30 +1103,39 @@ def test_storage_failing_stops_the_cycle_after_a_few_aborts_and_leaves_the_rest_
     assert p.rows("SELECT DISTINCT last_etag FROM feeds") == [{"last_etag": '"v2"'}]
 
 
-def test_feeds_aborted_while_the_collector_stops_do_not_trip_the_breaker(
+def test_feeds_a_stop_aborts_by_giving_up_on_the_database_do_not_trip_the_breaker(
     feed_server: FeedServer, project: Callable[..., Project], caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A stop gives up waiting for storage (the 10 s it grants a slow D1 Worker): the feeds
-    it aborts were counted as an outage, and the ERROR tripped alerts on a plain SIGTERM."""
+    """A stop gives up waiting for storage (10 s at most: a slow D1 Worker, another process's
+    SQLite write lock): the feeds that aborts were counted as an outage, and its ERROR
+    tripped alerts on a plain SIGTERM."""
     urls = [
         feed_server.route(f"/s{n}", Route(body=rss([Entry("a", guid=f"{n}")]), delay_s=0.3))
         for n in range(6)
     ]
     p = project(urls, extra_toml="[fetch]\nconcurrency = 6\n")
-    backups = p.folder / "objects" / "backups"
-    backups.parent.mkdir(parents=True, exist_ok=True)
-    backups.write_text("a file where the backups folder goes: every backup write fails")
+    p.cycle(force=True)  # the database exists; the feeds are due again an hour later
+    for n in range(6):
+        feed_server.route(f"/s{n}", Route(body=rss([Entry("b", guid=f"b{n}")]), delay_s=0.3))
+    p.clock.advance(hours=1)
+    lock = sqlite3.connect(p.folder / "collector.db", isolation_level=None)
 
-    async def stopped_mid_cycle() -> CycleReport:
+    async def stopped_mid_cycle() -> tuple[CycleReport, bool]:
         async with open_collector(load_settings(p.config), clock=p.clock) as collector:
             cycle = asyncio.create_task(run_cycle(collector))
-            while not feed_server.hits("/s0"):
+            while len(feed_server.hits("/s0")) < 2:
                 await asyncio.sleep(0.01)
+            lock.execute("BEGIN IMMEDIATE")  # another process's write lock
             collector.stopping.set()
-            return await cycle
+            collector.stop_waiting_for_database(timedelta(seconds=0.5))
+            report = await cycle
+            lock.execute("ROLLBACK")
+            return report, collector.gave_up_on_database
 
     with caplog.at_level(logging.ERROR, logger="feedcollector"):
-        report = asyncio.run(stopped_mid_cycle())
+        report, gave_up = asyncio.run(stopped_mid_cycle())
+    lock.close()
+    assert gave_up
     assert report.aborted >= STORAGE_TRIP_AFTER
     assert report.storage_failing is None
     assert not [r for r in caplog.records if r.getMessage().startswith("storage: failing")]
@@ -1265,17 +1274,26 @@ def test_a_failed_fetchs_backup_is_kept_from_a_fetch_within_its_second(
 def test_a_manual_fetch_names_who_holds_a_feed_it_skips(
     feed_server: FeedServer, project: Callable[..., Project], caplog: pytest.LogCaptureFixture
 ) -> None:
-    """``fetch`` said that another collector was fetching the feed right now, and no more."""
-    url = feed_server.route("/feed", body=rss([Entry("a", guid="a")]))
-    p = project([url])
+    """``fetch`` said that another collector was fetching the feed right now, and no more;
+    also of a feed not due, which a stopped collector of this machine holds (only due feeds'
+    leases are taken back: a feed whose work did not end is still due)."""
+    url, other = (feed_server.route(f"/{n}", body=rss([Entry("a", guid="a")])) for n in "ab")
+    p = project([url, other])
     p.cycle()
     until = "2026-03-02T09:14:00Z"
-    p.execute("UPDATE feeds SET lease_owner = 'elsewhere:1:ab', lease_until = ?", until)
+    gone = f"{socket.gethostname()}:{_ended_pid()}:0f0f0f0f"
+    for owner, feed in (("elsewhere:1:ab", url), (gone, other)):
+        p.execute(
+            "UPDATE feeds SET lease_owner = ?, lease_until = ? WHERE url = ?", owner, until, feed
+        )
     with caplog.at_level(logging.WARNING):
         assert p.cycle(force=True).feeds == 0
     assert [r.getMessage() for r in caplog.records] == [
         f"fetch: {url} skipped: collector elsewhere:1:ab holds it until {until} (fetching it "
-        "now, or stopped before it let go)"
+        "now, or stopped before it let go)",
+        f"fetch: {other} skipped: its lease until {until} belongs to collector {gone} of this "
+        "machine, whose process has stopped without letting go (killed?); the feed is free "
+        "when the lease runs out",
     ]
 
 
@@ -1306,7 +1324,7 @@ def test_the_feeds_a_stopped_collector_of_this_machine_held_are_taken_back(
         report = p.cycle(force=force)
     assert (report.feeds, len(feed_server.hits("/0")), len(feed_server.hits("/2"))) == (2, 2, 1)
     assert (
-        f"run: took back 2 feeds from collector {gone} of this machine, whose process stopped "
+        f"schedule: took back 2 feeds from collector {gone} of this machine, whose process stopped "
         "without letting go (killed?)"
     ) in [r.getMessage() for r in caplog.records]
     held = p.rows("SELECT lease_owner FROM feeds WHERE lease_owner IS NOT NULL ORDER BY url")
@@ -1352,7 +1370,8 @@ def test_a_collector_that_cannot_hand_back_its_feeds_says_so(
     (message,) = [r.getMessage() for r in caplog.records]
     assert message.endswith(
         "; the feeds this collector holds stay claimed until their leases run out (15 minutes "
-        "at least), unless a collector started on this machine takes them back first"
+        "after their claim, or twice [fetch] deadline), unless a collector started on this "
+        "machine takes them back first"
     )
 
 

@@ -224,7 +224,7 @@ async def take_back_stopped_leases(collector: Collector, now: datetime) -> None:
         if owner != collector.owner and owner_has_stopped(owner):
             count = await store_schedule.release_owned_feeds(collector.db, owner)
             log.warning(
-                "run: took back %s from collector %s of this machine, whose process stopped "
+                "schedule: took back %s from collector %s of this machine, whose process stopped "
                 "without letting go (killed?)",
                 counted(count, "feed"),
                 owner,

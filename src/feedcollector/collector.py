@@ -91,9 +91,10 @@ class Collector:
     _wall_clock_seen: tuple[datetime, float] | None = field(default=None, init=False, repr=False)
     """The wall clock and the monotonic clock at :meth:`wall_clock_went_back`'s last call."""
     claims_feeds: bool = field(default=False, init=False)
-    stopped_leases_checked: bool = field(default=False, init=False)
     """Whether this collector has asked for feeds (so may hold some to hand back at the end):
     a command that only reads must not wait for another process's write lock as it closes."""
+    stopped_leases_checked: bool = field(default=False, init=False)
+    """Whether the leases of stopped collectors of this machine were taken back (once)."""
     _image_http: httpx.AsyncClient | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -275,7 +276,7 @@ async def _let_go(collector: Collector) -> None:
     except StorageError as exc:
         log.warning(
             "%s; the feeds this collector holds stay claimed until their leases run out "
-            "(15 minutes at least), unless a collector started on this machine takes them "
-            "back first",
+            "(15 minutes after their claim, or twice [fetch] deadline), unless a collector "
+            "started on this machine takes them back first",
             exc,
         )

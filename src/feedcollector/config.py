@@ -153,7 +153,7 @@ class ScheduleSettings(BaseModel):
     def _bounds_in_order(self) -> Self:
         if self.min_interval > self.max_interval:
             unset = "max_interval" not in self.model_fields_set
-            default = " (its default: set it too)" if unset else ""
+            default = ", its default: set it too" if unset else ""
             raise SettingProblem(
                 f'min_interval ("{format_duration(self.min_interval)}") is longer than '
                 f'max_interval ("{format_duration(self.max_interval)}"{default})',

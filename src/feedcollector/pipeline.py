@@ -334,8 +334,8 @@ async def _refresh_all(
             if outcome is None:
                 continue
             report.add(outcome)
-            # A stop's aborts (it gives up waiting for storage) are no outage.
-            if not collector.stopping.is_set() and breaker.record(outcome):
+            # The aborts of a stop that gave up waiting for the database are no outage.
+            if not collector.gave_up_on_database and breaker.record(outcome):
                 unstarted.extend(queue.stop())
             if outcome.bookkeeping is not None:
                 not_modified.append(outcome.bookkeeping)

@@ -46,7 +46,8 @@ _ERROR_HINTS = (
         "and the network to it)",
     ),
 )
-"""S3 error codes an operator can act on, and what the error adds for each."""
+"""S3 error codes (and the transport's words for a store that did not answer) an operator can
+act on, and what the error adds for each."""
 
 
 class S3ObjectStore:

@@ -44,6 +44,8 @@ OPEN_FILES_SPARE = 100
 journal, logs, idle keep-alive connections."""
 
 GLOBAL_OPTIONS = ("--config", "-c", "--log-level", "--log-format")
+USAGE_EXIT_CODE = 2
+"""click's exit code for a command used wrongly (its UsageError), ours for a config problem."""
 
 
 class _Commands(TyperGroup):
@@ -65,11 +67,12 @@ class _Commands(TyperGroup):
         try:
             return super().invoke(ctx)
         except TyperException as exc:  # click's usage errors (bad value, unknown option...)
-            if not isinstance(ctx.obj, GlobalOptions) or not _logs_json(ctx.obj):
+            usage = getattr(exc, "exit_code", None) == USAGE_EXIT_CODE
+            if not usage or not isinstance(ctx.obj, GlobalOptions) or not _logs_json(ctx.obj):
                 raise
             where = getattr(exc, "ctx", None) or ctx
             say_error(f"{where.command_path}: {exc.format_message()} (see --help)")
-            raise typer.Exit(getattr(exc, "exit_code", 2)) from None
+            raise typer.Exit(USAGE_EXIT_CODE) from None
 
 
 def _logs_json(options: GlobalOptions) -> bool:
