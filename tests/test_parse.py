@@ -501,6 +501,61 @@ def test_atom_xhtml_content_is_the_inner_xhtml_of_the_div() -> None:
     )
 
 
+def test_atom_xhtml_content_after_its_first_div_is_kept() -> None:
+    """Only the first ``<div>`` was kept: the article after it was lost (content and title)."""
+    xhtml = 'xmlns="http://www.w3.org/1999/xhtml"'
+    entry = (
+        f'<entry><id>1</id><title type="xhtml"><div {xhtml}>Part one</div> part two</title>'
+        f'<content type="xhtml"><div {xhtml}>Intro</div><p {xhtml}>The rest</p></content></entry>'
+    )
+    item = only_item(atom(entry))
+    assert item.title == "Part one part two"
+    assert item.content_html == "<div>Intro</div><p>The rest</p>"
+
+
+@pytest.mark.parametrize(
+    ("document", "title", "item"),
+    [
+        (  # RSS 1.0 written in Dublin Core alone: the titles and description were lost
+            b'<rdf:RDF xmlns:rdf="http://www.w3.org/1999/02/22-rdf-syntax-ns#" '
+            b'xmlns="http://purl.org/rss/1.0/" xmlns:dc="http://purl.org/dc/elements/1.1/">'
+            b"<channel><dc:title>Chan</dc:title><link>http://ex.com/</link></channel>"
+            b'<item rdf:about="http://ex.com/1"><dc:title>Item</dc:title><link>http://ex.com/1'
+            b"</link><dc:description>desc</dc:description></item></rdf:RDF>",
+            "Chan",
+            ("Item", "desc", None),
+        ),
+        (  # an Atom entry dated only by dc:date, an Atom 0.3 one only by created
+            b'<feed xmlns="http://www.w3.org/2005/Atom" xmlns:dc="http://purl.org/dc/elements/'
+            b'1.1/"><title>T</title><entry><title>E</title><id>urn:1</id><dc:date>2024-01-01T'
+            b"10:00:00Z</dc:date></entry></feed>",
+            "T",
+            ("E", None, "2024-01-01T10:00:00Z"),
+        ),
+        (
+            b'<feed version="0.3" xmlns="http://purl.org/atom/ns#"><title>T</title><entry>'
+            b"<title>E</title><id>urn:1</id><created>2004-01-03T00:00:00Z</created></entry></feed>",
+            "T",
+            ("E", None, "2004-01-03T00:00:00Z"),
+        ),
+        (
+            b'<rss version="2.0" xmlns:dcterms="http://purl.org/dc/terms/"><channel><title>T'
+            b"</title><item><title>x</title><guid>g</guid><dcterms:created>2024-01-01T10:00:00Z"
+            b"</dcterms:created></item></channel></rss>",
+            "T",
+            ("x", None, "2024-01-01T10:00:00Z"),
+        ),
+    ],
+)
+def test_dublin_core_fields_stand_in_for_missing_ones(
+    document: bytes, title: str, item: tuple[str, str | None, str | None]
+) -> None:
+    feed = parse_feed(document, "http://ex.com/feed")
+    (only,) = feed.items
+    dated = only.pub_date.strftime("%Y-%m-%dT%H:%M:%SZ") if only.pub_date else None
+    assert (feed.title, (only.title, only.content_html, dated)) == (title, item)
+
+
 def test_rss_1_0_rdf() -> None:
     data = b"""<?xml version="1.0"?>
 <rdf:RDF xmlns:rdf="http://www.w3.org/1999/02/22-rdf-syntax-ns#" xmlns="http://purl.org/rss/1.0/"

@@ -64,9 +64,11 @@ def namespace_key(uri: str) -> str:
 
 RSS_ITEM_SLOTS = {
     "title": 0,
+    "dc:title": 0,
     "link": 1,
     "guid": 2,
     "description": 3,
+    "dc:description": 3,
     "content:encoded": 4,
     "pubDate": 5,
     "dc:date": 6,
@@ -76,6 +78,7 @@ RSS_ITEM_SLOTS = {
     "atom:published": 10,
     "atom:issued": 10,
     "dcterms:issued": 10,
+    "dcterms:created": 10,
     "published": 10,
     "issued": 10,
     "atom:updated": 11,
@@ -88,7 +91,9 @@ RSS_ITEM_SLOTS = {
 ``atom:link`` is read when the item has no ``<link>``; all of an item's are kept.
 ``media:description`` (Media RSS; YouTube puts it in a ``media:group``) when it has neither
 content nor description. The dates after ``pubDate`` and ``dc:date`` are the others feedparser
-reads in an RSS item (Atom's and DCMI terms' published and updated)."""
+reads in an RSS item (Atom's and DCMI terms' published and updated). ``dc:title`` and
+``dc:description`` stand for ``title`` and ``description`` (RSS 1.0 feeds that write only
+Dublin Core), the first of the two in the item counting, as feedparser reads them."""
 RSS_ATOM_LINKS = RSS_ITEM_SLOTS["atom:link"]
 
 
@@ -110,6 +115,7 @@ RSS_ITEM_WILDCARDS = wildcards(RSS_ITEM_SLOTS)
 RSS_CHANNEL_FIELDS = {
     "item": "item",
     "title": "title",
+    "dc:title": "title",
     "link": "link",
     "ttl": "ttl",
     "sy:updatePeriod": "period",
@@ -131,8 +137,11 @@ ATOM_ENTRY_SLOTS = {  # Atom 1.0 names plus the Atom 0.3 ones (issued, modified)
     "summary": 4,
     "published": 5,
     "issued": 5,
+    "created": 5,
+    "dcterms:created": 5,
     "updated": 6,
     "modified": 6,
+    "dc:date": 6,
     "media:description": 7,
     "media:group": 8,
 }

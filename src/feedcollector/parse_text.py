@@ -90,11 +90,16 @@ def serialize_inner(container: etree._Element) -> str:
 
 
 def xhtml_container(element: etree._Element) -> etree._Element:
-    """The ``<div>`` an Atom ``type="xhtml"`` construct must wrap its content in, if present."""
-    for child in element:
-        if isinstance(child.tag, str):
-            return child if etree.QName(child).localname == "div" else element
-    return element
+    """The ``<div>`` an Atom ``type="xhtml"`` construct must wrap its content in, when it is
+    the whole content; else the construct itself, so that nothing after a first ``<div>``
+    (a second one, a ``<p>``, text) is lost, as feedparser keeps it too."""
+    children = [child for child in element if isinstance(child.tag, str)]
+    if len(children) != 1 or etree.QName(children[0]).localname != "div":
+        return element
+    (div,) = children
+    if (element.text or "").strip() or (div.tail or "").strip():
+        return element
+    return div
 
 
 def entity_value(entity: etree._Element) -> str:
