@@ -21,6 +21,9 @@ REAL_WORLD_DATES = {
     # RFC 822 / 1123 as the RSS spec wants it
     "Tue, 10 Jun 2003 04:00:00 GMT": "2003-06-10T04:00:00Z",
     "Mon, 18 Nov 2019 19:14:32 +0000": "2019-11-18T19:14:32Z",
+    "Mon, 01 Jan 2024 10:00:00 GMT;": "2024-01-01T10:00:00Z",  # a template's punctuation
+    "Mon, 01 Jan 2024 10:00:00 +0200.": "2024-01-01T08:00:00Z",
+    "2024-01-01T10:00:00Z, ": "2024-01-01T10:00:00Z",
     "Thu, 21 Jan 2021 18:58:00 +1100": "2021-01-21T07:58:00Z",
     "Fri, 19 May 2017 21:05:02 +0530": "2017-05-19T15:35:02Z",
     # named zones (US zones of RFC 822, plus common others)

@@ -70,8 +70,10 @@ _WORD_RE = re.compile(r"[^\W\d_]{3,}")
 
 
 def parse_date(text: str) -> datetime | None:
-    """The moment ``text`` names, as an aware UTC datetime, or None if it cannot be read."""
-    text = text.strip()
+    """The moment ``text`` names, as an aware UTC datetime, or None if it cannot be read.
+    A full stop, comma or semicolon after it (``... GMT;``, as templates leave them) is no
+    part of it."""
+    text = text.strip().rstrip(".,;").rstrip()
     if not text or len(text) > MAX_DATE_LENGTH:
         return None
     common = _RFC822_COMMON_RE.fullmatch(text)
