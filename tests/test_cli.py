@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -20,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks.farm import run_farm
-from feedcollector.schema import latest_version
+from feedcollector.backends.sqlite import SQLiteDatabase
+from feedcollector.schema import latest_version, migrate
 
 from .conftest import PROJECT_ROOT
 from .feedserver import FeedServer, Route
@@ -118,12 +120,20 @@ def test_an_address_urllib_cannot_split_is_an_error_not_a_traceback(
     tmp_path: Path, command: list[str]
 ) -> None:
     config = write_project(tmp_path, ["https://a.example/feed"])
-    (tmp_path / "collector.db").touch()  # an empty file is an empty SQLite database
+    asyncio.run(_migrated(tmp_path / "collector.db"))  # a database a collector opened
     result = feedcollector("--config", str(config), *command, "http://[::1", cwd=tmp_path)
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
     assert result.stderr.count("error:") == 1
     assert "http://[::1" in result.stderr
+
+
+async def _migrated(path: Path) -> None:
+    database = SQLiteDatabase(path)
+    try:
+        await migrate(database)
+    finally:
+        await database.close()
 
 
 def test_fetch_refuses_urls_outside_the_feeds_file(feed_server: FeedServer, tmp_path: Path) -> None:

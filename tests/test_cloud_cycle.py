@@ -927,7 +927,9 @@ HANG_S = 120.0
 answer, so only a stop that gives up waiting ends them before it."""
 NO_ANSWER = FakeReply(delay_s=3600.0)
 """A Worker that took the request and never answers."""
-RELEASE_LEASES = "UPDATE feeds SET lease_owner = NULL, lease_until = NULL WHERE lease_owner = ?"
+RELEASE_LEASES = (
+    "UPDATE feeds SET lease_owner = NULL, lease_until = NULL WHERE lease_owner = ? RETURNING id"
+)
 
 
 class Service:
