@@ -52,23 +52,24 @@ class Stores:
 
 
 @asynccontextmanager
-async def open_stores(settings: Settings) -> AsyncIterator[Stores]:
+async def open_stores(settings: Settings, *, command: str = "reading") -> AsyncIterator[Stores]:
     """Open the database (migrations applied, as the collector's next start would) and the
-    object store the settings name, for reading; close them on exit.
+    object store the settings name, for reading; close them on exit. ``command`` names the
+    errors (a CLI command's name).
 
     Unlike :func:`.open_collector` it makes no HTTP client and never claims a feed. A SQLite
     file that does not exist, or a database no collector ever opened (an empty D1, a wrong
     ``[database] url``), is a ConfigError: a reader pointed at the wrong place would otherwise
     see "nothing collected", and leave an empty database there.
     """
-    require_database_file(settings, "reading")
+    require_database_file(settings, command)
     db = open_database(settings)
     try:
         if not await has_schema(db):
             d1 = settings.database.backend == "d1"
             named = settings.database.url if d1 else settings.database.path
             raise ConfigError(
-                f"reading: the database {named} holds no feedcollector "
+                f"{command}: the database {named} holds no feedcollector "
                 "tables, so nothing was collected there. The first `feedcollector run` "
                 "creates them; if the collector's database is elsewhere, correct [database] "
                 "in the config or name the collector's config with --config."

@@ -30,7 +30,6 @@ from .app import (
     feeds_named,
     load_command_settings,
     quiet_on_broken_pipe,
-    require_database,
     run_async,
     since_option,
     text_argument,
@@ -76,7 +75,6 @@ def items(
     """List stored items (created_at order), as a table or a JSON Lines stream."""
     settings = load_command_settings(ctx)
     feed = None if feed is None else text_argument(feed, "items: --feed")
-    require_database(settings, "items")
 
     async def work(stores: Stores) -> None:
         since_at = since_option(since, utc_now())
@@ -97,7 +95,7 @@ def items(
             title = one_line(item.title or item.guid)
             typer.echo(f"{item.created_at}  {item.id:<32}  {title}  <{item.feed_url}>")
 
-    quiet_on_broken_pipe(lambda: with_stores(settings, work))
+    quiet_on_broken_pipe(lambda: with_stores(settings, "items", work))
 
 
 async def _stored_feed_url(db: Database, url: str) -> str:
@@ -140,7 +138,6 @@ def item(
             "item: --json prints the item as stored (as `items --jsonl` does); --render, "
             "--sanitize and --html print HTML for display: use one or the other"
         )
-    require_database(settings, "item")
 
     async def work(stores: Stores) -> None:
         found = await read_item(
@@ -168,14 +165,17 @@ def item(
             typer.echo("")
         typer.echo(shown)
 
-    with_stores(settings, work)
+    with_stores(settings, "item", work)
 
 
-def with_stores(settings: Settings, work: Callable[[Stores], Awaitable[None]]) -> None:
-    """Open the database and object store for reading, run ``work``, close them."""
+def with_stores(
+    settings: Settings, command: str, work: Callable[[Stores], Awaitable[None]]
+) -> None:
+    """Open the database and object store for reading (refused, exit 2, when no collector
+    made the database), run ``work``, close them."""
 
     async def main() -> None:
-        async with open_stores(settings) as stores:
+        async with open_stores(settings, command=command) as stores:
             await work(stores)
 
     run_async(main)
