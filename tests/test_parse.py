@@ -513,6 +513,57 @@ def test_atom_xhtml_content_after_its_first_div_is_kept() -> None:
     assert item.content_html == "<div>Intro</div><p>The rest</p>"
 
 
+_NAMESPACE_CASES = (
+    b'<r xmlns:m="http://search.yahoo.com/mrss/" xmlns:xl="http://www.w3.org/1999/xlink"'
+    b' xmlns:h="http://www.w3.org/1999/xhtml">'
+    b'<div xmlns="http://www.w3.org/1999/xhtml">a &lt; b <p class="c">x<br/></p>t<!--c--></div>'
+    b'<div xmlns="http://www.w3.org/1999/xhtml"><m:thumbnail url="x"/><a xl:href="y">t</a></div>'
+    b'<div xmlns="http://www.w3.org/1999/xhtml"><h:p>prefixed</h:p><p xml:lang="fr">q</p></div>'
+    b'<div xmlns="http://www.w3.org/1999/xhtml">&#13;<p xmlns:unused="u">x</p></div>'
+    b'<div xmlns="http://www.w3.org/1999/xhtml"><svg xmlns="http://www.w3.org/2000/svg"/></div>'
+    b'<div xmlns="http://www.w3.org/1999/xhtml">text x:y="z"<p/></div>'
+    b'<div xmlns="http://www.w3.org/1999/xhtml"/>'
+    b'<description>plain <b m:x="1">b</b> <i>i</i></description><d xml:base="/b">e<m:c/></d>'
+    b'<description xmlns="http://purl.org/rss/1.0/">in RSS 1.0 <p>p</p></description></r>'
+)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [None, *sorted((RSS_PARSER / "input").glob("*.atom")), RSS_PARSER / "input" / "rss-1.rss"],
+)
+def test_markup_cut_from_one_serialization_is_the_renamed_copys(path: Path | None) -> None:
+    """XHTML content is cut from the container's own serialization when that gives what the
+    renamed copy gives (every element in the container's namespace, no prefix, no declaration
+    below it), and serialized from the copy otherwise: every element of these documents."""
+    from lxml import etree
+
+    from feedcollector.parse_text import _inner_as_serialized, _inner_renamed
+
+    document = _NAMESPACE_CASES if path is None else path.read_bytes()
+    root = etree.fromstring(document, etree.XMLParser(ns_clean=True, resolve_entities=False))
+    cut = 0
+    for element in root.iter("*"):
+        inner = _inner_as_serialized(element)
+        if inner is not None:
+            cut += 1
+            assert inner == _inner_renamed(element)
+    assert cut > 0
+    if path is None:
+        divs = root.findall("{http://www.w3.org/1999/xhtml}div")
+        assert [_inner_as_serialized(div) for div in divs] == [
+            'a &lt; b <p class="c">x<br/></p>t<!--c-->',
+            None,
+            None,
+            None,
+            None,
+            None,
+            "",
+        ]
+        assert _inner_renamed(divs[1]).startswith("<m:thumbnail ")  # declared, not cut
+        assert _inner_renamed(divs[2]) == '<p>prefixed</p><p xml:lang="fr">q</p>'
+
+
 @pytest.mark.parametrize(
     ("document", "title", "item"),
     [

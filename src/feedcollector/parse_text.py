@@ -75,6 +75,13 @@ def from_base64(text: str) -> str:
 
 def serialize_inner(container: etree._Element) -> str:
     """The children of ``container`` as markup, without the XHTML/parent namespace noise."""
+    inner = _inner_as_serialized(container)
+    return _inner_renamed(container) if inner is None else inner
+
+
+def _inner_renamed(container: etree._Element) -> str:
+    """:func:`serialize_inner` in every case: a copy with the XHTML and the container's own
+    namespace taken off the tags and the declarations left unused dropped."""
     copy = deepcopy(container)
     own_namespace = etree.QName(container).namespace
     for node in copy.iter():
@@ -87,6 +94,31 @@ def serialize_inner(container: etree._Element) -> str:
     parts = [escape(copy.text or "", quote=False)]
     parts.extend(etree.tostring(child, encoding="unicode", with_tail=True) for child in copy)
     return "".join(parts)
+
+
+_NAMESPACE_NOISE_RE = re.compile(r"""xmlns|<[^\s>/!?]+:|\s[^\s=>"'<]+:[^\s=>"'<]*=\"""")
+"""In markup serialized by libxml2: a namespace declaration, a prefixed tag, a prefixed
+attribute (``<`` and ``"`` are escaped in attribute values, ``<`` in text)."""
+
+
+def _inner_as_serialized(container: etree._Element) -> str | None:
+    """What :func:`_inner_renamed` returns, cut from one serialization of ``container``, when
+    that is the same (several times cheaper than the renamed copy): the container has no
+    prefix and no namespaced attribute, and nothing below it declares a namespace or uses a
+    prefix, i.e. every element is in the container's own namespace (the usual
+    ``<div xmlns="...xhtml">``). None otherwise, also when text merely looks like such noise.
+    The start tag ends at the first ``>``: attribute values have it escaped, and libxml2
+    refuses a namespace name holding one."""
+    if container.prefix is not None or "\r" in (container.text or ""):
+        return None  # libxml2 writes a CR as "&#13;", escape() keeps it
+    if any(key.startswith("{") for key in container.attrib):
+        return None
+    serialized = etree.tostring(container, encoding="unicode", with_tail=False)
+    if serialized.endswith("/>"):
+        return ""
+    tag = container.tag
+    inner = serialized[serialized.index(">") + 1 : -(len(tag) - tag.find("}") + 2)]
+    return None if _NAMESPACE_NOISE_RE.search(inner) else inner
 
 
 def xhtml_container(element: etree._Element) -> etree._Element:
