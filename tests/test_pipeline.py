@@ -6,12 +6,12 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import os
 import re
 import shutil
 import socket
 import sqlite3
 import subprocess
+import sys
 import threading
 import time
 import zlib
@@ -36,6 +36,7 @@ from feedcollector.database import CountingDatabase
 from feedcollector.errors import TOO_LARGE
 from feedcollector.images import make_image_client
 from feedcollector.models import Feed
+from feedcollector.owners import owner_name
 from feedcollector.parse_fallback import parse_with_feedparser
 from feedcollector.pipeline import run_cycle
 from feedcollector.report import CycleReport, FeedOutcome
@@ -1281,7 +1282,7 @@ def test_a_manual_fetch_names_who_holds_a_feed_it_skips(
     p = project([url, other])
     p.cycle()
     until = "2026-03-02T09:14:00Z"
-    gone = f"{socket.gethostname()}:{_ended_pid()}:0f0f0f0f"
+    gone = owner_name(_ended_pid(), "0f0f0f0f")
     for owner, feed in (("elsewhere:1:ab", url), (gone, other)):
         p.execute(
             "UPDATE feeds SET lease_owner = ?, lease_until = ? WHERE url = ?", owner, until, feed
@@ -1306,13 +1307,24 @@ def test_the_feeds_a_stopped_collector_of_this_machine_held_are_taken_back(
 ) -> None:
     """A collector killed, or gone while the database did not answer, left its feeds claimed
     for 15 minutes; the next `run --once` skipped them without a word. A live collector of
-    this machine, and one of another machine, keep theirs."""
-    urls = [feed_server.route(f"/{n}", body=rss([Entry("a", guid="a")])) for n in range(4)]
+    this machine, and one of another machine, keep theirs; so do one of another container of
+    this host name (another pid namespace: its pid means nothing here; it was taken back and
+    its feed fetched twice) and one of a version that did not name its namespace."""
+    urls = [feed_server.route(f"/{n}", body=rss([Entry("a", guid="a")])) for n in range(6)]
     p = project(urls)
     p.cycle()
     host = socket.gethostname()
-    gone = f"{host}:{_ended_pid()}:0f0f0f0f"
-    owners = [gone, gone, f"{host}:{os.getpid()}:live", "elsewhere:1:ab"]
+    ended = _ended_pid()
+    gone = owner_name(ended, "0f0f0f0f")
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    owners = [
+        gone,
+        gone,
+        owner_name(live.pid, "11111111"),
+        "elsewhere:1:ab",
+        f"{host}:{ended}@0badf00d:22222222",
+        f"{host}:{ended}:33333333",
+    ]
     for url, owner in zip(urls, owners, strict=True):
         p.execute(
             "UPDATE feeds SET lease_owner = ?, lease_until = '2026-03-02T09:14:00Z', "
@@ -1320,15 +1332,20 @@ def test_the_feeds_a_stopped_collector_of_this_machine_held_are_taken_back(
             owner,
             url,
         )
-    with caplog.at_level(logging.WARNING):
-        report = p.cycle(force=force)
+    try:
+        with caplog.at_level(logging.WARNING):
+            report = p.cycle(force=force)
+    finally:
+        live.kill()
+        live.wait()
     assert (report.feeds, len(feed_server.hits("/0")), len(feed_server.hits("/2"))) == (2, 2, 1)
-    assert (
-        f"schedule: took back 2 feeds from collector {gone} of this machine, whose process stopped "
-        "without letting go (killed?)"
-    ) in [r.getMessage() for r in caplog.records]
+    assert (len(feed_server.hits("/4")), len(feed_server.hits("/5"))) == (1, 1)
     held = p.rows("SELECT lease_owner FROM feeds WHERE lease_owner IS NOT NULL ORDER BY url")
     assert [row["lease_owner"] for row in held] == owners[2:]
+    assert [r.getMessage() for r in caplog.records if "took back" in r.getMessage()] == [
+        f"schedule: took back 2 feeds from collector {gone} of this machine, whose process "
+        "stopped without letting go (killed?)"
+    ]
 
 
 def test_a_collector_hands_back_the_feeds_it_still_holds_when_it_leaves(

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -29,6 +28,7 @@ from feedcollector.images import object_key
 from feedcollector.models import FeedSpec, ItemRecord
 from feedcollector.objectstore import ObjectStore
 from feedcollector.orphans import sweep_orphans
+from feedcollector.owners import owner_name
 from feedcollector.pipeline import run_cycle
 from feedcollector.restore import (
     RestoreProgress,
@@ -911,7 +911,7 @@ def test_the_restore_command_lets_go_the_lease_of_a_dead_holder_in_the_way(drill
     ran out, up to an hour for a cleanup's)."""
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
-    owner = f"{socket.gethostname()}:{gone.pid}:deadbeef"
+    owner = owner_name(gone.pid, "deadbeef")
     until = format_timestamp(utc_now() + timedelta(minutes=4))
     with sqlite3.connect(drill.database) as conn:
         conn.execute("DELETE FROM image_tasks")

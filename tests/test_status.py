@@ -28,6 +28,7 @@ from feedcollector.collector import open_collector
 from feedcollector.config import Settings, load_feeds, load_settings
 from feedcollector.database import CountingDatabase, Statement
 from feedcollector.models import FeedSpec
+from feedcollector.owners import owner_name
 from feedcollector.pipeline import run_cycle, sync_feeds_file
 from feedcollector.schema import migrate
 from feedcollector.status import (
@@ -354,7 +355,7 @@ def test_a_feed_held_by_a_killed_collector_says_so(feed_server: FeedServer, tmp_
     config, urls = fill(feed_server, tmp_path)
     ended = subprocess.Popen(["true"])
     ended.wait()
-    killed = f"{socket.gethostname()}:{ended.pid}:0f0f0f0f"
+    killed = owner_name(ended.pid, "0f0f0f0f")
     with sqlite3.connect(tmp_path / "collector.db") as conn:
         conn.execute(
             "UPDATE feeds SET lease_owner = ?, lease_until = '2099-01-01T00:00:00Z' "
@@ -681,3 +682,24 @@ def test_a_moved_feed_that_fails_shows_its_error_beside_the_hint() -> None:
     )
     quiet = dataclasses.replace(moved, state="active", consecutive_failures=0)
     assert cli_status._hint(quiet, now).endswith("put that URL in the feeds file")
+
+
+def test_only_a_feed_held_by_a_stopped_collector_of_this_namespace_says_so() -> None:
+    """A live collector of another container of this host name (another pid namespace, its
+    pid no process here) was said to be stopped, and to be taken back by the next one here;
+    so was one of a version that did not name its namespace, whose leases now run out."""
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    host = socket.gethostname()
+    now = datetime(2026, 3, 2, tzinfo=UTC)
+    held = FeedStatus("https://a.example/", "active", held_until="2026-03-02T00:10:00Z")
+    hints = [
+        cli_status._hint(dataclasses.replace(held, held_by=owner), now)
+        for owner in (
+            owner_name(ended.pid, "0f0f0f0f"),
+            f"{host}:{ended.pid}@0badf00d:0f0f0f0f",
+            f"{host}:{ended.pid}:0f0f0f0f",
+        )
+    ]
+    assert hints[0].startswith("skipped until in 10m: held by a stopped collector of this machi")
+    assert hints[1:] == ["", ""]

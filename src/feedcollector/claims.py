@@ -11,13 +11,14 @@ from datetime import datetime, timedelta
 
 from . import store, store_schedule, store_sync
 from .clock_step import clock_mark_key, settle_clock
-from .collector import Collector, owner_has_stopped
+from .collector import Collector
 from .config import load_feeds
 from .database import Database, Statement
 from .feeds_file import feeds_file_digest
 from .image_stage import image_lease, page_size
 from .maintenance_leases import LONGEST_LEASE as LONGEST_MAINTENANCE_LEASE
 from .models import Feed
+from .owners import owner_has_stopped, owner_host
 from .report import CycleReport, counted
 from .timestamps import format_timestamp, parse_timestamp
 
@@ -51,7 +52,7 @@ leave the feeds only that file lists scheduled."""
 class LastSync:
     digest: str | None
     owner: str | None
-    """The collector that synced it (``host:pid:nonce``)."""
+    """The collector that synced it (an owner, see :mod:`.owners`)."""
     file: str | None
     """The feeds file it synced, as that collector's path."""
     at: str | None
@@ -109,15 +110,11 @@ def another_feeds_file(
         return False
     if last.digest is not None and last.digest.removeprefix(PARTLY) == digest:
         return False
-    if (_host(last.owner), last.file) == (_host(owner), file):
+    if (owner_host(last.owner), last.file) == (owner_host(owner), file):
         return False
     if owner_has_stopped(last.owner):
         return False
     return now - parse_timestamp(last.at) < ANOTHER_FILE_WINDOW
-
-
-def _host(owner: str) -> str:
-    return owner.partition(":")[0]
 
 
 async def sync_feeds_file(collector: Collector, now: datetime) -> None:
@@ -219,7 +216,7 @@ async def take_back_stopped_leases(collector: Collector, now: datetime) -> None:
     them in silence. Maintenance leases are let go the same way (:mod:`.maintenance_leases`)."""
     if collector.stopped_leases_checked:
         return
-    host = _host(collector.owner)
+    host = owner_host(collector.owner)
     for owner in await store_schedule.lease_owners_of_host(collector.db, host, now):
         if owner != collector.owner and owner_has_stopped(owner):
             count = await store_schedule.release_owned_feeds(collector.db, owner)

@@ -26,6 +26,7 @@ from datetime import datetime, timedelta
 
 from .database import Database, SqlValue, Statement
 from .errors import DatabaseError
+from .owners import owner_host
 from .timestamps import TIMESTAMP_FORMAT, format_timestamp, parse_timestamp
 
 log = logging.getLogger("feedcollector")
@@ -41,8 +42,8 @@ unseen, and delays the feeds by as much at most."""
 
 def clock_mark_key(owner: str) -> str:
     """The ``collector_state`` key of the clock mark of the machine a collector runs on (its
-    ``owner``, ``host:pid:nonce``)."""
-    return CLOCK_MARK_PREFIX + owner.partition(":")[0]
+    ``owner``, see :mod:`.owners`): by host name."""
+    return CLOCK_MARK_PREFIX + owner_host(owner)
 
 
 def went_back(mark: str | None, now: datetime) -> timedelta | None:

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import socket
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -27,6 +24,7 @@ from .errors import StorageError
 from .fetch import FetchLimits, make_http_client
 from .images import ImageLimits, make_image_client
 from .objectstore import ObjectStore
+from .owners import new_owner
 from .politeness import HostGate
 from .report import CycleObserver
 from .schedule import SchedulePolicy
@@ -42,26 +40,6 @@ service manager's stop should not wait a timeout per write for a Worker that sto
 or another process that holds SQLite's write lock."""
 
 
-def _owner_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
-def owner_has_stopped(owner: str) -> bool:
-    """Whether the collector that took a lease as ``owner`` (see :func:`_owner_id`) ran on
-    this machine and its process is gone: its leases only wait to run out."""
-    host, _, rest = owner.partition(":")
-    pid = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid.isdecimal():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except (PermissionError, OverflowError):  # another user's process; a pid no system has
-        return False
-    return False
-
-
 @dataclass
 class Collector:
     """Settings, backends and HTTP clients of one collector process."""
@@ -71,7 +49,8 @@ class Collector:
     objects: ObjectStore
     feed_http: aiohttp.ClientSession
     clock: Callable[[], datetime] = utc_now
-    owner: str = field(default_factory=_owner_id)
+    owner: str = field(default_factory=new_owner)
+    """Who holds this collector's leases (:mod:`.owners`)."""
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     observer: CycleObserver | None = None
     """Hears every cycle's progress (progress display, metrics); None for nobody."""

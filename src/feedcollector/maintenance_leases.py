@@ -33,8 +33,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from .collector import owner_has_stopped
 from .database import Database, SqlValue, Statement
+from .owners import owner_has_stopped
 from .store import placeholders
 from .timestamps import format_timestamp, parse_timestamp
 

@@ -76,8 +76,9 @@ async def release_owned_feeds(db: Database, owner: str) -> int:
 
 
 async def lease_owners_of_host(db: Database, host: str, now: datetime) -> list[str]:
-    """The collectors of the machine ``host`` (owners ``host:pid:nonce``) that hold the lease
-    of a due feed now. A feed whose work did not end is still due (its row was not written),
+    """The collectors of host name ``host`` (owners ``host:...``, see :mod:`.owners`; of any
+    boot or pid namespace, which :func:`.owners.owner_has_stopped` tells apart) that hold the
+    lease of a due feed now. A feed whose work did not end is still due (its row was not written),
     so the due range of ``feeds_due`` is all that is read, as a claim reads it: not every
     feed's row, which D1 bills by the row, at every start of a ``run --once``."""
     stamp = format_timestamp(now)
@@ -111,7 +112,7 @@ async def live_rate_limits(db: Database, now: datetime) -> list[HostDeferral]:
 
 @dataclass(frozen=True, slots=True)
 class HeldFeed:
-    """A feed another collector holds: who (``host:pid:nonce``) and until when."""
+    """A feed another collector holds: who (an owner, see :mod:`.owners`) and until when."""
 
     url: str
     owner: str | None

@@ -18,12 +18,12 @@ from rich.text import Text
 
 from ..backends import no_database_file, open_database
 from ..claims import last_feeds_sync
-from ..collector import owner_has_stopped
 from ..config import Settings, load_feeds
 from ..database import Database
 from ..errors import ConfigError
 from ..feeds_file import feeds_file_digest
 from ..models import FeedSpec
+from ..owners import owner_has_stopped
 from ..report import counted
 from ..safe_text import one_line
 from ..schema import has_schema, migrate
