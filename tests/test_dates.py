@@ -1,12 +1,15 @@
 from __future__ import annotations
 
-from collections.abc import Callable
+import sys
+import zoneinfo
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from feedcollector import dates_zones
 from feedcollector.dates import _DIGIT_FIRST as DIGIT_FIRST_READERS
 from feedcollector.dates import _LETTER_FIRST as LETTER_FIRST_READERS
 from feedcollector.dates import (
@@ -69,6 +72,15 @@ REAL_WORLD_DATES = {
     "January 2, 2006 3:04 PM": "2006-01-02T15:04:00Z",
     "2 September 2019 10:00 am": "2019-09-02T10:00:00Z",
     "1st Jan 2020 12:00 +0000": "2020-01-01T12:00:00Z",
+    # unpadded minutes and seconds (feedparser reads them)
+    "Mon, 1 Jan 2024 9:5:3 GMT": "2024-01-01T09:05:03Z",
+    "Mon, 1 Jan 2024 9:5 +0100": "2024-01-01T08:05:00Z",
+    # US zones without S or D, in winter (standard time, with or without zone data)
+    "Mon, 01 Jan 2024 10:00:00 ET": "2024-01-01T15:00:00Z",
+    "Mon, 01 Jan 2024 10:00:00 CT": "2024-01-01T16:00:00Z",
+    "Mon, 01 Jan 2024 10:00:00 mt": "2024-01-01T17:00:00Z",
+    "Mon, 01 Jan 2024 10:00:00 PT": "2024-01-01T18:00:00Z",
+    "2024-01-01T10:00:00 PT": "2024-01-01T18:00:00Z",
     # a date without a time is midnight UTC
     "01 Jan 2024": "2024-01-01T00:00:00Z",
     # localized RFC 822 (Portuguese, Spanish, German, French names)
@@ -92,6 +104,13 @@ REAL_WORLD_DATES = {
     "2024-1-2 3:04:05": "2024-01-02T03:04:05Z",
     "2024-01-02": "2024-01-02T00:00:00Z",
     "20240102T030405Z": "2024-01-02T03:04:05Z",
+    # ISO 8601 ordinal dates (the year's nth day): feedparser reads 2024-123 as December 1st
+    "2024-123": "2024-05-02T00:00:00Z",
+    "2024-123T10:00:00Z": "2024-05-02T10:00:00Z",
+    "2024-123 10:00:00 +0200": "2024-05-02T08:00:00Z",
+    "2024123T100000Z": "2024-05-02T10:00:00Z",
+    "2024-366": "2024-12-31T00:00:00Z",
+    "2024-001": "2024-01-01T00:00:00Z",
     # year first with slashes (some CMSs): feedparser misreads these as November 1st
     "2024/01/02 10:00:00 +0900": "2024-01-02T01:00:00Z",
     "1997/08/23 03:52:46": "1997-08-23T03:52:46Z",
@@ -128,6 +147,13 @@ NOT_DATES = [
     "Jan Feb 2024",
     "Mon, 01 Jan 2024 10:00:00 GMT" + "x" * 300,  # absurdly long
     "9999-12-31T23:59:59-14:00",  # beyond datetime's range once converted to UTC
+    "2023-366",  # no 366th day in 2023
+    "2024-000",
+    "0000-001",  # no year 0
+    "2024123",  # seven digits alone: no ordinal date without its hyphen
+    "Mon, 01 Jan 2024 10:00:00 ET PST",  # two zones: which one is meant is unknowable
+    "Mon, 01 Jan 2024 10:00:00 GMT America/New_York",
+    "Mon, 01 Jan 2024 10:00:00 ET ET",
 ]
 
 
@@ -181,6 +207,90 @@ def test_years_before_1000_keep_four_digits(text: str, expected: str) -> None:
     assert format_timestamp(moment) == expected
     assert parse_timestamp(expected) == moment
     assert datetime.fromisoformat(expected) == moment
+
+
+def _has_zone_data() -> bool:
+    try:
+        zoneinfo.ZoneInfo("America/New_York")
+    except zoneinfo.ZoneInfoNotFoundError:
+        return False
+    return True
+
+
+needs_zone_data = pytest.mark.skipif(
+    not _has_zone_data(), reason="no time zone data on this machine (tzdata is optional)"
+)
+
+
+@needs_zone_data
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # US zones without S or D follow daylight saving time (feedparser: always standard)
+        ("Fri, 05 Jul 2024 10:00:00 ET", "2024-07-05T14:00:00Z"),
+        ("Fri, 05 Jul 2024 10:00:00 CT", "2024-07-05T15:00:00Z"),
+        ("Fri, 05 Jul 2024 10:00:00 MT", "2024-07-05T16:00:00Z"),
+        ("Fri, 05 Jul 2024 10:00:00 PT", "2024-07-05T17:00:00Z"),
+        ("Sun, 03 Nov 2024 00:30:00 ET", "2024-11-03T04:30:00Z"),  # before the change back
+        ("Mon, 04 Nov 2024 00:30:00 ET", "2024-11-04T05:30:00Z"),
+        ("2024-07-05 10:00:00 ET", "2024-07-05T14:00:00Z"),
+        # IANA zone names (feedparser ignores them: these were read as UTC, or not at all)
+        ("Mon, 01 Jan 2024 10:00:00 Etc/UTC", "2024-01-01T10:00:00Z"),
+        ("Fri, 05 Jul 2024 10:00:00 America/New_York", "2024-07-05T14:00:00Z"),
+        ("Fri, 05 Jan 2024 10:00:00 America/New_York", "2024-01-05T15:00:00Z"),
+        ("Fri, 05 Jul 2024 10:00:00 Europe/Berlin", "2024-07-05T08:00:00Z"),
+        ("5 Jul 2024 10:00 America/Argentina/Buenos_Aires", "2024-07-05T13:00:00Z"),
+        ("Fri, 05 Jul 2024 10:00:00 Etc/GMT-3", "2024-07-05T07:00:00Z"),  # POSIX signs
+        ("2024-07-05T10:00:00 Europe/Berlin", "2024-07-05T08:00:00Z"),
+        ("Fri, 05 Jul 2024 10:00:00 +0000 America/New_York", "2024-07-05T10:00:00Z"),
+    ],
+)
+def test_zones_with_rules_follow_their_rules(text: str, expected: str) -> None:
+    moment = parse_date(text)
+    assert moment is not None, text
+    assert format_timestamp(moment) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Fri, 05 Jul 2024 10:00:00 Europe/Nowhere",  # feedparser: 10:00 UTC
+        "Fri, 05 Jul 2024 10:00:00 europe/berlin",  # IANA names are case-sensitive
+        "2024-07-05T10:00:00 America/Nowhere",
+        "Fri, 05 Jul 2024 10:00:00 Etc/UTC/Extra",
+    ],
+)
+def test_zone_names_not_found_leave_the_date_unread(text: str) -> None:
+    """Read as UTC, the date would be hours off; unread, the item gets its fetch time."""
+    assert parse_date(text) is None
+
+
+@pytest.fixture
+def no_zone_data(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """As on a machine without zone data: no system database, no tzdata package."""
+    saved_path = zoneinfo.TZPATH
+    for name in [name for name in sys.modules if name.split(".")[0] == "tzdata"]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "tzdata", None)  # makes "import tzdata" fail
+    zoneinfo.reset_tzpath(to=[])
+    zoneinfo.ZoneInfo.clear_cache()
+    dates_zones.ruled_zone.cache_clear()
+    try:
+        yield
+    finally:
+        zoneinfo.reset_tzpath(to=saved_path)
+        zoneinfo.ZoneInfo.clear_cache()
+        dates_zones.ruled_zone.cache_clear()
+
+
+@pytest.mark.usefixtures("no_zone_data")
+def test_without_zone_data_zone_names_leave_dates_unread_and_us_zones_are_standard() -> None:
+    """tzdata is no dependency: a machine without zone data must not fail a feed."""
+    assert parse_date("Fri, 05 Jul 2024 10:00:00 America/New_York") is None
+    assert parse_date("2024-07-05T10:00:00 Etc/UTC") is None
+    assert parse_date("Fri, 05 Jul 2024 10:00:00 ET") == datetime(2024, 7, 5, 15, tzinfo=UTC)
+    assert parse_date("Fri, 05 Jul 2024 10:00:00 PT") == datetime(2024, 7, 5, 18, tzinfo=UTC)
+    assert parse_date("Fri, 05 Jul 2024 10:00:00 GMT") == datetime(2024, 7, 5, 10, tzinfo=UTC)
 
 
 def test_fractional_seconds_are_kept_below_the_second() -> None:

@@ -14,6 +14,11 @@ Conventions, all deliberate:
 - Ambiguous zone abbreviations take their most common meaning in feeds: CST = US Central
   (-06:00, not China), IST = India (+05:30, not Ireland/Israel), BST = British Summer Time
   (+01:00, not Bangladesh), AST = Atlantic (-04:00, not Arabia).
+- US zones without S or D (ET, CT, MT, PT) and IANA names (``Etc/UTC``, ``America/New_York``)
+  follow their zone's rules (daylight saving time included) from the stdlib's zone data; a
+  machine may have none (the tzdata package is optional): an IANA name then leaves the date
+  unread, and the US zones take their standard offset. feedparser ignores IANA names (a date
+  hours off), so it never reads a date that has one.
 - Military letters: Z is UTC; the other letters are read as UTC too, as RFC 2822 section 4.3
   directs, because RFC 822 defined their signs backwards and they carry no reliable offset.
 - Out-of-range fields (Feb 31, hour 25, second 60) give None.
@@ -22,30 +27,41 @@ Conventions, all deliberate:
 from __future__ import annotations
 
 import re
-from collections import Counter
-from datetime import UTC, datetime, timedelta
-from functools import lru_cache
-
-from feedparser.datetimes import _parse_date as _feedparser_parse_date
+from datetime import UTC, date, datetime, timedelta, tzinfo
 
 from .dates_cjk import iso_from_cjk
+from .dates_feedparser import parse_with_feedparser
 from .dates_names import MILITARY_ZONES as MILITARY_ZONES
 from .dates_names import MONTH_NAMES as MONTH_NAMES
-from .dates_names import MONTHS, WEEKDAYS
+from .dates_names import MONTHS, US_ZONES, WEEKDAYS
 from .dates_names import ZONE_MINUTES as ZONE_MINUTES
+from .dates_zones import (
+    ZONE_NAME,
+    ZONE_NAME_RE,
+    common_zone_delta,
+    is_ruled,
+    offset_delta,
+    offset_minutes,
+    ruled_zone,
+    zone_minutes,
+)
 
 MAX_DATE_LENGTH = 256
 """Longer text is not a date; refusing it keeps every regex and feedparser call cheap."""
 
 _ISO_RE = re.compile(
     r"(?P<y>\d{4})(?P<sep>[-/])(?P<mo>\d{1,2})(?P=sep)(?P<d>\d{1,2})"
-    r"(?:(?:[Tt]|\s+)(?P<h>\d{1,2}):(?P<mi>\d{2})(?::(?P<s>\d{2})(?:[.,](?P<f>\d+))?)?)?"
-    r"\s*(?P<zone>[A-Za-z]{1,5})?\s*(?P<off>[+-]\d{2}(?::?\d{2})?)?"
+    r"(?:(?:[Tt]|\s+)(?P<h>\d{1,2}):(?P<mi>\d{1,2})(?::(?P<s>\d{1,2})(?:[.,](?P<f>\d+))?)?)?"
+    rf"\s*(?P<zone>[A-Za-z]{{1,5}}|{ZONE_NAME})?\s*(?P<off>[+-]\d{{2}}(?::?\d{{2}})?)?"
 )
-_OFFSET_RE = re.compile(r"([+-])(\d{1,2})(?::?(\d{2}))?")
-_TRAILING_OFFSET_RE = re.compile(r"[+-]\d{2}:?\d{2}$")
+_ORDINAL_RE = re.compile(
+    r"(?P<y>\d{4})(?:-(?P<extended>\d{3})|(?P<basic>\d{3})(?=[Tt]))(?P<rest>(?:[Tt\s].*)?)",
+    re.DOTALL,
+)
+"""An ISO 8601 ordinal date (``2024-123``; without the hyphen only before a time, as seven
+digits alone are no date), with whatever follows it."""
 _TIME_RE = re.compile(
-    r"(?P<h>\d{1,2}):(?P<mi>\d{2})(?::(?P<s>\d{2})(?:[.,](?P<f>\d+))?)?"
+    r"(?P<h>\d{1,2}):(?P<mi>\d{1,2})(?::(?P<s>\d{1,2})(?:[.,](?P<f>\d+))?)?"
     r"(?P<zone>[a-z]{1,5})?(?P<off>[+-]\d{1,2}(?::?\d{2})?)?"
 )
 _ZONE_WITH_OFFSET_RE = re.compile(r"(?P<zone>gmt|utc|ut)(?P<off>[+-]\d{1,2}(?::?\d{2})?)")
@@ -65,8 +81,6 @@ _COMMON_MONTHS = {
 to the two digits of an ISO 8601 date."""
 _COMMENT_RE = re.compile(r"\([^()]*\)")
 _DASHED_DATE_RE = re.compile(r"\b(\d{1,2})[-/]([a-z]{3,9}\.?)[-/](\d{2,4})\b")
-_DIGITS_RE = re.compile(r"\d+")
-_WORD_RE = re.compile(r"[^\W\d_]{3,}")
 
 
 def parse_date(text: str) -> datetime | None:
@@ -80,7 +94,7 @@ def parse_date(text: str) -> datetime | None:
     if common is not None:  # inline: one item in most feeds, so every call saved counts
         day, month_name, year, clock, zone = common.groups()
         month = _COMMON_MONTHS.get(month_name)
-        offset = _common_zone_delta(zone)
+        offset = common_zone_delta(zone)
         if month is not None and offset is not None:
             try:  # fromisoformat: one C call instead of six int() and the constructor
                 moment = datetime.fromisoformat(f"{year}-{month}-{day:0>2}T{clock}+00:00")
@@ -97,46 +111,24 @@ def parse_date(text: str) -> datetime | None:
     return None
 
 
-@lru_cache(maxsize=1024)
-def _common_zone_delta(zone: str) -> timedelta | None:
-    """The offset from UTC of the zone of a common RFC 822 date (a feed repeats its own)."""
-    minutes = _offset_minutes(zone) if zone[0] in "+-" else _zone_minutes(zone)
-    return None if minutes is None else _offset_delta(minutes)
-
-
-@lru_cache(maxsize=256)
-def _offset_delta(minutes: int) -> timedelta:
-    return timedelta(minutes=minutes)
-
-
-def _offset_minutes(text: str) -> int | None:
-    """'+0530', '-05:00', '+01', '+1' -> minutes east of UTC; None if malformed."""
-    match = _OFFSET_RE.fullmatch(text)
-    if match is None:
-        return None
-    sign, hours, minutes = match.group(1), int(match.group(2)), int(match.group(3) or 0)
-    if hours > 23 or minutes > 59:
-        return None
-    total = hours * 60 + minutes
-    return -total if sign == "-" else total
-
-
-def _zone_minutes(name: str) -> int | None:
-    name = name.lower()
-    if name in ZONE_MINUTES:
-        return ZONE_MINUTES[name]
-    if name in MILITARY_ZONES:
-        return 0
-    return None
-
-
 def _build(
-    year: int, month: int, day: int, hour: int, minute: int, second: int, micro: int, offset: int
+    year: int,
+    month: int,
+    day: int,
+    hour: int,
+    minute: int,
+    second: int,
+    micro: int,
+    offset: int,
+    zone: tzinfo | None = None,
 ) -> datetime | None:
-    """Assemble and convert to UTC; out-of-range fields give None rather than an exception."""
+    """Assemble and convert to UTC (from ``zone`` when given, else from ``offset`` minutes);
+    out-of-range fields give None rather than an exception."""
     try:
+        if zone is not None:
+            return datetime(year, month, day, hour, minute, second, micro, zone).astimezone(UTC)
         moment = datetime(year, month, day, hour, minute, second, micro, UTC)
-        return moment - _offset_delta(offset) if offset else moment
+        return moment - offset_delta(offset) if offset else moment
     except (ValueError, OverflowError):
         return None
 
@@ -166,20 +158,24 @@ def _parse_iso(text: str) -> datetime | None:
             return None
     match = _ISO_RE.fullmatch(text)
     if match is None:
-        return None
+        return _parse_ordinal(text)
     offset = 0
+    zone = None
     if match["off"] is not None:
-        parsed = _offset_minutes(match["off"])
+        parsed = offset_minutes(match["off"])
         if parsed is None:
             return None
         offset = parsed
         if match["zone"] is not None and match["zone"].lower() not in ("utc", "gmt", "ut"):
             return None
     elif match["zone"] is not None:
-        named = _zone_minutes(match["zone"])
+        named = zone_minutes(match["zone"])
         if named is None:
-            return None
-        offset = named
+            zone = ruled_zone(match["zone"]) if is_ruled(match["zone"]) else None
+            if zone is None:
+                return None
+        else:
+            offset = named
     return _build(
         int(match["y"]),
         int(match["mo"]),
@@ -189,7 +185,25 @@ def _parse_iso(text: str) -> datetime | None:
         int(match["s"] or 0),
         _fraction_micro(match["f"]),
         offset,
+        zone,
     )
+
+
+def _parse_ordinal(text: str) -> datetime | None:
+    """An ISO 8601 ordinal date (``2024-123``: the year's 123rd day), read as the calendar date
+    it is; feedparser reads it as December 1st."""
+    match = _ORDINAL_RE.fullmatch(text)
+    if match is None:
+        return None
+    year, day_of_year = int(match["y"]), int(match["extended"] or match["basic"])
+    try:
+        day = date(year, 1, 1) + timedelta(days=day_of_year - 1)
+    except (ValueError, OverflowError):  # year 0, or past the end of the calendar
+        return None
+    if day_of_year < 1 or day.year != year:
+        return None
+    sep = "" if match["basic"] else "-"
+    return _parse_iso(f"{year:04d}{sep}{day.month:02d}{sep}{day.day:02d}{match['rest']}")
 
 
 class _Fields:
@@ -197,7 +211,7 @@ class _Fields:
 
     __slots__ = (
         "day", "hour", "micro", "minute", "month", "month_was_mar", "named", "numeric", "second",
-        "year",
+        "year", "zone",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -211,6 +225,7 @@ class _Fields:
         self.micro = 0
         self.named: int | None = None
         self.numeric: int | None = None
+        self.zone: tzinfo | None = None
 
     def take_time(self, match: re.Match[str]) -> bool:
         if self.hour is not None:
@@ -223,14 +238,18 @@ class _Fields:
         )
 
     def take_zone(self, name: str) -> bool:
-        minutes = _zone_minutes(name)
-        if minutes is None:
+        minutes = zone_minutes(name)
+        if minutes is not None:
+            self.named = minutes
+            return True
+        zone = ruled_zone(name) if name in US_ZONES else None
+        if zone is None or self.zone is not None:
             return False
-        self.named = minutes
+        self.zone = zone
         return True
 
     def take_offset(self, text: str) -> bool:
-        minutes = _offset_minutes(text)
+        minutes = offset_minutes(text)
         if minutes is None:
             return False
         self.numeric = minutes
@@ -272,14 +291,22 @@ def _expand_two_digit_year(year: int) -> int:
 
 def _parse_rfc822(text: str) -> datetime | None:
     """RFC 822/1123 and relatives: any case, optional or wrong weekday, 2-digit years..."""
+    fields = _Fields()
+    named_zone = ZONE_NAME_RE.search(text) if "/" in text else None
+    if named_zone is not None:  # found in the text as written: IANA names are case-sensitive
+        fields.zone = ruled_zone(named_zone.group())
+        if fields.zone is None:
+            return None
+        text = f"{text[: named_zone.start()]} {text[named_zone.end() :]}"
     cleaned = _COMMENT_RE.sub(" ", text).lower().replace(",", " ")
     cleaned = _DASHED_DATE_RE.sub(r"\1 \2 \3", cleaned)
-    fields = _Fields()
     for token in cleaned.split():
         if not _take_token(fields, token):
             return None
     if fields.day is None or fields.month is None or fields.year is None:
         return None
+    if fields.zone is not None and fields.named is not None:
+        return None  # two zone names: which one the time is in is anyone's guess
     offset = fields.numeric if fields.numeric is not None else fields.named
     return _build(
         fields.year,
@@ -290,6 +317,7 @@ def _parse_rfc822(text: str) -> datetime | None:
         fields.second,
         fields.micro,
         offset or 0,
+        fields.zone if offset is None else None,
     )
 
 
@@ -319,62 +347,8 @@ def _take_token(fields: _Fields, token: str) -> bool:
     return fields.take_zone(token)
 
 
-def _parse_with_feedparser(text: str) -> datetime | None:
-    """feedparser's handlers as a last resort, kept only if the input supports the result."""
-    try:
-        parsed = _feedparser_parse_date(text)
-    except Exception:  # feedparser's handlers are many and loosely written; none is trusted
-        return None
-    if parsed is None:
-        return None
-    offset = _TRAILING_OFFSET_RE.search(text)
-    if offset is not None and _offset_minutes(offset.group()) is None:
-        return None  # "+2400": feedparser shifts the date a day instead
-    try:
-        year, month, day, hour, minute, second = parsed[:6]
-        moment = datetime(year, month, day, hour, minute, second, tzinfo=UTC)
-    except (ValueError, OverflowError):
-        return None
-    return moment if _supported_by_text(moment, text) else None
-
-
-def _supported_by_text(moment: datetime, text: str) -> bool:
-    """Year, month and day of ``moment`` (or of a day either side: the UTC shift) are in ``text``.
-
-    Each number must have its own digit run (so '2024-02' cannot pass as Feb 2); the month may
-    instead be a word of three or more letters of an alphabetic script (Greek, Hungarian...),
-    never CJK date markers like 年/月/日.
-    """
-    runs = Counter(int(run) for run in _DIGITS_RE.findall(text) if len(run) <= 4)
-    has_month_word = any(
-        all(ord(char) < 0x2E80 for char in word) for word in _WORD_RE.findall(text)
-    )
-    for shift in (-1, 0, 1):
-        try:
-            day = (moment + timedelta(days=shift)).date()
-        except OverflowError:  # the day before 0001-01-01 or after 9999-12-31
-            continue
-        available = runs.copy()
-        if not _consume(available, day.year) and not (
-            day.year >= 1950 and _consume(available, day.year % 100)
-        ):
-            continue
-        if not _consume(available, day.month) and not has_month_word:
-            continue
-        if _consume(available, day.day):
-            return True
-    return False
-
-
-def _consume(available: Counter[int], number: int) -> bool:
-    if available[number] <= 0:
-        return False
-    available[number] -= 1
-    return True
-
-
-_DIGIT_FIRST = (_parse_iso, _parse_rfc822, _parse_with_feedparser)
-_LETTER_FIRST = (_parse_rfc822, _parse_with_feedparser)
+_DIGIT_FIRST = (_parse_iso, _parse_rfc822, parse_with_feedparser)
+_LETTER_FIRST = (_parse_rfc822, parse_with_feedparser)
 """ISO 8601 always starts with the year: text starting with a letter skips that reader."""
 
 __all__ = ["parse_date"]

@@ -19,6 +19,18 @@ ZONE_MINUTES: dict[str, int] = {
     "akst": -540, "akdt": -480, "hst": -600, "hast": -600, "hadt": -540,
     "brt": -180, "art": -180,
 }  # fmt: skip
+US_ZONES: dict[str, tuple[str, int]] = {
+    "et": ("America/New_York", -300), "ct": ("America/Chicago", -360),
+    "mt": ("America/Denver", -420), "pt": ("America/Los_Angeles", -480),
+}  # fmt: skip
+"""US zones named without S or D (Eastern Time...): standard or daylight time by the date, so
+an offset table cannot hold them. Their IANA zone, and the standard offset in minutes for a
+machine without zone data (feedparser's reading of them at every date)."""
+IANA_AREAS = (
+    "Africa", "America", "Antarctica", "Arctic", "Asia", "Atlantic", "Australia", "Brazil",
+    "Canada", "Chile", "Etc", "Europe", "Indian", "Mexico", "Pacific", "US",
+)  # fmt: skip
+"""The first part of an IANA zone name (``Etc/UTC``, ``America/New_York``, ``US/Eastern``)."""
 MILITARY_ZONES = frozenset("abcdefghiklmnopqrstuvwxy")
 """Every military letter but Z (already in ZONE_MINUTES) and J (local time, not a zone)."""
 
