@@ -1265,6 +1265,48 @@ def test_media_description_is_the_content_of_last_resort() -> None:
     ]
 
 
+@pytest.mark.parametrize("broken", [False, True])
+def test_a_media_content_description_is_the_content_of_very_last_resort(broken: bool) -> None:
+    """A photo feed's item may have no text but the caption in ``<media:content>``
+    (feedparser reads it as the summary). It describes one media object, so every description
+    of the item as a whole wins over it: its own, its ``media:group``'s, ``itunes:summary``."""
+    media = 'xmlns:media="http://search.yahoo.com/mrss/"'
+    itunes = 'xmlns:itunes="http://www.itunes.com/dtds/podcast-1.0.dtd"'
+    caption = (
+        '<media:content url="http://i.example/p.jpg" medium="image"><media:title>P</media:title>'
+        '<media:description type="html">&lt;p&gt;Caption &lt;img src="/x.jpg"&gt;&lt;/p&gt;'
+        "</media:description></media:content>"
+    )
+    items = rss(
+        f"<item {media}><guid>1</guid>{caption}</item>"
+        f'<item {media}><guid>2</guid><media:content url="http://i.example/a.jpg"/>'
+        '<media:content url="http://i.example/b.jpg"><media:description>second</media:description>'
+        "</media:content></item>"
+        f"<item {media}><guid>3</guid><media:group>{caption}</media:group></item>"
+        f"<item {media}><guid>4</guid>{caption}<media:description>own</media:description></item>"
+        f"<item {media}><guid>5</guid><media:group>{caption}<media:description>group"
+        "</media:description></media:group></item>"
+        f"<item {media} {itunes}><guid>6</guid>{caption}<itunes:summary>notes</itunes:summary>"
+        "</item>"
+    )
+    entries = atom(
+        f"<entry {media}><id>a</id>{caption}</entry>"
+        f"<entry {media}><id>b</id><media:group>{caption}</media:group></entry>"
+        f"<entry {media}><id>c</id>{caption}<summary>own summary</summary></entry>"
+    )
+    html = '<p>Caption <img src="http://site.example/x.jpg"></p>'
+    if not broken:
+        assert contents(items) == [html, "second", html, "own", "group", "notes"]
+        assert contents(entries) == [html, html, "own summary"]
+        return
+    # through feedparser: the first description in document order is the summary, as here
+    for data, wanted in ((items, [html, "second", html]), (entries, [html, html])):
+        unclosed = data.replace(b"</channel>", b"<x></channel>").replace(b"</feed>", b"<x></feed>")
+        feed = parse_feed(unclosed, BASE_URL)
+        assert feed.format.endswith("-fallback")
+        assert [item.content_html for item in feed.items][: len(wanted)] == wanted
+
+
 def test_atom_0_3_base64_content_is_decoded() -> None:
     data = (
         b'<feed xmlns="http://purl.org/atom/ns#" version="0.3"><title>T</title>'

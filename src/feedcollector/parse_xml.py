@@ -273,6 +273,8 @@ def _rss_item(
         description = _media_description(media, group)
         if description is None:
             description = _first_child(item, "itunes:summary")
+        if description is None:
+            description = _media_content_description(item, group)
         description_html = None if description is None else typed_markup(description)
     if dc_date is None and published is None and updated is None:  # the usual item
         dates: tuple[str, ...] = () if pub_date is None else (text_of(pub_date),)
@@ -350,6 +352,8 @@ def _atom_entry(
     content_html = typed_markup(content) if content is not None else None
     if summary is None and not has_text(content_html):
         summary = _media_description(media, group)
+        if summary is None:
+            summary = _media_content_description(entry, group)
     return finish_values(  # positional (faster), in RawEntry's order
         atom_text(title) if title is not None else None,  # title
         _atom_link(links, chain, base_url),  # link
@@ -393,6 +397,21 @@ def _media_description(
     if description is None and group is not None:
         return _first_child(group, "media:description")
     return description
+
+
+def _media_content_description(
+    entry: etree._Element, group: etree._Element | None
+) -> etree._Element | None:
+    """The ``media:description`` of an entry's first ``media:content`` that has one, its own
+    or its ``media:group``'s (a photo feed's caption may be its only text; feedparser reads it
+    as the summary). It describes one media object, not the entry: read last."""
+    for parent in (entry, group):
+        for child in () if parent is None else parent:
+            if isinstance(child.tag, str) and element_name(child).lower() == "media:content":
+                found = _first_child(child, "media:description")
+                if found is not None:
+                    return found
+    return None
 
 
 def _first_child(parent: etree._Element, name: str) -> etree._Element | None:
