@@ -364,6 +364,36 @@ def test_an_rss_item_without_link_takes_its_atom_link(broken: bool) -> None:
     assert [item.guid for item in feed.items] == [*expected, md5("D")]
 
 
+@pytest.mark.parametrize("broken", [False, True], ids=["fast path", "feedparser"])
+def test_a_link_without_href_has_its_text_for_one(broken: bool) -> None:
+    """``<link>https://...</link>`` in Atom (an RSS habit): feedparser takes the text for the
+    href, the link being otherwise chosen as any other; both paths read it so, the entry's
+    and the feed's alike. An href, even empty, is the href."""
+    entries = atom(
+        "<entry><id>a</id><link>\n  /a  \n</link></entry>"
+        '<entry><id>b</id><link rel="self">/b.atom</link><link rel="alternate" href="/b"/></entry>'
+        '<entry><id>c</id><link>/c-text</link><link rel="alternate" href="/c-href"/></entry>'
+        '<entry><id>e</id><link href="/e-href">/e-text</link></entry>'
+        '<entry><id>f</id><link href="">/f-text</link><link rel="related" href="/f"/></entry>'
+        '<entry><id>g</id><link rel="enclosure" href="/g.mp3"/><link rel="alternate"/></entry>'
+        # last: feedparser's loose parse applies an entry's xml:base to the entries after it
+        '<entry xml:base="http://other.example/dir/"><id>d</id><link>d</link></entry>',
+        head="<title>A</title><link>http://home.example/</link>",
+    ) + (b"<" if broken else b"")
+    feed = parse_feed(entries, BASE_URL)
+    assert feed.format == ("atom-fallback" if broken else "atom")
+    assert feed.link == "http://home.example/"
+    assert [item.link for item in feed.items] == [
+        "http://home.example/a",
+        "http://home.example/b",
+        "http://home.example/c-text",
+        "http://home.example/e-href",
+        "http://home.example/f",
+        "http://home.example/g.mp3",
+        "http://other.example/dir/d",
+    ]
+
+
 def test_guid_chain_atom() -> None:
     item = only_item(atom('<entry><id>urn:x:1</id><link href="/a"/></entry>'))
     assert item.guid == "urn:x:1"

@@ -188,16 +188,24 @@ HTML_TYPES = ("text/html", "application/xhtml+xml")
 Link = TypeVar("Link")
 
 
-def choose_link(links: Iterable[Link], attribute: Callable[[Link, str], str | None]) -> Link | None:
+def choose_link(
+    links: Iterable[Link],
+    attribute: Callable[[Link, str], str | None],
+    text: Callable[[Link], str] | None = None,
+) -> Link | None:
     """Which of an entry's links is its page: the first alternate of an HTML type (no rel means
     alternate, no type means HTML), else the first alternate, else the first link; links
     without an href are skipped. ``attribute(link, name)`` reads a link's attribute, so the
     fast path's elements and feedparser's dicts are chosen from by the same rule (feedparser
-    itself takes an HTML alternate too)."""
+    itself takes an HTML alternate too). ``text(link)``, when given, is the href of a link
+    without one (feedparser's dicts have it in their href already); only such links pay for
+    the call."""
     first: Link | None = None
     first_alternate: Link | None = None
     for link in links:
         href = attribute(link, "href")
+        if href is None and text is not None:
+            href = text(link)
         if href is None or not href.strip():
             continue
         rel = attribute(link, "rel")

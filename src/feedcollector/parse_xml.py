@@ -371,13 +371,21 @@ def _atom_entry(
 
 def _atom_link(links: list[etree._Element], chain: str | None, base_url: str) -> str | None:
     """The href of the link :func:`.parse_common.choose_link` picks, made absolute against
-    its own xml:base if it has one (the caller resolves it against the entry's)."""
-    chosen = choose_link(links, etree._Element.get)
+    its own xml:base if it has one (the caller resolves it against the entry's). A link
+    without an ``href`` has its text for one (``<link>https://...</link>``, as RSS writes it),
+    as feedparser reads it."""
+    chosen = choose_link(links, etree._Element.get, _link_text)
     if chosen is None:
         return None
-    href = chosen.get("href") or ""
+    href = chosen.get("href")
+    if href is None:
+        href = _link_text(chosen)
     own = _own_base(chosen, chain, base_url)
     return resolve_url(href, own) if own is not None else href
+
+
+def _link_text(link: etree._Element) -> str:
+    return text_of(link).strip()
 
 
 def _lone_enclosure(item: etree._Element, texts: tuple[str | None, ...]) -> str | None:
