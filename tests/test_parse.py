@@ -531,6 +531,33 @@ def test_atom_xhtml_content_is_the_inner_xhtml_of_the_div() -> None:
     )
 
 
+def test_the_xml_base_of_the_div_of_atom_xhtml_content_is_followed() -> None:
+    """The div that wraps Atom XHTML content is no part of the value, but XML Base gives its
+    children its ``xml:base`` (feedparser leaves it out); it is resolved against the content's
+    own, the entry's and the feed's in turn."""
+    xhtml = 'xmlns="http://www.w3.org/1999/xhtml"'
+    entries = (
+        '<entry xml:base="b/"><id>1</id><content type="xhtml" xml:base="c/">'
+        f'<div {xhtml} xml:base="d/"><img src="i.png"/><a href="/top">t</a></div></content>'
+        "</entry>"
+        f'<entry><id>2</id><summary type="xhtml"><div {xhtml} xml:base="s/"><a href="x">x</a>'
+        "</div></summary></entry>"
+        f'<entry><id>3</id><content type="xhtml"><div {xhtml} xml:base="https://cdn.example/m/">'
+        '<img src="p.png"/></div></content><link href="page"/></entry>'
+        f'<entry><id>4</id><content type="xhtml"><div {xhtml}><img src="n.png"/></div></content>'
+        "</entry>"
+    )
+    data = atom(entries).replace(b"<feed ", b'<feed xml:base="http://base.example/a/" ')
+    assert contents(data) == [
+        '<img src="http://base.example/a/b/c/d/i.png"/><a href="http://base.example/top">t</a>',
+        '<a href="http://base.example/a/s/x">x</a>',
+        '<img src="https://cdn.example/m/p.png"/>',
+        '<img src="http://base.example/a/n.png"/>',
+    ]
+    item = parse_feed(data, BASE_URL).items[2]
+    assert item.link == "http://base.example/a/page"  # the div's base is the content's alone
+
+
 def test_atom_xhtml_content_after_its_first_div_is_kept() -> None:
     """Only the first ``<div>`` was kept: the article after it was lost (content and title)."""
     xhtml = 'xmlns="http://www.w3.org/1999/xhtml"'

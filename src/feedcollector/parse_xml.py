@@ -6,7 +6,8 @@ filtered walk per document (:func:`_item_fields`); values are read with :mod:`.p
 
 URL bases: the ``xml:base`` chain where one is declared (resolved against the fetch URL, as
 XML Base says), else the feed's link (channel ``<link>`` / Atom alternate link, itself made
-absolute), else the fetch URL. ``xml:base`` inside XHTML content is not followed.
+absolute), else the fetch URL. The ``xml:base`` of the ``<div>`` that wraps Atom XHTML
+content counts; one inside that content is not followed.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from .parse_tags import (
     element_name,
     wildcards,
 )
-from .parse_text import atom_text, markup_of, text_of, typed_markup
+from .parse_text import atom_text, markup_of, text_of, typed_markup, xhtml_container
 
 XML_BASE = "{http://www.w3.org/XML/1998/namespace}base"
 FEED_ROOT_NAMES = ("feed", "rss", "rdf", "channel")
@@ -364,8 +365,8 @@ def _atom_entry(
         ),
         dates,  # dates
         chain or default_base,  # base
-        _own_base(content, chain, base_url),  # content_base
-        _own_base(summary, chain, base_url),  # description_base
+        _text_base(content, chain, base_url),  # content_base
+        _text_base(summary, chain, base_url),  # description_base
     )
 
 
@@ -443,6 +444,19 @@ def _own_base(element: etree._Element | None, chain: str | None, base_url: str) 
     if element is None or element.get(XML_BASE) is None:
         return None
     return _chain(element, chain, base_url)
+
+
+def _text_base(element: etree._Element | None, chain: str | None, base_url: str) -> str | None:
+    """:func:`_own_base` of an Atom content or summary, or for ``type="xhtml"`` the base of the
+    ``<div>`` that wraps it when that declares one: its children are the value, and XML Base
+    gives them the div's base (feedparser leaves it out)."""
+    own = _own_base(element, chain, base_url)
+    if element is None or element.get("type") != "xhtml":
+        return own
+    div = xhtml_container(element)
+    if div is element or div.get(XML_BASE) is None:
+        return own
+    return _chain(div, own or chain, base_url)
 
 
 def _text(element: etree._Element | None) -> str | None:
