@@ -9,7 +9,7 @@ declared with any URI), and by its local name without one, as feedparser names i
 Local names match in any case (``<Item>``, ``<pubDATE>``, ``<TITLE>``), as feedparser matches
 them: XML names are case-sensitive, but feeds in the wild are not.
 Each table maps a raw lxml tag to a field name (channel and feed level) or to a slot (items and
-entries, read by :func:`.parse_xml._item_fields` into a list), memoized per raw tag.
+entries, read by :func:`.parse_elements.item_fields` into a list), memoized per raw tag.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def wildcards(names: Iterable[str]) -> tuple[str, ...]:
     (lower, upper, first letter upper). lxml matches these in C, so the many extension elements
     of podcast feeds never become Python objects (the table checks the URI), and it drops the
     names a document does not use before it walks: the other cases cost nothing. Any other
-    case is found by :func:`.parse_xml._item_fields` reading an item's children unfiltered."""
+    case is found by :func:`.parse_elements.item_fields` reading an item's children unfiltered."""
     found: dict[str, None] = {}
     for name in names:
         local = name.rpartition(":")[2]
@@ -218,7 +218,7 @@ Slots = tuple[list[etree._Element | None], list[etree._Element]]
 
 
 def children_slots(item: etree._Element, table: FieldTable[int], every: int | None) -> Slots:
-    """What :func:`.parse_xml._item_fields` finds for ``item``, from each of its children:
+    """What :func:`.parse_elements.item_fields` finds for ``item``, from each of its children:
     no tag filter, so names in any case are found (at the cost of a Python object each)."""
     fields: list[etree._Element | None] = [None] * table.width
     links: list[etree._Element] = []
