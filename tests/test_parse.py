@@ -581,6 +581,7 @@ _NAMESPACE_CASES = (
     b'<div xmlns="http://www.w3.org/1999/xhtml">text x:y="z"<p/></div>'
     b'<div xmlns="http://www.w3.org/1999/xhtml"/>'
     b'<description>plain <b m:x="1">b</b> <i>i</i></description><d xml:base="/b">e<m:c/></d>'
+    b'<div xmlns="http://www.w3.org/1999/xhtml" xml:base="/b" xml:lang="en"><p>p</p></div>'
     b'<description xmlns="http://purl.org/rss/1.0/">in RSS 1.0 <p>p</p></description></r>'
 )
 
@@ -616,6 +617,7 @@ def test_markup_cut_from_one_serialization_is_the_renamed_copys(path: Path | Non
             None,
             None,
             "",
+            "<p>p</p>",
         ]
         assert _inner_renamed(divs[1]).startswith("<m:thumbnail ")  # declared, not cut
         assert _inner_renamed(divs[2]) == '<p>prefixed</p><p xml:lang="fr">q</p>'

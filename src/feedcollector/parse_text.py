@@ -96,6 +96,7 @@ def _inner_renamed(container: etree._Element) -> str:
     return "".join(parts)
 
 
+_XML_ATTRIBUTE = "{http://www.w3.org/XML/1998/namespace}"
 _NAMESPACE_NOISE_RE = re.compile(r"""xmlns|<[^\s>/!?]+:|\s[^\s=>"'<]+:[^\s=>"'<]*=\"""")
 """In markup serialized by libxml2: a namespace declaration, a prefixed tag, a prefixed
 attribute (``<`` and ``"`` are escaped in attribute values, ``<`` in text)."""
@@ -104,15 +105,15 @@ attribute (``<`` and ``"`` are escaped in attribute values, ``<`` in text)."""
 def _inner_as_serialized(container: etree._Element) -> str | None:
     """What :func:`_inner_renamed` returns, cut from one serialization of ``container``, when
     that is the same (several times cheaper than the renamed copy): the container has no
-    prefix and no namespaced attribute, and nothing below it declares a namespace or uses a
-    prefix, i.e. every element is in the container's own namespace (the usual
+    prefix and no namespaced attribute but ``xml:``, and nothing below it declares a namespace
+    or uses a prefix, i.e. every element is in the container's own namespace (the usual
     ``<div xmlns="...xhtml">``). None otherwise, also when text merely looks like such noise.
     The start tag ends at the first ``>``: attribute values have it escaped, and libxml2
     refuses a namespace name holding one."""
     if container.prefix is not None or "\r" in (container.text or ""):
         return None  # libxml2 writes a CR as "&#13;", escape() keeps it
-    if any(key.startswith("{") for key in container.attrib):
-        return None
+    if any(key.startswith("{") and not key.startswith(_XML_ATTRIBUTE) for key in container.attrib):
+        return None  # its own xml:base or xml:lang is no declaration, and not serialized
     serialized = etree.tostring(container, encoding="unicode", with_tail=False)
     if serialized.endswith("/>"):
         return ""
