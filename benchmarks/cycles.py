@@ -29,11 +29,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from feedcollector.claims import sync_feeds_file
 from feedcollector.collector import open_collector
 from feedcollector.config import load_feeds, load_settings
 from feedcollector.database import CountingDatabase
 from feedcollector.feeds_file_yaml import ruamel_nodes
-from feedcollector.pipeline import run_cycle, sync_feeds_file
+from feedcollector.pipeline import run_cycle
 
 from .farm import Farm
 from .measure import ProcessRun, best_cpu_seconds, run_measured, under_peak_probe

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from feedcollector import pipeline
+from feedcollector import claims
 from feedcollector.politeness import HostGate, PoliteQueue, host_key
 from feedcollector.schedule import RATE_LIMIT_PAUSE
 
@@ -278,7 +278,7 @@ def test_a_feed_whose_lease_was_taken_while_it_waited_is_left_alone(
 ) -> None:
     """Another collector took over feeds whose lease ran out while they waited for the host:
     the waiting collector checks its lease before asking, and skips them."""
-    monkeypatch.setattr(pipeline, "feed_lease", lambda collector: timedelta(seconds=1))
+    monkeypatch.setattr(claims, "feed_lease", lambda collector: timedelta(seconds=1))
     urls = [feed_server.url(f"/f{n}") for n in range(3)]
     p = polite_project(tmp_path, urls, host_gap="1s")
     stolen: list[str] = []

@@ -22,6 +22,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from feedcollector.backends.sqlite import SQLiteDatabase
+from feedcollector.claims import sync_feeds_file
 from feedcollector.cli import app
 from feedcollector.cli import status as cli_status
 from feedcollector.collector import open_collector
@@ -29,7 +30,7 @@ from feedcollector.config import Settings, load_feeds, load_settings
 from feedcollector.database import CountingDatabase, Statement
 from feedcollector.models import FeedSpec
 from feedcollector.owners import owner_name
-from feedcollector.pipeline import run_cycle, sync_feeds_file
+from feedcollector.pipeline import run_cycle
 from feedcollector.schema import migrate
 from feedcollector.status import (
     FeedStatus,

@@ -1,6 +1,7 @@
 """Which feeds a cycle refreshes: the feeds file synced into the ``feeds`` table, then the due
 ones (or the ones a manual fetch names) claimed a page at a time with a lease, so that no other
-collector fetches them meanwhile."""
+collector fetches them meanwhile. Before the claims, this process catches up with what others
+left in the database: the hosts a 429 still defers, and the leases of stopped collectors."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from .image_stage import image_lease, page_size
 from .maintenance_leases import LONGEST_LEASE as LONGEST_MAINTENANCE_LEASE
 from .models import Feed
 from .owners import owner_has_stopped, owner_host
+from .politeness import host_key
 from .report import CycleReport, counted
 from .timestamps import format_timestamp, parse_timestamp
 
@@ -207,6 +209,13 @@ async def _settle_the_clock(
         collector.clock_mark = format_timestamp(now)
     if moved is not None or went_back_here:
         collector.forget_wall_clock_state()
+
+
+async def defer_rate_limited_hosts(collector: Collector, now: datetime) -> None:
+    """Defer, in this process's per-host gate, the hosts whose 429 Retry-After still runs
+    (asked of any collector, in any cycle), so a new process keeps honouring them too."""
+    for limit in await store_schedule.live_rate_limits(collector.db, now):
+        collector.hosts.defer(host_key(limit.asked_by), parse_timestamp(limit.until))
 
 
 async def take_back_stopped_leases(collector: Collector, now: datetime) -> None:

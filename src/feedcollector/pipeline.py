@@ -21,16 +21,9 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from datetime import datetime, timedelta
 
-from . import outcomes, store, store_items, store_schedule
+from . import claims, outcomes, store, store_items, store_schedule
 from .backups import unused_backup_time, write_backup
 from .breaker import StorageBreaker
-from .claims import (
-    due_pages,
-    feed_lease,
-    forced_pages,
-    sync_feeds_file,
-    take_back_stopped_leases,
-)
 from .clock_step import clock_mark_key, mark_is_due, write_mark
 from .collector import Collector
 from .errors import (
@@ -56,7 +49,7 @@ from .schedule import (
     posting_stats,
 )
 from .spill import plan_batch_spill, spilled_records
-from .timestamps import format_timestamp, parse_timestamp
+from .timestamps import format_timestamp
 
 log = logging.getLogger("feedcollector")
 
@@ -87,24 +80,24 @@ async def run_cycle(
     sync: bool = True,
     images_yield: bool = False,
 ) -> CycleReport:
-    """One collection cycle: sync the feeds file (unless the caller did), refresh due (or
+    """One collection cycle: sync the feeds file (unless the caller did), catch up with what
+    other processes left (hosts a 429 defers, stopped collectors' leases), refresh due (or
     forced) feeds, then images. ``images_yield`` (a running service): the image stage stops
     between pages once a feed fell due and it ran as long as the feeds did, 30 s at least
     (:func:`.schedule.images_share`); the next cycle goes on with the rest."""
     report = CycleReport(started=collector.clock(), observer=collector.observer)
     began = time.monotonic()
     if sync:
-        await sync_feeds_file(collector, report.started)
-    for limit in await store_schedule.live_rate_limits(collector.db, report.started):
-        collector.hosts.defer(host_key(limit.asked_by), parse_timestamp(limit.until))
-    await take_back_stopped_leases(collector, report.started)
+        await claims.sync_feeds_file(collector, report.started)
+    await claims.defer_rate_limited_hosts(collector, report.started)
+    await claims.take_back_stopped_leases(collector, report.started)
     if collector.observer is not None and not force:
         report.feeds_due = await store.count_due_feeds(collector.db, report.started)
-    lease = feed_lease(collector)
+    lease = claims.feed_lease(collector)
     pages = (
-        forced_pages(collector, urls, report, lease)
+        claims.forced_pages(collector, urls, report, lease)
         if force
-        else due_pages(collector, report.started, lease)
+        else claims.due_pages(collector, report.started, lease)
     )
     await _refresh_all(collector, pages, report)
     if collector.settings.images.enabled and not collector.stopping.is_set():
@@ -382,7 +375,7 @@ async def _refresh_ticket(
     if collector.stopping.is_set():
         unstarted.append(feed)
         return None
-    lease = feed_lease(collector)
+    lease = claims.feed_lease(collector)
     if time.monotonic() - ticket.queued_at > lease.total_seconds() / 2:
         try:
             ours = await store_schedule.renew_lease(
