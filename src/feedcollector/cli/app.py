@@ -26,6 +26,7 @@ from typer.exceptions import TyperException
 from ..backends import require_database_file
 from ..collector import Collector, open_collector
 from ..config import CONFIG_ENV, PACKAGE_VERSION, Settings, load_feeds, load_settings
+from ..config_sections import LogSettings
 from ..config_values import describe_value
 from ..database import Database
 from ..errors import ConfigError, StorageError
@@ -78,13 +79,15 @@ class _Commands(TyperGroup):
 def _logs_json(options: GlobalOptions) -> bool:
     """Whether the logs are JSON (``--log-format``, else the config's ``[log] format``), set
     up so; for a command that failed before it loaded its settings."""
-    fmt = options.log_format.value if options.log_format else None
-    if fmt is None:
+    log_settings = None
+    if options.log_format is None:
         try:
-            fmt = load_settings(options.config).log.format
+            loaded = load_settings(options.config).log
         except ConfigError:  # the command's own run would have said why
             return False
-    configure_logging(options.log_level.value if options.log_level else "INFO", fmt)
+        # Its format only: the usage error is said whatever level [log] asks (CRITICAL).
+        log_settings = LogSettings(format=loaded.format)
+    _set_up_logging(options, log_settings)
     return logging_as_json()
 
 
@@ -170,13 +173,20 @@ def _print_version(asked: bool) -> None:
 def load_command_settings(ctx: typer.Context) -> Settings:
     """Settings of the command, loaded once; logging is set up from them and the options."""
     options: GlobalOptions = ctx.obj
-    level = options.log_level.value if options.log_level else None
-    fmt = options.log_format.value if options.log_format else None
-    if fmt is not None:  # an error in the config file is said in the format asked for
-        configure_logging(level or "INFO", fmt)
+    if options.log_format is not None:  # a config file's error is said in the format asked for
+        _set_up_logging(options)
     settings = guard(lambda: load_settings(options.config))
-    configure_logging(level or settings.log.level, fmt or settings.log.format)
+    _set_up_logging(options, settings.log)
     return settings
+
+
+def _set_up_logging(options: GlobalOptions, log_settings: LogSettings | None = None) -> None:
+    """Set logging up as the global options ask, and where they leave it open as the config's
+    ``[log]`` (``log_settings``, once loaded) says, else at INFO on the console."""
+    fallback = LogSettings() if log_settings is None else log_settings
+    level = options.log_level.value if options.log_level else fallback.level
+    fmt = options.log_format.value if options.log_format else fallback.format
+    configure_logging(level, fmt)
 
 
 def guard(action: Callable[[], T]) -> T:
