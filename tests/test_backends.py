@@ -33,11 +33,11 @@ from feedcollector.backends.d1 import D1Database
 from feedcollector.backends.local import LocalObjectStore
 from feedcollector.backends.sqlite import SQLiteDatabase
 from feedcollector.config import load_settings
-from feedcollector.database import Database, Statement
+from feedcollector.database import CountingDatabase, Database, Statement
 from feedcollector.dbbackup import backup_sqlite
 from feedcollector.errors import ConfigError, DatabaseError, ObjectNotFoundError, ObjectStoreError
 from feedcollector.objectstore import ListedObject, ObjectStore
-from feedcollector.schema import has_schema, latest_version, migrate
+from feedcollector.schema import has_schema, latest_version, migrate, migrate_existing
 
 from . import cloud
 from .cloud import FakeProxy, FakeReply, Live, S3Bucket, collect, d1_database, live, run_d1_proxy
@@ -97,6 +97,25 @@ def test_migrations_apply_once_and_are_idempotent(database: Live[Database]) -> N
     assert {"feeds", "items", "image_tasks", "schema_migrations"} <= names
     versions = database.run(db.query("SELECT version FROM schema_migrations ORDER BY version"))
     assert versions == [{"version": v} for v in all_versions]
+
+
+def test_readers_migrate_only_a_database_a_collector_opened(database: Live[Database]) -> None:
+    """``status`` and the readers: a database no collector opened is left as it is (nothing
+    created); one that was is migrated in two round trips (the check, the recorded versions)."""
+    db = CountingDatabase(database.backend)
+    assert not database.run(migrate_existing(db)), "a database no collector opened yet"
+    assert db.round_trips == 1
+    ours = "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT GLOB '_cf_*'"
+    assert database.run(db.query(ours)) == [], "nothing created (D1 keeps its own _cf_ table)"
+    database.run(migrate(db))
+    database.run(db.query("DELETE FROM schema_migrations WHERE version = ?", (latest_version(),)))
+    db.round_trips = 0
+    assert database.run(migrate_existing(db))
+    assert db.round_trips == 3, "the check, the versions, the one migration left"
+    assert database.run(migrate(db)) == [], "applied and recorded"
+    db.round_trips = 0
+    assert database.run(migrate_existing(db))
+    assert db.round_trips == 2
 
 
 def test_query_binds_parameters_and_returns_dict_rows(table: Live[Database]) -> None:

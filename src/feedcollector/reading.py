@@ -28,7 +28,7 @@ from .rendering import (
     replace_image_sources,
     sanitize_html,
 )
-from .schema import has_schema, migrate
+from .schema import migrate_existing
 from .store import MAX_PARAMS, chunked, placeholders
 from .timestamps import format_timestamp
 
@@ -65,7 +65,7 @@ async def open_stores(settings: Settings, *, command: str = "reading") -> AsyncI
     require_database_file(settings, command)
     db = open_database(settings)
     try:
-        if not await has_schema(db):
+        if not await migrate_existing(db):
             d1 = settings.database.backend == "d1"
             named = settings.database.url if d1 else settings.database.path
             raise ConfigError(
@@ -74,7 +74,6 @@ async def open_stores(settings: Settings, *, command: str = "reading") -> AsyncI
                 "creates them; if the collector's database is elsewhere, correct [database] "
                 "in the config or name the collector's config with --config."
             )
-        await migrate(db)
         objects = open_object_store(settings)
         try:
             yield Stores(db, objects)

@@ -208,6 +208,21 @@ async def migrate(db: Database) -> list[int]:
         "CREATE TABLE IF NOT EXISTS schema_migrations "
         "(version INTEGER PRIMARY KEY, description TEXT NOT NULL, applied_at TEXT NOT NULL)"
     )
+    return await _apply_pending(db)
+
+
+async def migrate_existing(db: Database) -> bool:
+    """:func:`migrate` a database a collector opened before, for a command that reads it:
+    False, and nothing created, when none did (:func:`has_schema`). That question takes the
+    place of ``migrate``'s CREATE TABLE IF NOT EXISTS, so it costs no extra round trip."""
+    if not await has_schema(db):
+        return False
+    await _apply_pending(db)
+    return True
+
+
+async def _apply_pending(db: Database) -> list[int]:
+    """The migrations ``schema_migrations`` (which exists) does not record, applied."""
     done = {row["version"] for row in await db.query("SELECT version FROM schema_migrations")}
     newer = sorted(version for version in done if version > latest_version())
     if newer:

@@ -26,7 +26,7 @@ from ..models import FeedSpec
 from ..owners import owner_has_stopped
 from ..report import counted
 from ..safe_text import one_line
-from ..schema import has_schema, migrate
+from ..schema import migrate_existing
 from ..status import FeedStatus, StatusReport, build_status, read_status, select_feeds
 from ..timestamps import format_timestamp, parse_timestamp, utc_now
 from .app import app, load_command_settings, run_async, say_warning
@@ -78,10 +78,9 @@ def status(
             return
         db = open_database(settings)
         try:
-            if not await has_schema(db):  # an empty D1: nothing collected, nothing to create
+            if not await migrate_existing(db):  # an empty D1: nothing collected or created
                 reports.append(_before_the_first_run(settings, stamp))
                 return
-            await migrate(db)
             listed, error = (None, None) if await _synced(db, settings) else _feeds_file(settings)
             report = await read_status(db, listed, generated_at=stamp)
             reports.append(replace(report, feeds_file_error=error))
