@@ -16,19 +16,22 @@ DOCTYPE:
 If the repaired bytes still do not parse, :func:`parse_with_feedparser` reads them leniently
 and maps feedparser's result through the same rules as the fast path (a document that ends
 inside an item first loses that item: :func:`whole_items`; a big one is read in pieces of
-whole items: :func:`item_pieces`). Its limits: an Atom
-``id`` that is relative under an ``xml:base`` comes back resolved by feedparser, and entries
-inside badly broken markup may be lost (feedparser's own recovery decides).
+whole items: :func:`item_pieces`). An entry's ``id`` (Atom) or ``<guid>`` (RSS) is taken as
+written, as the fast path takes it: feedparser is told not to resolve it as a URL
+(:data:`_NOT_RESOLVED`), and its loose parser's escaping is undone (:func:`_written_id`). Its
+limits: entries inside badly broken markup may be lost (feedparser's own recovery decides).
 """
 
 from __future__ import annotations
 
 import re
+import xml.sax
 from collections.abc import Iterator
 from html.entities import html5
 from typing import Any
 
 import feedparser
+import feedparser.mixin
 
 from .decode import without_controls
 from .errors import ParseError
@@ -73,6 +76,17 @@ UNDECLARED_NAMESPACE = b"urn:feedcollector:undeclared:"
 
 FEEDPARSER_HEADERS = {"content-type": "application/xml; charset=utf-8"}
 """The decode stage hands over UTF-8: tell feedparser so, whatever the declaration says."""
+
+_NOT_RESOLVED = "id"
+"""What feedparser must not resolve as a URL: an entry's Atom ``<id>`` or RSS ``<guid>``,
+which it joined to the ``xml:base`` in effect, to one it had left (its base is not reset when
+an element without one ends) or to none (``http:///a`` became ``http://a``). The fast path
+takes an id as written: reddit's ``t3_42tizy``, after a content of ``xml:base="/.rss"``, came
+back ``/t3_42tizy``, and a feed broken one day stored its entries twice. The set is read from
+the parser class per parse; feedparser serves only this module."""
+feedparser.mixin._FeedParserMixin.can_be_relative_uri = frozenset(
+    feedparser.mixin._FeedParserMixin.can_be_relative_uri
+) - {_NOT_RESOLVED}
 
 _REPAIR_RE = re.compile(
     rb"<!\[CDATA\[.*?(?:\]\]>|\Z)"
@@ -229,6 +243,7 @@ def parse_with_feedparser(data: bytes, base_url: str) -> ParsedFeed:
         )
     except Exception as exc:  # the library boundary: anything it raises means "unreadable"
         raise ParseError(f"parse: lenient parser failed: {exc!r}") from exc
+    loose = isinstance(_key(result, "bozo_exception"), xml.sax.SAXException)
     version = _string(_key(result, "version")) or ""
     entries = [entry for entry in _key(result, "entries") or [] if isinstance(entry, dict)]
     if not version and not entries:
@@ -248,7 +263,8 @@ def parse_with_feedparser(data: bytes, base_url: str) -> ParsedFeed:
                 default_base,
                 base_url,
                 linked_enclosures=linked_enclosures,
-                rdf=format_name == "rdf",
+                format_name=format_name,
+                loose=loose,
             )
             for entry in kept
         ),
@@ -268,14 +284,17 @@ def _entry(
     base_url: str,
     *,
     linked_enclosures: bool,
-    rdf: bool,
+    format_name: str,
+    loose: bool,
 ) -> ParsedItem:
     """One entry, with the GUID and link the fast path would give the same item: a feed that
     is well-formed one day and broken the next must not store its items again under other
     GUIDs. So an RSS ``<enclosure>`` is no link (feedparser lists it among the links beside
     ``<link rel="enclosure">``, which the fast path does read: ``linked_enclosures`` says the
-    document has such links), and an RSS 1.0 item's ``rdf:about`` is no GUID (feedparser's
-    ``id``; the fast path reads ``<guid>``, then the link)."""
+    document has such links), an RSS 1.0 item's ``rdf:about`` is no GUID (feedparser's
+    ``id``; the fast path reads ``<guid>``, then the link), and an Atom ``<id>`` is no link
+    (feedparser's ``guidislink``: only an RSS ``<guid>`` is a permalink). ``loose``: read by
+    feedparser's loose parser, which leaves the id escaped (:func:`_written_id`)."""
     contents = _key(entry, "content")
     content_detail = contents[0] if isinstance(contents, list) and contents else None
     summary_detail = _key(entry, "summary_detail")
@@ -287,12 +306,16 @@ def _entry(
         if text
     )
     entry_base = _detail_base(content_detail, base_url) or _detail_base(summary_detail, base_url)
-    guid = None if rdf else _string(_key(entry, "id"))
+    guid = None if format_name == "rdf" else _string(_key(entry, "id"))
+    if loose and guid is not None:
+        guid = _written_id(guid)
     link = _alternate_link(_key(entry, "links"), enclosures=linked_enclosures)
+    if link is None and format_name == "rss":
+        link = permalink(guid, bool(_key(entry, "guidislink")))
     return finish_item(
         RawEntry(
             title=_string(_key(entry, "title")),
-            link=link or permalink(guid, bool(_key(entry, "guidislink"))),
+            link=link,
             guid=guid,
             content=content,
             description=summary,
@@ -301,6 +324,20 @@ def _entry(
             enclosure=_enclosure_url(entry),
         )
     )
+
+
+_XML_ESCAPES = re.compile(r"&(lt|gt|quot|apos|amp);")
+_XML_ESCAPED = {"lt": "<", "gt": ">", "quot": '"', "apos": "'", "amp": "&"}
+
+
+def _written_id(escaped: str) -> str:
+    """An id as the document means it, from feedparser's loose parser: it gives an element
+    without a content type (``id``) with ``&``, ``<``, ``>``, ``"`` and ``'`` escaped, however
+    written (``&amp;``, ``&#38;``, in CDATA), where the fast path and feedparser's strict parser
+    give the characters: ``?p=1&amp;c=2`` was stored as ``?p=1&c=2`` and ``?p=1&amp;c=2``."""
+    if "&" not in escaped:
+        return escaped
+    return _XML_ESCAPES.sub(lambda match: _XML_ESCAPED[match[1]], escaped)
 
 
 def _enclosure_url(entry: object) -> str | None:

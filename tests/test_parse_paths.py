@@ -1,0 +1,171 @@
+"""The fast path and the feedparser fallback give every item the same GUID and link: items
+are deduplicated by GUID, so a feed well-formed one day and broken the next (a stray ``<``)
+must not store its items twice. Each body is read strictly, by feedparser's strict parser
+(:func:`parse_with_feedparser` on the well-formed bytes) and by its loose one (the body
+made ill-formed after its root)."""
+
+from __future__ import annotations
+
+import pytest
+
+from feedcollector.models import ParsedItem
+from feedcollector.parse import parse_feed
+from feedcollector.parse_fallback import parse_with_feedparser
+
+BASE_URL = "https://feeds.example.test/path/feed.xml"
+NAMESPACES = (
+    'xmlns:content="http://purl.org/rss/1.0/modules/content/" '
+    'xmlns:dc="http://purl.org/dc/elements/1.1/" xmlns:atom="http://www.w3.org/2005/Atom"'
+)
+
+
+def rss(items: str, attributes: str = "") -> bytes:
+    return (
+        f'<?xml version="1.0" encoding="UTF-8"?><rss version="2.0" {NAMESPACES}{attributes}>'
+        f"<channel><title>T</title><link>http://site.example/blog/</link>{items}</channel></rss>"
+    ).encode()
+
+
+def atom(entries: str, attributes: str = "") -> bytes:
+    return (
+        f'<?xml version="1.0" encoding="UTF-8"?><feed xmlns="http://www.w3.org/2005/Atom"'
+        f'{attributes}><title>A</title><link href="http://site.example/"/>{entries}</feed>'
+    ).encode()
+
+
+FEED_BASE = ' xml:base="http://b.example/d/"'
+CASES = {
+    "atom relative id under the feed's xml:base": atom("<entry><id>e1</id></entry>", FEED_BASE),
+    "atom relative id under an entry's xml:base": atom(
+        '<entry xml:base="http://b.example/d/"><id>e1</id></entry><entry><id>e2</id></entry>'
+    ),
+    "atom relative id with its own xml:base": atom(
+        '<entry><id xml:base="http://b.example/d/">e1</id></entry>'
+    ),
+    "atom id after a content's xml:base (reddit)": atom(
+        '<entry><content type="html" xml:base="/.rss?limit=50">hi</content><id>t3_42tizy</id>'
+        '<link href="http://site.example/r/1"/></entry><entry><id>t3_42tcyp</id></entry>'
+    ),
+    "atom ids that urljoin would change": atom(
+        "<entry><id>http:///x.example//a</id></entry><entry><id>tag:x,2020:/a</id></entry>"
+        "<entry><id>/abs/path</id></entry><entry><id>../up</id></entry>",
+        FEED_BASE,
+    ),
+    "atom relative ids without a base": atom(
+        "<entry><id>e1</id></entry><entry><id>/p/2</id></entry><entry><id>?q=1</id></entry>"
+    ),
+    "atom ids padded": atom(
+        "<entry><id>\n  urn:x:1  \n</id></entry><entry><id> http://s.example/a b </id></entry>"
+    ),
+    "atom ids with entities": atom(
+        '<entry><id>http://s.example/?a=1&amp;b=2</id><link href="/?a=1&amp;b=2"/></entry>'
+        "<entry><id>urn:&lt;x&gt; &#38; &#x27;&quot;</id></entry><entry><id>&#x20;x&#9;</id></entry>"
+        "<entry><id><![CDATA[ urn:c&d<e>&amp; ]]></id></entry>"
+    ),
+    "atom absolute id and no link": atom(
+        "<entry><id>http://s.example/id</id><title>t</title></entry>"
+    ),
+    "atom entries of several links": atom(
+        '<entry><link rel="self" href="/s"/><link rel="alternate" type="text/html" href="/a"/>'
+        '<link href="/b"/></entry><entry><link rel="enclosure" href="/e.mp3"/>'
+        '<link rel="related" href="/r"/></entry><entry xml:base="sub/"><link href="p"/></entry>',
+        ' xml:base="http://b.example/root/"',
+    ),
+    "atom entries without id or link": atom(
+        "<entry><title> Hi </title><updated>2024-01-01T00:00:00Z</updated></entry>"
+        "<entry><summary>only text</summary></entry>"
+        '<entry><content type="html">&lt;p&gt;c&lt;/p&gt;</content></entry>'
+        "<entry><title>Ünïcödé</title></entry>"
+    ),
+    "rss guid variants": rss(
+        '<item><guid>http://s.example/1</guid></item><item><guid isPermaLink="false">a</guid>'
+        '</item><item><guid isPermaLink="true">rel/2</guid></item>'
+        "<item><guid>rel/3</guid><link>l3</link></item>"
+        '<item><guid isPermaLink="False">http://s.example/5</guid></item>'
+        "<item><guid>  spaced  </guid></item><item><guid>/abs7</guid></item>"
+        "<item><guid>http:///x.example/8</guid></item>"
+    ),
+    "rss guids under xml:base": rss(
+        '<item xml:base="http://i.example/d/"><guid>g1</guid></item><item><guid>g2</guid></item>'
+        '<item><guid isPermaLink="false">g3</guid></item>',
+        ' xml:base="http://r.example/base/"',
+    ),
+    "rss guids with entities": rss(
+        "<item><guid>http://s.example/?a=1&amp;b=2</guid></item>"
+        "<item><guid>http://s.example/?x=1&amp;amp;y</guid></item>"
+        '<item><guid isPermaLink="false"><![CDATA[x&y<z>&amp;]]></guid></item>'
+        "<item><link>http://s.example/?a=1&amp;b=2</link></item>"
+    ),
+    "rss items without guid": rss(
+        "<item><link>http://s.example/a</link></item><item><link> rel/b </link></item>"
+        "<item><title>T1</title><pubDate>Mon, 01 Jan 2024 00:00:00 GMT</pubDate></item>"
+        "<item><description>only a description</description></item>"
+        "<item><content:encoded><![CDATA[<p>c</p>]]></content:encoded></item>"
+        "<item><title>caf\u00e9 &amp; co</title></item>"
+        "<item><title><![CDATA[<b>b</b> & c]]></title></item>"
+        '<item><enclosure url="http://s.example/e.mp3" type="audio/mpeg" length="1"/></item>'
+        "<item><dc:date>2024-02-02</dc:date><title>dc</title></item>"
+        '<item><atom:link href="http://s.example/al"/></item>'
+    ),
+    "rss non-ascii and mis-encoded": rss(
+        "<item><guid>urn:Ünï</guid></item><item><link>http://s.example/caf\u00e9</link></item>"
+        "<item><title>Caf\u00c3\u00a9</title></item><item><guid>urn:\u00c3\u00a9</guid></item>"
+    ),
+    "rss blank guids": rss(
+        "<item><guid></guid><link>http://s.example/eg</link></item>"
+        "<item><guid>  </guid><title>t</title></item><item><guid/><title>t2</title></item>"
+    ),
+}
+
+
+def _keys(items: tuple[ParsedItem, ...]) -> list[tuple[str, str | None]]:
+    return [(item.guid, item.link) for item in items]
+
+
+@pytest.mark.parametrize("body", CASES.values(), ids=list(CASES))
+def test_both_paths_give_every_item_the_fast_paths_guid_and_link(body: bytes) -> None:
+    fast = parse_feed(body, BASE_URL, lenient=False)
+    assert fast.items
+    strict_feedparser = parse_with_feedparser(body, BASE_URL)
+    loose = parse_feed(body + b"<", BASE_URL)
+    assert loose.format.endswith("-fallback")
+    assert _keys(strict_feedparser.items) == _keys(fast.items)
+    assert _keys(loose.items) == _keys(fast.items)
+
+
+@pytest.mark.parametrize("broken", [False, True], ids=["fast path", "feedparser"])
+def test_an_entry_id_is_taken_as_written_whatever_xml_base_is_in_effect(broken: bool) -> None:
+    """feedparser joined an id to the xml:base in effect, and to one it had left (a content
+    element's before it: reddit's ids ``t3_42tizy`` came back ``/t3_42tizy``)."""
+    body = atom(
+        '<entry><content type="html" xml:base="/.rss">hi</content><id>t3_1</id></entry>'
+        '<entry xml:base="http://b.example/d/"><id>e2</id></entry><entry><id>http:///x</id></entry>'
+    ) + (b"<" if broken else b"")
+    assert [item.guid for item in parse_feed(body, BASE_URL).items] == ["t3_1", "e2", "http:///x"]
+    guids = rss('<item xml:base="http://i.example/d/"><guid>g1</guid></item>', FEED_BASE)
+    assert [item.guid for item in parse_feed(guids + b"<" * broken, BASE_URL).items] == ["g1"]
+
+
+@pytest.mark.parametrize("broken", [False, True], ids=["fast path", "feedparser"])
+def test_an_id_with_escaped_characters_has_them_unescaped(broken: bool) -> None:
+    """feedparser's loose parser left ``&amp;`` (and ``&lt;``... however written) in an id."""
+    body = rss(
+        "<item><guid>http://s.example/?p=1&amp;c=2</guid></item>"
+        '<item><guid isPermaLink="false"><![CDATA[a&b<c>&amp;]]></guid></item>'
+        '<item><guid isPermaLink="false">&#38;&#x3C;&quot;&apos;&amp;amp;</guid></item>'
+    ) + (b"<" if broken else b"")
+    feed = parse_feed(body, BASE_URL)
+    assert feed.format == ("rss-fallback" if broken else "rss")
+    assert [item.guid for item in feed.items] == [
+        "http://s.example/?p=1&c=2",
+        "a&b<c>&amp;",
+        "&<\"'&amp;",
+    ]
+
+
+@pytest.mark.parametrize("broken", [False, True], ids=["fast path", "feedparser"])
+def test_an_atom_id_is_no_link(broken: bool) -> None:
+    """Only an RSS ``<guid>`` is a permalink; feedparser marks an Atom ``<id>`` so too."""
+    body = atom("<entry><id>http://s.example/id</id></entry>") + (b"<" if broken else b"")
+    (item,) = parse_feed(body, BASE_URL).items
+    assert (item.guid, item.link) == ("http://s.example/id", None)
