@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import re
 import xml.sax
+import xml.sax.saxutils
 from collections.abc import Iterator
 from html.entities import html5
 from typing import Any
@@ -326,10 +327,6 @@ def _entry(
     )
 
 
-_XML_ESCAPES = re.compile(r"&(lt|gt|quot|apos|amp);")
-_XML_ESCAPED = {"lt": "<", "gt": ">", "quot": '"', "apos": "'", "amp": "&"}
-
-
 def _written_id(escaped: str) -> str:
     """An id as the document means it, from feedparser's loose parser: it gives an element
     without a content type (``id``) with ``&``, ``<``, ``>``, ``"`` and ``'`` escaped, however
@@ -337,7 +334,7 @@ def _written_id(escaped: str) -> str:
     give the characters: ``?p=1&amp;c=2`` was stored as ``?p=1&c=2`` and ``?p=1&amp;c=2``."""
     if "&" not in escaped:
         return escaped
-    return _XML_ESCAPES.sub(lambda match: _XML_ESCAPED[match[1]], escaped)
+    return xml.sax.saxutils.unescape(escaped, {"&quot;": '"', "&apos;": "'"})  # &amp; last
 
 
 def _enclosure_url(entry: object) -> str | None:
