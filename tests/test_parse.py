@@ -20,7 +20,8 @@ from feedcollector.models import ParsedFeed, ParsedItem
 from feedcollector.normalize import item_records
 from feedcollector.parse import FEED_SIGNS, LENIENT_PARSE_LIMIT, parse_feed
 from feedcollector.parse_common import MAX_FIELD_CHARS
-from feedcollector.parse_fallback import item_pieces, parse_with_feedparser, whole_items
+from feedcollector.parse_fallback import parse_with_feedparser
+from feedcollector.parse_repair import item_pieces, whole_items
 from feedcollector.text_repair import readable
 from feedcollector.timestamps import format_timestamp
 

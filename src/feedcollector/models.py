@@ -132,7 +132,7 @@ class ParsedFeed:
     """Items beyond ``MAX_ITEMS_PER_FEED`` that were not read (the pipeline warns)."""
     cut_off: bool = False
     """The document ends inside an item, which was left out (the pipeline warns; see
-    :func:`.parse_fallback.whole_items`)."""
+    :func:`.parse_repair.whole_items`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,12 +6,12 @@ Three tries, cheapest first:
    fast path for well-formed RSS/RDF/Atom (:mod:`.parse_xml`), names matched in any case; a
    feed whose root is in a namespace no RSS or Atom version uses (a misspelled or draft
    Atom URI) goes to step 3, which matches local names in any namespace;
-2. the same after :func:`.parse_fallback.repair_xml` (C0 controls, undefined HTML entities,
+2. the same after :func:`.parse_repair.repair_xml` (C0 controls, undefined HTML entities,
    stray ``&``, undeclared namespace prefixes);
 3. feedparser's lenient parser, mapped through the same rules (format gets ``-fallback``);
    a document cut off inside an item is read up to its last whole item
-   (:func:`.parse_fallback.whole_items`), one bigger than :data:`LENIENT_PARSE_LIMIT` in
-   pieces of whole items (:func:`.parse_fallback.item_pieces`), each read strictly if it can
+   (:func:`.parse_repair.whole_items`), one bigger than :data:`LENIENT_PARSE_LIMIT` in
+   pieces of whole items (:func:`.parse_repair.item_pieces`), each read strictly if it can
    be (the breakage is often in one item), else by feedparser.
 
 A body starting with ``{`` is read as JSON Feed (C0 controls removed first). Anything that is
@@ -37,8 +37,9 @@ from .errors import LenientParseNeeded, ParseError
 from .feed_links import feed_links
 from .models import ParsedFeed, ParsedItem
 from .parse_common import MAX_ITEMS_PER_FEED
-from .parse_fallback import item_pieces, parse_with_feedparser, repair_xml, whole_items
+from .parse_fallback import parse_with_feedparser
 from .parse_json import parse_json_feed
+from .parse_repair import item_pieces, repair_xml, whole_items
 from .parse_xml import NotAFeedRoot, ReadByLocalNames, feed_from_tree
 from .safe_text import one_line
 
