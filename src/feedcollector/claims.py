@@ -227,15 +227,22 @@ async def take_back_stopped_leases(collector: Collector, now: datetime) -> None:
         return
     host = owner_host(collector.owner)
     for owner in await store_schedule.lease_owners_of_host(collector.db, host, now):
-        if owner != collector.owner and owner_has_stopped(owner):
-            count = await store_schedule.release_owned_feeds(collector.db, owner)
-            log.warning(
-                "schedule: took back %s from collector %s of this machine, whose process stopped "
-                "without letting go (killed?)",
-                counted(count, "feed"),
-                owner,
-            )
+        await _take_back_from(collector, owner)
     collector.stopped_leases_checked = True
+
+
+async def _take_back_from(collector: Collector, owner: str | None) -> bool:
+    """Hand back every feed ``owner`` holds when it is a stopped collector of this machine."""
+    if owner is None or owner == collector.owner or not owner_has_stopped(owner):
+        return False
+    count = await store_schedule.release_owned_feeds(collector.db, owner)
+    log.warning(
+        "schedule: took back %s from collector %s of this machine, whose process stopped "
+        "without letting go (killed?)",
+        counted(count, "feed"),
+        owner,
+    )
+    return True
 
 
 async def due_pages(
@@ -276,11 +283,31 @@ async def forced_pages(
         page = await store.claim_feeds_by_id(
             collector.db, chunk, now=collector.clock(), owner=collector.owner, lease=lease
         )
-        taken = {feed.id for feed in page}
-        busy = [feed_id for feed_id in chunk if feed_id not in taken]
-        for held in await store_schedule.held_feeds(collector.db, busy) if busy else ():
-            log.warning("fetch: %s skipped: %s", held.url, _holder(held))
+        held = await _held(collector.db, chunk, page)
+        # A killed `fetch` held feeds that are not due, which the start's take-back (due
+        # feeds only) left to it: its rerun skipped them for the lease's 15 minutes.
+        owners = dict.fromkeys(entry.owner for entry in held)
+        if [owner for owner in owners if await _take_back_from(collector, owner)]:
+            page += await store.claim_feeds_by_id(
+                collector.db,
+                [entry.id for entry in held],
+                now=collector.clock(),
+                owner=collector.owner,
+                lease=lease,
+            )
+            held = await _held(collector.db, chunk, page)
+        for entry in held:
+            log.warning("fetch: %s skipped: %s", entry.url, _holder(entry))
         yield page
+
+
+async def _held(
+    db: Database, chunk: Sequence[str], page: Sequence[Feed]
+) -> list[store_schedule.HeldFeed]:
+    """The feeds of ``chunk`` that the claim of ``page`` could not take, with their holders."""
+    taken = {feed.id for feed in page}
+    busy = [feed_id for feed_id in chunk if feed_id not in taken]
+    return await store_schedule.held_feeds(db, busy) if busy else []
 
 
 def _holder(held: store_schedule.HeldFeed) -> str:

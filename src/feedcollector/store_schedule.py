@@ -114,6 +114,7 @@ async def live_rate_limits(db: Database, now: datetime) -> list[HostDeferral]:
 class HeldFeed:
     """A feed another collector holds: who (an owner, see :mod:`.owners`) and until when."""
 
+    id: str
     url: str
     owner: str | None
     until: str | None
@@ -124,9 +125,11 @@ async def held_feeds(db: Database, feed_ids: Sequence[str]) -> list[HeldFeed]:
     held: list[HeldFeed] = []
     for chunk in chunked(feed_ids):
         rows = await db.query(
-            "SELECT url, lease_owner, lease_until FROM feeds "  # noqa: S608
+            "SELECT id, url, lease_owner, lease_until FROM feeds "  # noqa: S608
             f"WHERE id IN ({placeholders(len(chunk))}) ORDER BY url",
             tuple(chunk),
         )
-        held += [HeldFeed(row["url"], row["lease_owner"], row["lease_until"]) for row in rows]
+        held += [
+            HeldFeed(row["id"], row["url"], row["lease_owner"], row["lease_until"]) for row in rows
+        ]
     return held
