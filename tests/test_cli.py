@@ -562,6 +562,41 @@ def test_run_stops_cleanly_on_sigterm_after_in_flight_feeds(
     )
 
 
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGHUP])
+def test_fetch_stops_on_sigterm_as_on_ctrl_c_and_hands_back_its_feeds(
+    feed_server: FeedServer, tmp_path: Path, stop: signal.Signals
+) -> None:
+    """SIGTERM or SIGHUP (a closed terminal) killed `fetch` by the signal: the feeds it had
+    claimed stayed leased for 15 minutes (its image tasks for 32, no cycle downloading them).
+    It stops as on Ctrl-C now: what it holds handed back, exit 130."""
+    route = Route(body=rss([Entry("slow", guid="s")]))
+    slow = feed_server.route("/slow", route)
+    quick = feed_server.route("/quick", body=rss([Entry("q", guid="q")]))
+    config = write_project(tmp_path, [slow, quick])
+    assert feedcollector("--config", str(config), "run", "--once", cwd=tmp_path).returncode == 0
+    route.delay_s = 30
+    process = subprocess.Popen(
+        [sys.executable, "-m", "feedcollector", "--config", str(config), "fetch", "--all"],
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_hangup_as_a_terminal_leaves_it,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while len(feed_server.hits("/slow")) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(feed_server.hits("/slow")) == 2, "the fetch never asked for the slow feed"
+        process.send_signal(stop)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 130, stderr
+    assert "interrupted" in stderr
+    db = tmp_path / "collector.db"
+    assert count(db, "SELECT COUNT(*) FROM feeds WHERE lease_owner IS NOT NULL") == 0
+
+
 def test_console_lines_quote_a_feeds_control_characters_as_spaces(
     feed_server: FeedServer, tmp_path: Path
 ) -> None:

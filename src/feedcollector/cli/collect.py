@@ -84,7 +84,7 @@ def _serve(
     """``with_collector`` for ``run``: Ctrl-C and SIGTERM stop it cleanly from before its
     database is opened (:func:`.service.serve`), also while migrations run."""
     raise_open_file_limit(settings)
-    run_async(lambda: serve(settings, work, observer=observer))
+    run_async(lambda: serve(settings, work, observer=observer), signals=False)
 
 
 @app.command()
