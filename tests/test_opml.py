@@ -5,6 +5,7 @@ and the ``import-opml``/``export-opml`` commands."""
 from __future__ import annotations
 
 import json
+import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -451,3 +452,34 @@ def test_opml_commands(feed_server: FeedServer, tmp_path: Path) -> None:
     missing = feedcollector("--config", config, "import-opml", "nope.opml", cwd=tmp_path)
     assert missing.returncode == 2
     assert "cannot read the OPML file nope.opml" in missing.stderr
+
+
+def test_export_opml_refuses_the_databases_side_files_and_its_place(tmp_path: Path) -> None:
+    """OPML written into the live write-ahead log (in place, while a collector ran) lost the
+    transactions not checkpointed yet: a `status` beside it failed with a disk I/O error.
+    Written where the database or its side files are not yet, it was garbage SQLite then
+    refused or tripped on (the next `run`: "not an SQLite database")."""
+    config = str(write_project(tmp_path, ["https://example.org/feed.xml"]))
+    fresh = feedcollector("--config", config, "export-opml", "collector.db", cwd=tmp_path)
+    assert (fresh.returncode, (tmp_path / "collector.db").exists()) == (2, False)
+    assert "it is feedcollector's SQLite database" in fresh.stderr
+    live = sqlite3.connect(tmp_path / "collector.db")
+    try:
+        live.execute("PRAGMA journal_mode = WAL")
+        live.execute("CREATE TABLE t (x)")
+        live.execute("INSERT INTO t VALUES (1)")
+        live.commit()
+        wal = (tmp_path / "collector.db-wal").read_bytes()
+        for side, what in (
+            ("collector.db-wal", "write-ahead log"),
+            ("collector.db-shm", "shared memory index"),
+            ("collector.db-journal", "rollback journal"),
+        ):
+            over = feedcollector("--config", config, "export-opml", side, cwd=tmp_path)
+            assert over.returncode == 2, over.stderr
+            assert f"it is feedcollector's SQLite database's {what}" in over.stderr
+        assert (tmp_path / "collector.db-wal").read_bytes() == wal
+        assert not (tmp_path / "collector.db-journal").exists()
+        assert live.execute("SELECT x FROM t").fetchall() == [(1,)]
+    finally:
+        live.close()

@@ -309,15 +309,27 @@ def _collector_file(settings: Settings, file: Path) -> str | None:
     OPML, the feeds file (the one source of the subscriptions), the config or the database
     would be lost."""
     own = {"feeds file": settings.feeds_file, "config file": settings.config_path}
-    if settings.database.backend == "sqlite":
-        own["SQLite database"] = settings.database.path
+    database = settings.database.path
+    if settings.database.backend == "sqlite" and database is not None:
+        # Its side files too: OPML written into the live write-ahead log (in place) lost the
+        # transactions a running collector had not checkpointed yet; one written where
+        # none is yet, or where the database is not created yet, is garbage SQLite trips on.
+        own["SQLite database"] = database
+        for suffix, what in (("-wal", "write-ahead log"), ("-shm", "shared memory index")):
+            own[f"SQLite database's {what}"] = database.with_name(database.name + suffix)
+        own["SQLite database's rollback journal"] = database.with_name(database.name + "-journal")
     for name, path in own.items():
-        try:
-            if path is not None and os.path.samefile(file, path):
-                return name
-        except OSError:  # either is missing (or unreadable): not the same file
-            continue
+        if path is not None and _same_file(file, path):
+            return name
     return None
+
+
+def _same_file(file: Path, path: Path) -> bool:
+    """The same file, or, while either is missing, the same place."""
+    try:
+        return os.path.samefile(file, path)
+    except OSError:  # either is missing (or unreadable)
+        return file.resolve() == path.resolve()
 
 
 def _known_titles(settings: Settings) -> dict[str, str]:
