@@ -837,6 +837,21 @@ def test_redirect_to_a_url_yarl_cannot_split_is_a_redirect_error(feed_server: Fe
     assert "redirects to an invalid URL 'http://]a[@/feed.xml'" in str(error)
 
 
+def test_credentials_follow_a_redirect_to_the_same_server_only(feed_server: FeedServer) -> None:
+    """A Location written in full (a trailing slash added by the server) named no user, and
+    the feed behind Basic authentication failed 401 for good; another host never gets them."""
+    base = feed_server.url("")
+    redirect(feed_server, "/private", f"{base}/private/")
+    redirect(feed_server, "/elsewhere", f"http://localhost:{feed_server.port}/private/", 302)
+    serving(feed_server, "/private/", GUARDIAN_FEED)
+    url = base.replace("http://", "http://reader:p%40ss@") + "/private"
+    result = fetch(url)
+    assert result.permanent_url == url + "/"
+    fetch(url.replace("/private", "/elsewhere"))
+    sent = [hit.headers.get("Authorization") for hit in feed_server.hits("/private/")]
+    assert sent == ["Basic cmVhZGVyOnBAc3M=", None]
+
+
 def test_redirect_without_location(feed_server: FeedServer) -> None:
     error = fetch_error(feed_server.route("/feed", status=302))
     assert (error.kind, error.status) == ("redirect", 302)

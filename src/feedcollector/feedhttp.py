@@ -228,7 +228,29 @@ def _parse_url(url: str) -> yarl.URL:
 def _redirect_target(current: yarl.URL, location: str) -> yarl.URL:
     what = f"{current} redirects to an invalid URL {header_text(location)!r}"
     target = percent_encoded(location.encode("utf-8", "surrogateescape"))
-    return _valid_url(lambda: current.join(yarl.URL(target)), "redirect", what)
+    return _keep_credentials(
+        current, _valid_url(lambda: current.join(yarl.URL(target)), "redirect", what)
+    )
+
+
+def _keep_credentials(current: yarl.URL, target: yarl.URL) -> yarl.URL:
+    """``target`` with the user and password of ``current`` when it stays on its server (the
+    same scheme, host and port, or ``http`` upgraded to ``https`` on the default ports) and
+    names none of its own, as browsers keep answering a server's Basic challenge: a Location
+    written in full (``https://host/feed/`` for a trailing slash) dropped them, and the feed
+    failed 401 for good. Another server never gets them."""
+    if current.raw_user is None or target.raw_user is not None or target.host != current.host:
+        return target
+    same = (target.scheme, target.port) == (current.scheme, current.port)
+    upgraded = (current.scheme, current.port, target.scheme, target.port) == (
+        "http",
+        80,
+        "https",
+        443,
+    )
+    if not (same or upgraded):
+        return target
+    return target.with_user(current.user).with_password(current.password)
 
 
 def _valid_url(make: Callable[[], yarl.URL], kind: str, what: str) -> yarl.URL:
