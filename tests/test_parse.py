@@ -21,7 +21,7 @@ from feedcollector.normalize import item_records
 from feedcollector.parse import FEED_SIGNS, LENIENT_PARSE_LIMIT, parse_feed
 from feedcollector.parse_common import MAX_FIELD_CHARS
 from feedcollector.parse_fallback import parse_with_feedparser
-from feedcollector.parse_repair import item_pieces, whole_items
+from feedcollector.parse_repair import ends_unclosed, item_pieces, whole_items
 from feedcollector.text_repair import readable
 from feedcollector.timestamps import format_timestamp
 
@@ -1430,6 +1430,29 @@ def test_a_document_is_cut_back_to_its_last_whole_item_only_when_it_ends_inside_
     document: bytes, kept: bytes | None
 ) -> None:
     assert whole_items(document) == kept
+
+
+@pytest.mark.parametrize(
+    ("document", "between"),
+    [
+        (WHOLE, True),
+        (WHOLE + b"\n<br />\n<b>Fatal error</b>: Allowed memory size exhausted", True),
+        (WHOLE + b"</channel>", False),
+        (WHOLE + b"</rss>", False),
+        (atom("<entry><id>a</id></entry>")[: -len(b"</feed>")], True),
+        (atom("<entry><id>a</id></entry>"), False),
+        (b"<rdf:RDF><item><title>a</title></item></rdf:RDF>", False),
+        (b"<rss><channel><title>T</title>", True),  # cut before its first item
+        (b"<rss><channel><title>T</title></channel></rss>", False),  # a feed of no items
+    ],
+)
+def test_a_document_that_ends_without_closing_its_channel_is_cut_between_items(
+    document: bytes, between: bool
+) -> None:
+    assert ends_unclosed(document) is between
+    if between:
+        feed = parse_feed(document, BASE_URL)
+        assert (feed.cut_off, feed.unclosed) == (False, True)
 
 
 def test_a_cut_off_feed_reads_its_whole_items_and_not_the_cut_one() -> None:

@@ -525,6 +525,39 @@ def test_a_body_cut_inside_an_item_keeps_no_validators_so_the_whole_feed_comes_n
     assert p.cycle().not_modified == 1, "a whole body's validators are used"
 
 
+def test_a_body_cut_between_items_keeps_no_validators_so_the_rest_comes_next(
+    feed_server: FeedServer, project: Callable[..., Project]
+) -> None:
+    """A connection closed at a flush, or a script that died after writing an item (its error
+    message after it), ends the body between items: it was read as whole, and the 304 to its
+    validators hid the items after the cut until the feed changed."""
+    whole = rss([Entry(f"Post {n}", guid=f"g{n}") for n in range(4)])
+    died = whole[: whole.index(b"<item>", whole.index(b"</item>"))] + b"<b>Fatal error</b>"
+    route = Route(body=died, etag='"v1"', last_modified="Mon, 02 Mar 2026 09:00:00 GMT")
+    url = feed_server.route("/feed", route)
+    p = project([url])
+    assert p.cycle().new_items == 1
+    assert p.rows(
+        "SELECT last_etag, last_modified, body_digest, consecutive_failures, last_error FROM feeds"
+    ) == [
+        {
+            "last_etag": None,
+            "last_modified": None,
+            "body_digest": None,
+            "consecutive_failures": 1,
+            "last_error": "parse: the body ends before its channel closes, after 1 whole item "
+            "(cut off in transfer, or by the server?)",
+        }
+    ]
+    p.clock.advance(minutes=30)
+    route.body = whole
+    assert p.cycle().new_items == 3
+    assert [h.headers.get("If-None-Match") for h in feed_server.hits("/feed")] == [None] * 2
+    assert p.rows("SELECT last_etag, consecutive_failures FROM feeds") == [
+        {"last_etag": '"v1"', "consecutive_failures": 0}
+    ]
+
+
 def test_a_body_cut_inside_an_item_is_a_failure_in_the_feeds_line_and_the_cycles_counts(
     feed_server: FeedServer, project: Callable[..., Project], caplog: pytest.LogCaptureFixture
 ) -> None:

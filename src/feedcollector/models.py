@@ -133,6 +133,9 @@ class ParsedFeed:
     cut_off: bool = False
     """The document ends inside an item, which was left out (the pipeline warns; see
     :func:`.parse_repair.whole_items`)."""
+    unclosed: bool = False
+    """The document ends after a whole item without closing its channel or root: cut off
+    between items (see :func:`.parse_repair.ends_unclosed`), a failure as ``cut_off``."""
 
 
 @dataclass(frozen=True, slots=True)

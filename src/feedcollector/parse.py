@@ -39,7 +39,7 @@ from .models import ParsedFeed, ParsedItem
 from .parse_common import MAX_ITEMS_PER_FEED
 from .parse_fallback import parse_with_feedparser
 from .parse_json import parse_json_feed
-from .parse_repair import item_pieces, repair_xml, whole_items
+from .parse_repair import ends_unclosed, item_pieces, repair_xml, whole_items
 from .parse_xml import NotAFeedRoot, ReadByLocalNames, feed_from_tree
 from .safe_text import one_line
 
@@ -118,7 +118,9 @@ def _read_leniently(document: bytes, base_url: str, why: str, *, lenient: bool) 
         feed = parse_with_feedparser(readable, base_url)
     else:
         feed = _read_in_pieces(readable, base_url, why)
-    return feed if whole is None else replace(feed, cut_off=True)
+    if whole is not None:
+        return replace(feed, cut_off=True)
+    return replace(feed, unclosed=True) if ends_unclosed(document) else feed
 
 
 def _read_in_pieces(document: bytes, base_url: str, why: str) -> ParsedFeed:

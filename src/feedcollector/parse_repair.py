@@ -13,7 +13,8 @@ DOCTYPE:
 - namespace prefixes used but never declared (``<media:content>`` without ``xmlns:media``) ->
   declared on the root element (well-known prefixes get their real URI).
 
-A document that ends inside an item loses that item (:func:`whole_items`), and a big one is
+A document that ends inside an item loses that item (:func:`whole_items`), one that ends
+between items is told (:func:`ends_unclosed`), and a big one is
 cut into pieces of whole items (:func:`item_pieces`) for the lenient reader
 (:mod:`.parse_fallback`).
 """
@@ -145,6 +146,20 @@ def whole_items(data: bytes) -> bytes | None:
     if _END_RE.search(data, cut_item) is not None:
         return None
     return data[:cut_item]
+
+
+_ITEM_END_RE = re.compile(rb"</(?:[A-Za-z_][\w.-]*:)?(?:item|entry)\s*>", re.I)
+_CONTAINER_END_RE = re.compile(rb"</(?:[A-Za-z_][\w.-]*:)?(?:channel|rss|feed|rdf)\s*>", re.I)
+
+
+def ends_unclosed(data: bytes) -> bool:
+    """Whether ``data`` ends after its last whole item (or before its first) without closing
+    its channel or root: cut off between two items (a connection closed at a flush, a script
+    that died after writing an item, its error message after it). Nothing is left out, but
+    items may have followed: the whole body must come again, not a 304 to this one's
+    validators. (One that ends inside an item: :func:`whole_items`.)"""
+    last_end = max((end.end() for end in _ITEM_END_RE.finditer(data)), default=0)
+    return _CONTAINER_END_RE.search(data, last_end) is None
 
 
 _ITEM_TAG_RE = re.compile(

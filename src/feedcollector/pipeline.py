@@ -206,15 +206,17 @@ async def refresh_feed(
         stats = posting_stats((i.pub_date for i in parsed.items if i.pub_date), now)
         ttl = min(parsed.ttl_minutes * 60, MAX_STORED_SECONDS) if parsed.ttl_minutes else None
         outcome.next_fetch_at = outcomes.next_fetch(collector, outcome, response.hints, ttl, stats)
-        # A body cut inside an item keeps no validators and no digest: the next fetch asks for
-        # the whole feed (not a 304) and reads it, so the cut item and those after it come.
+        # A body cut inside an item (or between two) keeps no validators and no digest: the
+        # next fetch asks for the whole feed (not a 304) and reads it, so the cut item and
+        # those after it come.
         # Its whole items are stored, and the feed counts a failure all the same (a body the
         # parser cannot read whole fails, seed section 8): backoff, `status` says so.
-        whole = not parsed.cut_off
+        whole = not (parsed.cut_off or parsed.unclosed)
         if not whole:
             outcome.cut_off = True
+            where = "inside an item" if parsed.cut_off else "before its channel closes"
             outcome.error = (
-                "parse: the body ends inside an item, after "
+                f"parse: the body ends {where}, after "
                 f"{counted(len(parsed.items), 'whole item')} "
                 "(cut off in transfer, or by the server?)"
             )

@@ -63,8 +63,9 @@ class FeedOutcome:
     moved: bool = False
     """This fetch recorded a permanent move (or a return to the feed's own URL)."""
     cut_off: bool = False
-    """The body ended inside an item: its whole items were stored (``state`` is stored), and
-    the feed counts a failure all the same (:attr:`error` says so)."""
+    """The body ended inside an item, or between two without closing its channel: its whole
+    items were stored (``state`` is stored), and the feed counts a failure all the same
+    (:attr:`error` says so)."""
     host_waits: str | None = None
     """What a 429 does to the host that answered it (its feeds wait until when), said in the
     feed's own line rather than in a line of its own."""
