@@ -527,6 +527,29 @@ def test_a_bad_message_is_worded_without_aiohttps_own_400(feed_server: FeedServe
     assert "400" not in str(error)
 
 
+@pytest.mark.parametrize(
+    ("head", "body", "said"),
+    [
+        (b"Content-Length: 2000", b"<rss>" * 100, "(received 500 of 2000 bytes)"),
+        (b"Transfer-Encoding: chunked", b"1f4\r\n" + b"<rss>" * 100 + b"\r\n", "transfer length"),
+    ],
+)
+def test_a_body_whose_connection_closes_early_is_a_broken_connection(
+    feed_server: FeedServer, head: bytes, body: bytes, said: str
+) -> None:
+    """It read "127.0.0.1 broke the HTTP protocol" (metrics: protocol) for a server or proxy
+    that gave up mid-body, which is a connection that broke."""
+
+    def answer(request: BaseHTTPRequestHandler) -> None:
+        request.wfile.write(b"HTTP/1.1 200 OK\r\n" + head + b"\r\n\r\n" + body)
+        request.close_connection = True
+
+    error = fetch_error(feed_server.route("/feed", handler=answer))
+    assert error.kind == "connect"
+    assert str(error).startswith("fetch: the connection to 127.0.0.1 closed before http://")
+    assert said in str(error)
+
+
 def test_long_headers_are_read_and_endless_ones_refused(feed_server: FeedServer) -> None:
     """Some servers send a 10 KiB Set-Cookie; nobody needs a header field over 64 KiB."""
     long = serving(feed_server, "/long", GUARDIAN_FEED, **{"X-Padding": "a" * 10_000})

@@ -20,7 +20,11 @@ from collections.abc import Callable, Mapping
 
 import aiohttp
 import yarl
-from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.http_exceptions import (
+    ContentLengthError,
+    HttpProcessingError,
+    TransferEncodingError,
+)
 
 from .content_coding import ACCEPT_ENCODING
 from .httpbody import (
@@ -208,7 +212,24 @@ def describe_aiohttp_error(
     if isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)):
         return TransferError("connect", f"the connection to {host} broke during {url} ({root})")
     complaint = _parser_complaint(exc) or root
+    if _closed_early(exc):
+        return TransferError(
+            "connect",
+            f"the connection to {host} closed before {url} ended ({complaint}); nothing of it "
+            "is kept (the next fetch tries again)",
+        )
     return TransferError("protocol", f"{host} broke the HTTP protocol for {url} ({complaint})")
+
+
+def _closed_early(exc: BaseException) -> bool:
+    """Whether the body's connection closed before its ``Content-Length`` or last chunk came:
+    a connection that broke (a server or proxy that gave up), not a server breaking HTTP."""
+    for link in causes(exc):
+        if isinstance(link, ContentLengthError):
+            return True
+        if isinstance(link, TransferEncodingError) and link.message.startswith("Not enough data"):
+            return True
+    return False
 
 
 def _parser_complaint(exc: BaseException) -> str | None:
