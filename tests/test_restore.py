@@ -5,6 +5,7 @@ a replay on both backend pairs (SQLite + folder, D1 Proxy Worker + S3)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import sqlite3
 import subprocess
@@ -730,16 +731,24 @@ def test_images_written_long_after_the_first_backup_may_be_retries_for_an_older_
     assert (report.items_recovered, report.images_relinked) == (1, 0)
 
 
-def test_an_item_new_after_an_unreadable_backup_is_not_trusted(pair: Pair) -> None:
-    """The unreadable backup may have listed it in an older version, stored then."""
+def test_an_item_new_after_an_unreadable_backup_is_not_trusted(
+    pair: Pair, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The unreadable backup may have listed it in an older version, stored then. It is
+    skipped with a WARNING that names it (the README promises one)."""
     url = "https://blog.example.org/feed.xml"
     archive_images(pair, feed_id_for(url), "urn:x", 2)
     before = rss([Entry("Y", guid="urn:y")])
     after = rss([Entry("Y", guid="urn:y"), images_of("urn:x", "new", "a", "b")])
-    report = replay(
-        pair, url, before, b"<html>maintenance</html>", after, first_at=after_the_images()
-    )
+    with caplog.at_level(logging.WARNING, logger="feedcollector"):
+        report = replay(
+            pair, url, before, b"<html>maintenance</html>", after, first_at=after_the_images()
+        )
     assert (report.backups_unreadable, report.items_recovered, report.images_relinked) == (1, 2, 0)
+    skipped = [r for r in caplog.records if "is not readable, skipped" in r.getMessage()]
+    assert [r.levelno for r in skipped] == [logging.WARNING]
+    assert "backups/" in skipped[0].getMessage()
+    assert url in skipped[0].getMessage()
     assert [row[2] for row in image_tasks(pair)] == ["pending"] * 3
 
 

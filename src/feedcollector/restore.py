@@ -268,7 +268,7 @@ async def _restore_feed(
         except ParseError as exc:
             follows_replayed = False
             report.backups_unreadable += 1
-            log.info("restore: %s of %s is not readable, skipped: %s", key, target.url, exc)
+            log.warning("restore: %s of %s is not readable, skipped: %s", key, target.url, exc)
             tick()
             continue
         fresh = [record for record in records if record.guid not in replayed]
