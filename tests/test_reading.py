@@ -467,6 +467,7 @@ def test_a_consumer_reading_in_batches_goes_on_past_a_second_of_more_items(
     unknown = feedcollector("--config", config, "items", "--after", "gone", cwd=collected.folder)
     assert unknown.returncode == 2
     assert "no item has the id 'gone'" in unknown.stderr
+    assert unknown.stdout == "", "refused before the table's header"
 
 
 def test_items_and_item_commands(collected: Collected) -> None:

@@ -90,12 +90,19 @@ def items(
         if jsonl:
             await _print_jsonl(stores, listed, settings)
             return
+        first = await anext(listed, None)  # an unknown --after is refused before the header
         typer.echo("created_at            id                                title")
+        if first is not None:
+            _print_row(first)
         async for item in listed:
-            title = one_line(item.title or item.guid)
-            typer.echo(f"{item.created_at}  {item.id:<32}  {title}  <{item.feed_url}>")
+            _print_row(item)
 
     quiet_on_broken_pipe(lambda: with_stores(settings, "items", work))
+
+
+def _print_row(item: StoredItem) -> None:
+    title = one_line(item.title or item.guid)
+    typer.echo(f"{item.created_at}  {item.id:<32}  {title}  <{item.feed_url}>")
 
 
 async def _stored_feed_url(db: Database, url: str) -> str:
