@@ -185,6 +185,15 @@ def test_raw_deflate_and_multi_member_gzip_are_read(feed_server: FeedServer) -> 
     assert fetch(gzip_url).body == GUARDIAN_FEED
 
 
+def test_zlib_data_labelled_gzip_is_read_as_deflate(feed_server: FeedServer) -> None:
+    """A server that mixes the labels up sends zlib-wrapped deflate as ``gzip``: it was taken
+    as a plain body and failed as "not a feed", with no word of the coding."""
+    url = serving(
+        feed_server, "/zlib", zlib.compress(GUARDIAN_FEED), **{"Content-Encoding": "gzip"}
+    )
+    assert fetch(url).body == GUARDIAN_FEED
+
+
 @pytest.mark.parametrize("label", ["gzip", "x-gzip"])
 def test_a_plain_body_labelled_gzip_is_read_as_it_is(feed_server: FeedServer, label: str) -> None:
     """A doubly configured server sends the file as it is under Content-Encoding: gzip: it

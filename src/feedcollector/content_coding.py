@@ -80,8 +80,10 @@ class _ZlibDecoder:
 
     Which deflate it is shows in the first two bytes, and a gzip member's start in its first
     two: bytes that may begin either wait for the next chunk, whatever size the chunks are.
-    A "gzip" body that does not start as gzip data does (``1f 8b``) is taken as it is: servers
-    label plain files gzip (a doubly configured proxy), and the feed is there to read.
+    A "gzip" body that does not start as gzip data does (``1f 8b``) is read as zlib-wrapped
+    deflate when it starts so (servers mix the two labels up; no text starts so), else taken
+    as it is: servers label plain files gzip (a doubly configured proxy), and the feed is
+    there to read.
     """
 
     def __init__(self, encoding: str, limit: int) -> None:
@@ -104,8 +106,11 @@ class _ZlibDecoder:
                 return b""
             self._started = True
             if self._gzip and not data.startswith(GZIP_MAGIC):
-                self._plain = True
-                return self._budget.take(data)
+                if not _looks_zlib_wrapped(data):
+                    self._plain = True
+                    return self._budget.take(data)
+                self._gzip, self._wbits = False, zlib.MAX_WBITS
+                self._obj = zlib.decompressobj(self._wbits)
             if not self._gzip and not _looks_zlib_wrapped(data):
                 self._obj = zlib.decompressobj(-zlib.MAX_WBITS)
         out: list[bytes] = []
