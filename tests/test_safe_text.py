@@ -24,6 +24,7 @@ def test_one_line_is_one_line_without_controls_within_its_limit(
 ) -> None:
     shown = one_line(text, limit)
     assert not any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in shown)
+    assert not any(0x202A <= ord(c) <= 0x202E or 0x2066 <= ord(c) <= 0x2069 for c in shown)
     assert "\n" not in shown
     assert shown == shown.strip()
     assert limit is None or len(shown) <= limit
@@ -32,6 +33,11 @@ def test_one_line_is_one_line_without_controls_within_its_limit(
 def test_one_line_examples() -> None:
     assert one_line("\x1b[31mred\x1b[0m  and\nbell\x07") == "[31mred [0m and bell"
     assert one_line("a" * 10, 5) == "aaaa\u2026"
+    assert (
+        one_line("Title \u202egnp.exe\u202c <https://a.example/>")
+        == "Title gnp.exe <https://a.example/>"
+    )
+    assert one_line("\u05e9\u05dc\u05d5\u05dd\u200f!") == "\u05e9\u05dc\u05d5\u05dd\u200f!"
 
 
 def test_a_stored_error_keeps_why_after_a_huge_url() -> None:

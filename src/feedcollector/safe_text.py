@@ -10,6 +10,10 @@ QUOTED_CHARS = 200
 their size."""
 
 _CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_DIRECTION_OVERRIDES = re.compile("[\u202a-\u202e\u2066-\u2069]")
+"""Bidirectional embeddings, overrides and isolates: one a title leaves open reverses the rest
+of the terminal line (the feed's URL, the next column). The marks (LRM, RLM) stay: they
+order only what is around them."""
 _NOT_IN_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 _HALF_PAIR = re.compile("[\ud800-\udfff]")
 
@@ -35,9 +39,10 @@ def without_controls(text: str) -> str:
 
 def one_line(text: str, limit: int | None = None) -> str:
     """What a feed or a server wrote, fit for one line of a log or a terminal: control
-    characters gone (an escape sequence would drive the terminal), whitespace collapsed, at
-    most ``limit`` characters."""
-    text = " ".join(_CONTROLS.sub(" ", text).split())
+    characters gone (an escape sequence would drive the terminal), and the bidirectional
+    overrides (:data:`_DIRECTION_OVERRIDES`), whitespace collapsed, at most ``limit``
+    characters."""
+    text = " ".join(_DIRECTION_OVERRIDES.sub("", _CONTROLS.sub(" ", text)).split())
     return text if limit is None or len(text) <= limit else text[: limit - 1] + "\u2026"
 
 
