@@ -8,6 +8,7 @@ import asyncio
 import dataclasses
 import io
 import json
+import re
 import socket
 import sqlite3
 import subprocess
@@ -405,8 +406,7 @@ def test_feeds_not_fetched_have_no_next_fetch_in_json_either(
     table = feedcollector("--config", str(config), "status", cwd=tmp_path)
     (row,) = [line for line in table.stdout.splitlines() if gone in line]
     assert row.startswith("gone")
-    state, fails, _, ago, next_fetch, items = row.split()[:6]
-    assert (state, fails, ago, next_fetch, items) == ("gone", "0", "ago", "-", "1")
+    assert re.match(r"gone +0 +(now|\S+ ago) +- +1 ", row), row  # "now": fetched this second
 
 
 def test_status_prints_what_feeds_wrote_literally(feed_server: FeedServer, tmp_path: Path) -> None:
