@@ -1357,6 +1357,43 @@ def test_a_manual_fetch_takes_back_the_feeds_a_killed_fetch_held(
     ]
 
 
+def test_the_image_tasks_a_killed_collector_leased_are_taken_back(
+    feed_server: FeedServer, project: Callable[..., Project], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A collector killed in its image stage (kill -9, the OOM killer) left its page of tasks
+    leased for half an hour, and no cycle downloaded them meanwhile: image tasks had no
+    owner to judge. Now the next process of this machine takes them back at its start, as it
+    takes back feeds; a task another machine's collector leased stays its own."""
+    for name in "ab":
+        feed_server.route(f"/img/{name}.png", body=png(), headers={"Content-Type": "image/png"})
+    images = '<img src="/img/a.png"><img src="/img/b.png">'
+    body = rss([Entry("A", guid="a", content=images)], link=feed_server.url("/"))
+    p = project([feed_server.route("/feed.xml", body=body)])
+    p.cycle()
+    gone = owner_name(_ended_pid(), "0f0f0f0f")
+    p.execute(
+        "UPDATE image_tasks SET status = 'pending', r2_key = NULL, lease_until = "
+        "'2026-03-02T09:40:00Z', lease_owner = CASE position WHEN 0 THEN ? "
+        "ELSE 'elsewhere:1:ab' END",
+        gone,
+    )
+    p.clock.now += timedelta(minutes=1)
+    with caplog.at_level(logging.WARNING):
+        report = p.cycle()
+    assert report.images_stored == 1
+    tasks = p.rows("SELECT status, lease_owner, lease_until FROM image_tasks ORDER BY position")
+    assert [(task["status"], task["lease_until"]) for task in tasks] == [
+        ("success", None),
+        ("pending", "2026-03-02T09:40:00Z"),
+    ]
+    assert tasks[0]["lease_owner"] != gone, "this process leased it again, and downloaded it"
+    assert tasks[1]["lease_owner"] == "elsewhere:1:ab"
+    assert [r.getMessage() for r in caplog.records if "took back" in r.getMessage()] == [
+        f"images: took back 1 image task from collector {gone} of this machine, whose process "
+        "stopped without letting go (killed?)"
+    ]
+
+
 @pytest.mark.parametrize("force", [False, True])
 def test_the_feeds_a_stopped_collector_of_this_machine_held_are_taken_back(
     feed_server: FeedServer,

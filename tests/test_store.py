@@ -23,6 +23,7 @@ from .cloud import Live, d1_database, live, run_d1_proxy
 from .stepping import SteppingDatabase
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+OWNER = "test-host:1@space:0f0f0f0f"
 LEASE = timedelta(minutes=15)
 
 
@@ -503,7 +504,7 @@ def test_image_tasks_count_attempts_and_fail_at_three(db: Database) -> None:
     def claim_tasks(now: datetime) -> list:  # type: ignore[type-arg]
         return run(
             store_images.claim_image_tasks(
-                db, now=now, lease=LEASE, limit=10, after=store_images.TaskCursor()
+                db, now=now, lease=LEASE, limit=10, after=store_images.TaskCursor(), owner=OWNER
             )
         )
 
@@ -988,7 +989,7 @@ def test_failed_attempts_wait_for_their_retry_and_retry_images_requeues(
     def fail_all(now: datetime, hints: Sequence[datetime | None]) -> list[store_images.Counted]:
         tasks = any_db.run(
             store_images.claim_image_tasks(
-                db, now=now, lease=LEASE, limit=10, after=store_images.TaskCursor()
+                db, now=now, lease=LEASE, limit=10, after=store_images.TaskCursor(), owner=OWNER
             )
         )
         assert [task.feed_url for task in tasks] == ["https://a.example/"] * len(tasks)
@@ -1030,7 +1031,7 @@ def test_failed_attempts_wait_for_their_retry_and_retry_images_requeues(
     assert any_db.run(hasten(db, now=third)) == 0
     due = any_db.run(
         store_images.claim_image_tasks(
-            db, now=third, lease=LEASE, limit=10, after=store_images.TaskCursor()
+            db, now=third, lease=LEASE, limit=10, after=store_images.TaskCursor(), owner=OWNER
         )
     )
     assert sorted(task.attempts for task in due) == [0, 1, 2], "due at once, attempts kept"
@@ -1055,7 +1056,7 @@ def test_a_page_hands_back_only_the_tasks_that_still_hold_its_lease(
     def claim(now: datetime) -> list[ImageTask]:
         return any_db.run(
             store_images.claim_image_tasks(
-                db, now=now, lease=LEASE, limit=10, after=store_images.TaskCursor()
+                db, now=now, lease=LEASE, limit=10, after=store_images.TaskCursor(), owner=OWNER
             )
         )
 
@@ -1193,7 +1194,7 @@ def test_tasks_waiting_for_their_retry_cost_a_claim_nothing(tmp_path: Path) -> N
         db.sql.clear()
         tasks = run(
             store_images.claim_image_tasks(
-                db, now=NOW, lease=LEASE, limit=50, after=store_images.TaskCursor()
+                db, now=NOW, lease=LEASE, limit=50, after=store_images.TaskCursor(), owner=OWNER
             )
         )
         assert [t.retry_at for t in tasks] == [""] * 10 + [format_timestamp(earlier)] * 5
@@ -1230,7 +1231,7 @@ def test_claiming_pages_costs_the_same_at_the_end_as_at_the_start(
         claimed = 0
         while tasks := asyncio.run(
             store_images.claim_image_tasks(
-                db, now=NOW, lease=timedelta(minutes=5), limit=50, after=cursor
+                db, now=NOW, lease=timedelta(minutes=5), limit=50, after=cursor, owner=OWNER
             )
         ):
             claimed += len(tasks)

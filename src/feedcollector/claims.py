@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from . import store, store_schedule, store_sync
+from . import store, store_images, store_schedule, store_sync
 from .clock_step import clock_mark_key, settle_clock
 from .collector import Collector
 from .config import load_feeds
@@ -222,12 +222,23 @@ async def take_back_stopped_leases(collector: Collector, now: datetime) -> None:
     """Let go of the feed leases of collectors of this machine whose process has stopped
     (killed, or left while the database did not answer), once a process: their feeds
     waited for the leases to run out (15 minutes), and a `run --once` from cron skipped
-    them in silence. Maintenance leases are let go the same way (:mod:`.maintenance_leases`)."""
+    them in silence. Their image tasks too: those waited for their lease to run out (half an
+    hour with the default settings), in which no cycle downloaded them. Maintenance leases are let go the same way
+    (:mod:`.maintenance_leases`)."""
     if collector.stopped_leases_checked:
         return
     host = owner_host(collector.owner)
     for owner in await store_schedule.lease_owners_of_host(collector.db, host, now):
         await _take_back_from(collector, owner)
+    for owner in await store_images.image_lease_owners_of_host(collector.db, host, now):
+        if owner != collector.owner and owner_has_stopped(owner):
+            count = await store_images.release_owned_image_tasks(collector.db, owner)
+            log.warning(
+                "images: took back %s from collector %s of this machine, whose process "
+                "stopped without letting go (killed?)",
+                counted(count, "image task"),
+                owner,
+            )
     collector.stopped_leases_checked = True
 
 

@@ -87,7 +87,7 @@ async def download_pending_images(
             if share is not None and await _feeds_waiting(collector, report, began, share):
                 return
             tasks = await store_images.claim_image_tasks(
-                collector.db, now=now, lease=lease, limit=page, after=cursor
+                collector.db, now=now, lease=lease, limit=page, after=cursor, owner=collector.owner
             )
             if not tasks:
                 return

@@ -199,6 +199,17 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
             "WHERE length(pub_date) BETWEEN 17 AND 19 AND pub_date GLOB '[0-9]*-[0-9][0-9]-*Z'",
         ),
     ),
+    (
+        16,
+        "image_tasks.lease_owner: the collector that leased a task, so that the tasks of one "
+        "that was killed are taken back by the next process of its machine instead of waiting "
+        "for the lease to run out; image_tasks_leased finds them among the leased tasks alone",
+        (
+            "ALTER TABLE image_tasks ADD COLUMN lease_owner TEXT",
+            "CREATE INDEX IF NOT EXISTS image_tasks_leased "
+            "ON image_tasks (lease_owner) WHERE lease_until IS NOT NULL",
+        ),
+    ),
 )
 
 

@@ -52,7 +52,7 @@ class TaskCursor:
 
 
 async def claim_image_tasks(
-    db: Database, *, now: datetime, lease: timedelta, limit: int, after: TaskCursor
+    db: Database, *, now: datetime, lease: timedelta, limit: int, after: TaskCursor, owner: str
 ) -> list[ImageTask]:
     """Lease up to ``limit`` pending tasks past ``after`` whose ``retry_at`` has come: new ones
     (``''``) first, then the retries due, oldest due first.
@@ -61,16 +61,18 @@ async def claim_image_tasks(
     created_at, id)`` bounded by ``retry_at <= now``: a feed's tasks share its batch's second,
     and a page found its start among them by reading (and sorting) all of them; the tasks
     waiting for a later retry lie beyond the range's end, and no claim reads them. A task that
-    fails in this cycle moves past ``now`` too, so a later page does not take it again."""
+    fails in this cycle moves past ``now`` too, so a later page does not take it again.
+    ``owner`` (:mod:`.owners`) is kept with the lease: :func:`release_owned_image_tasks`."""
     stamp = format_timestamp(now)
     claimed = await db.query(
-        "UPDATE image_tasks SET lease_until = ? WHERE id IN ("
+        "UPDATE image_tasks SET lease_until = ?, lease_owner = ? WHERE id IN ("
         " SELECT id FROM image_tasks WHERE status = 'pending'"
         " AND (retry_at, created_at, id) > (?, ?, ?) AND retry_at <= ?"  # one range of the index
         " AND (lease_until IS NULL OR lease_until <= ?)"
         " ORDER BY retry_at, created_at, id LIMIT ?) RETURNING id",
         (
             format_timestamp(now + lease),
+            owner,
             after.retry_at,
             after.created_at,
             after.id,
@@ -106,6 +108,30 @@ async def claim_image_tasks(
         ]
     tasks.sort(key=lambda t: (t.retry_at, t.created_at, t.id))
     return tasks
+
+
+async def image_lease_owners_of_host(db: Database, host: str, now: datetime) -> list[str]:
+    """The collectors of host name ``host`` (see :func:`.store_schedule.lease_owners_of_host`)
+    that hold the lease of an image task now; read from the leased tasks alone
+    (``image_tasks_leased``), not from every task."""
+    stamp = format_timestamp(now)
+    rows = await db.query(
+        "SELECT DISTINCT lease_owner FROM image_tasks WHERE lease_until IS NOT NULL "
+        "AND lease_owner >= ? AND lease_owner < ? AND lease_until > ?",
+        (f"{host}:", f"{host};", stamp),  # ";" is the character after ":"
+    )
+    return [row["lease_owner"] for row in rows]
+
+
+async def release_owned_image_tasks(db: Database, owner: str) -> int:
+    """Let go of the image tasks ``owner`` leased (a collector that stopped without handing
+    them back): due again at once, no attempt counted. How many."""
+    rows = await db.query(
+        "UPDATE image_tasks SET lease_until = NULL, lease_owner = NULL "
+        "WHERE lease_owner = ? AND lease_until IS NOT NULL RETURNING id",
+        (owner,),
+    )
+    return len(rows)
 
 
 @dataclass(frozen=True, slots=True)
