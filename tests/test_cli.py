@@ -528,6 +528,17 @@ def _hangup_as_a_terminal_leaves_it() -> None:
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
+def _started_in_a_terminal(config: Path, *command: str) -> subprocess.Popen[str]:
+    """A collector command as a process that a closed terminal's SIGHUP reaches."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "feedcollector", "--config", str(config), *command],
+        cwd=config.parent,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_hangup_as_a_terminal_leaves_it,
+    )
+
+
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGHUP])
 def test_run_stops_cleanly_on_sigterm_after_in_flight_feeds(
     feed_server: FeedServer, tmp_path: Path, stop: signal.Signals
@@ -536,13 +547,7 @@ def test_run_stops_cleanly_on_sigterm_after_in_flight_feeds(
     feeds then skipped by the next run until their lease ran out: it stops like SIGTERM."""
     slow = feed_server.route("/slow", Route(body=rss([Entry("slow", guid="s")]), delay_s=1.5))
     config = write_project(tmp_path, [slow])
-    process = subprocess.Popen(
-        [sys.executable, "-m", "feedcollector", "--config", str(config), "run"],
-        cwd=tmp_path,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=_hangup_as_a_terminal_leaves_it,
-    )
+    process = _started_in_a_terminal(config, "run")
     try:
         deadline = time.monotonic() + 60
         while not feed_server.hits("/slow") and time.monotonic() < deadline:
@@ -575,13 +580,7 @@ def test_fetch_stops_on_sigterm_as_on_ctrl_c_and_hands_back_its_feeds(
     config = write_project(tmp_path, [slow, quick])
     assert feedcollector("--config", str(config), "run", "--once", cwd=tmp_path).returncode == 0
     route.delay_s = 30
-    process = subprocess.Popen(
-        [sys.executable, "-m", "feedcollector", "--config", str(config), "fetch", "--all"],
-        cwd=tmp_path,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=_hangup_as_a_terminal_leaves_it,
-    )
+    process = _started_in_a_terminal(config, "fetch", "--all")
     try:
         deadline = time.monotonic() + 60
         while len(feed_server.hits("/slow")) < 2 and time.monotonic() < deadline:
