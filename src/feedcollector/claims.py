@@ -222,8 +222,8 @@ async def take_back_stopped_leases(collector: Collector, now: datetime) -> None:
     """Let go of the feed leases of collectors of this machine whose process has stopped
     (killed, or left while the database did not answer), once a process: their feeds
     waited for the leases to run out (15 minutes), and a `run --once` from cron skipped
-    them in silence. Their image tasks too: those waited for their lease to run out (half an
-    hour with the default settings), in which no cycle downloaded them. Maintenance leases are let go the same way
+    them in silence. Their image tasks too: those waited for their lease (half an hour at
+    the defaults), no cycle downloading them. Maintenance leases are let go the same way
     (:mod:`.maintenance_leases`)."""
     if collector.stopped_leases_checked:
         return
@@ -231,26 +231,24 @@ async def take_back_stopped_leases(collector: Collector, now: datetime) -> None:
     for owner in await store_schedule.lease_owners_of_host(collector.db, host, now):
         await _take_back_from(collector, owner)
     for owner in await store_images.image_lease_owners_of_host(collector.db, host, now):
-        if owner != collector.owner and owner_has_stopped(owner):
-            count = await store_images.release_owned_image_tasks(collector.db, owner)
-            log.warning(
-                "images: took back %s from collector %s of this machine, whose process "
-                "stopped without letting go (killed?)",
-                counted(count, "image task"),
-                owner,
-            )
+        await _take_back_from(collector, owner, images=True)
     collector.stopped_leases_checked = True
 
 
-async def _take_back_from(collector: Collector, owner: str | None) -> bool:
-    """Hand back every feed ``owner`` holds when it is a stopped collector of this machine."""
+async def _take_back_from(collector: Collector, owner: str | None, *, images: bool = False) -> bool:
+    """Hand back every feed (or image task) ``owner`` holds when it is a stopped collector of
+    this machine."""
     if owner is None or owner == collector.owner or not owner_has_stopped(owner):
         return False
-    count = await store_schedule.release_owned_feeds(collector.db, owner)
+    if images:
+        count = await store_images.release_owned_image_tasks(collector.db, owner)
+    else:
+        count = await store_schedule.release_owned_feeds(collector.db, owner)
     log.warning(
-        "schedule: took back %s from collector %s of this machine, whose process stopped "
+        "%s: took back %s from collector %s of this machine, whose process stopped "
         "without letting go (killed?)",
-        counted(count, "feed"),
+        "images" if images else "schedule",
+        counted(count, "image task" if images else "feed"),
         owner,
     )
     return True
