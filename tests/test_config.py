@@ -844,6 +844,11 @@ def test_bad_interval_shows_the_default(tmp_path: Path) -> None:
             3,
             '"title" must be text, got 1984. Put the title in quotes.',
         ),
+        (  # YAML 1.1's "value" type; a TaggedScalar was all the error said
+            "feeds:\n  - url: https://a.example/\n    title: =\n",
+            3,
+            '"title" must be text, got "=" read as YAML type tag:yaml.org,2002:value. Put',
+        ),
         (
             'feeds:\n  - url: https://a.example/\n    title: "a \\udc00"\n',
             3,

@@ -94,6 +94,9 @@ def describe_value(value: object) -> str:
         return "a mapping"
     if isinstance(value, list | tuple):
         return "a list"
+    tag, text = getattr(value, "tag", None), getattr(value, "value", None)
+    if tag is not None and isinstance(text, str):  # YAML reads a bare "=" as a typed value
+        return f"{describe_value(text)} read as YAML type {getattr(tag, 'value', tag)}"
     return f"a {type(value).__name__}"
 
 
