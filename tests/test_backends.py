@@ -108,7 +108,8 @@ def test_readers_migrate_only_a_database_a_collector_opened(database: Live[Datab
     ours = "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT GLOB '_cf_*'"
     assert database.run(db.query(ours)) == [], "nothing created (D1 keeps its own _cf_ table)"
     database.run(migrate(db))
-    database.run(db.query("DELETE FROM schema_migrations WHERE version = ?", (latest_version(),)))
+    rerun = 15  # an UPDATE, which may run twice (an ADD COLUMN may not)
+    database.run(db.query("DELETE FROM schema_migrations WHERE version = ?", (rerun,)))
     db.round_trips = 0
     assert database.run(migrate_existing(db))
     assert db.round_trips == 3, "the check, the versions, the one migration left"
