@@ -701,6 +701,16 @@ def test_backup_db_copies_a_live_database(feed_server: FeedServer, tmp_path: Pat
     assert not list(tmp_path.glob(".backup-db-*"))
 
 
+def test_backup_db_of_a_folder_says_it_is_a_folder(tmp_path: Path) -> None:
+    """It said "there is no database at ... yet", sending its user to run a collector."""
+    (tmp_path / "data").mkdir()
+    config = tmp_path / "feedcollector.toml"
+    config.write_text('[database]\npath = "data"\n')
+    result = feedcollector("--config", str(config), "backup-db", "x.db", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "data is a folder, not a database file" in result.stderr
+
+
 def test_backup_db_points_d1_users_to_wrangler(tmp_path: Path) -> None:
     config = tmp_path / "cloud.toml"
     config.write_text('[database]\nbackend = "d1"\nurl = "http://127.0.0.1:9/"\n')

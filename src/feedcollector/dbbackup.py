@@ -19,6 +19,11 @@ from .errors import ConfigError, DatabaseError
 
 def backup_sqlite(source: Path, target: Path) -> int:
     """Write a checked snapshot of ``source`` to ``target`` (which must not exist); its size."""
+    if source.is_dir():
+        raise ConfigError(
+            f"backup-db: {source} is a folder, not a database file; point [database] path at "
+            "the collector's database file."
+        )
     if not source.is_file():
         raise ConfigError(
             f"backup-db: there is no database at {source} yet (it is created by the first "
