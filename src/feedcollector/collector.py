@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -38,6 +39,16 @@ STOP_PATIENCE = timedelta(seconds=10)
 ``[database] timeout``): a D1 request or a SQLite batch takes well under a second, and a
 service manager's stop should not wait a timeout per write for a Worker that stopped answering
 or another process that holds SQLite's write lock."""
+
+
+def termination_signals() -> list[int]:
+    """SIGTERM, and SIGHUP (a closed terminal, an ssh session gone) unless the process was
+    started to ignore it (``nohup``): what stops a command as Ctrl-C does."""
+    signals: list[int] = [signal.SIGTERM]
+    hangup = getattr(signal, "SIGHUP", None)
+    if hangup is not None and signal.getsignal(hangup) is signal.SIG_DFL:
+        signals.append(hangup)
+    return signals
 
 
 @dataclass

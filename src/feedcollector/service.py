@@ -25,7 +25,13 @@ from pathlib import Path
 from . import retention, retention_daily, store
 from .backends.sqlite import file_identity
 from .claims import sync_feeds_file
-from .collector import STOP_PATIENCE, Collector, StopRequest, open_collector
+from .collector import (
+    STOP_PATIENCE,
+    Collector,
+    StopRequest,
+    open_collector,
+    termination_signals,
+)
 from .config import Settings
 from .errors import ConfigError, StorageError
 from .held_lease import LeaseLost
@@ -309,14 +315,9 @@ def _until(moment: datetime, now: datetime) -> timedelta:
 
 
 def _stop_signals() -> list[int]:
-    """SIGINT, SIGTERM, and SIGHUP (a closed terminal, an ssh session gone: it killed the
-    process mid-fetch, its feeds then skipped by the next one until their lease ran out),
-    unless the process was started to ignore it (``nohup``)."""
-    signals: list[int] = [signal.SIGINT, signal.SIGTERM]
-    hangup = getattr(signal, "SIGHUP", None)
-    if hangup is not None and signal.getsignal(hangup) is signal.SIG_DFL:
-        signals.append(hangup)
-    return signals
+    """SIGINT and :func:`.collector.termination_signals` (SIGHUP killed the process
+    mid-fetch, its feeds then skipped by the next one until their lease ran out)."""
+    return [signal.SIGINT, *termination_signals()]
 
 
 def _stop_on_signals(stop: StopRequest) -> Callable[[], None]:

@@ -11,7 +11,6 @@ import asyncio
 import gc
 import logging
 import os
-import signal
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ from typer.core import TyperGroup
 from typer.exceptions import TyperException
 
 from ..backends import require_database_file
-from ..collector import Collector, open_collector
+from ..collector import Collector, open_collector, termination_signals
 from ..config import CONFIG_ENV, PACKAGE_VERSION, Settings, load_feeds, load_settings
 from ..config_sections import LogSettings
 from ..config_values import describe_value
@@ -258,13 +257,9 @@ def _cancel_on_termination() -> None:
     the running command as Ctrl-C does, so its ``finally`` blocks hand back what it holds."""
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
-    hangup = getattr(signal, "SIGHUP", None)
-    wanted = [signal.SIGTERM]
-    if hangup is not None and signal.getsignal(hangup) is signal.SIG_DFL:
-        wanted.append(hangup)
     if task is None:
         return
-    for signum in wanted:
+    for signum in termination_signals():
         try:
             loop.add_signal_handler(signum, task.cancel)
         except (NotImplementedError, RuntimeError):  # Windows, or not the main thread
