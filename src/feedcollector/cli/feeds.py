@@ -20,6 +20,7 @@ from ..backends import no_database_file, open_database
 from ..collector import fetch_limits
 from ..config import Settings, load_feeds
 from ..config_values import check_http_url, parse_duration
+from ..dbbackup import SQLITE_COMPANIONS
 from ..discover import Discovery, FoundFeed, discover_feeds
 from ..errors import ConfigError, StorageError
 from ..feeds_file import MIN_FEED_INTERVAL, feed_url_key
@@ -315,13 +316,22 @@ def _collector_file(settings: Settings, file: Path) -> str | None:
         # transactions a running collector had not checkpointed yet; one written where
         # none is yet, or where the database is not created yet, is garbage SQLite trips on.
         own["SQLite database"] = database
-        for suffix, what in (("-wal", "write-ahead log"), ("-shm", "shared memory index")):
-            own[f"SQLite database's {what}"] = database.with_name(database.name + suffix)
-        own["SQLite database's rollback journal"] = database.with_name(database.name + "-journal")
+        for suffix in SQLITE_COMPANIONS:
+            own[f"SQLite database's {_COMPANION_NAMES[suffix]}"] = database.with_name(
+                database.name + suffix
+            )
     for name, path in own.items():
         if path is not None and _same_file(file, path):
             return name
     return None
+
+
+_COMPANION_NAMES = {
+    "-wal": "write-ahead log",
+    "-shm": "shared memory index",
+    "-journal": "rollback journal",
+}
+"""What each of :data:`.dbbackup.SQLITE_COMPANIONS` is, as a refusal names it."""
 
 
 def _same_file(file: Path, path: Path) -> bool:
