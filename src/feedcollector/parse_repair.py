@@ -148,18 +148,16 @@ def whole_items(data: bytes) -> bytes | None:
     return data[:cut_item]
 
 
-_ITEM_END_RE = re.compile(rb"</(?:[A-Za-z_][\w.-]*:)?(?:item|entry)\s*>", re.I)
-_CONTAINER_END_RE = re.compile(rb"</(?:[A-Za-z_][\w.-]*:)?(?:channel|rss|feed|rdf)\s*>", re.I)
-
-
 def ends_unclosed(data: bytes) -> bool:
     """Whether ``data`` ends after its last whole item (or before its first) without closing
     its channel or root: cut off between two items (a connection closed at a flush, a script
     that died after writing an item, its error message after it). Nothing is left out, but
     items may have followed: the whole body must come again, not a 304 to this one's
     validators. (One that ends inside an item: :func:`whole_items`.)"""
-    last_end = max((end.end() for end in _ITEM_END_RE.finditer(data)), default=0)
-    return _CONTAINER_END_RE.search(data, last_end) is None
+    last: bytes | None = None  # the name of the last end tag: an item's, or its container's
+    for end in _END_RE.finditer(data):
+        last = end["name"].lower()
+    return last in (None, b"item", b"entry")
 
 
 _ITEM_TAG_RE = re.compile(
