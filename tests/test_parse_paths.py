@@ -111,6 +111,16 @@ CASES = {
         "<item><guid>urn:Ünï</guid></item><item><link>http://s.example/caf\u00e9</link></item>"
         "<item><title>Caf\u00c3\u00a9</title></item><item><guid>urn:\u00c3\u00a9</guid></item>"
     ),
+    "rss relative links after an item's xml:base": rss(
+        '<item xml:base="http://i.example/d/"><link>a</link></item><item><link>b</link></item>'
+        '<item><description xml:base="http://d.example/">&lt;a href="x"&gt;</description>'
+        '<link>c</link></item><item xml:base="sub/"><link>d</link></item>'
+    ),
+    "atom relative links after an entry's xml:base": atom(
+        '<entry xml:base="http://i.example/d/"><link href="a"/></entry><entry><link href="b"/>'
+        '</entry><entry><content type="html" xml:base="http://c.example/">x</content>'
+        '<link href="c"/></entry>'
+    ),
     "rss blank guids": rss(
         "<item><guid></guid><link>http://s.example/eg</link></item>"
         "<item><guid>  </guid><title>t</title></item><item><guid/><title>t2</title></item>"
@@ -144,6 +154,28 @@ def test_an_entry_id_is_taken_as_written_whatever_xml_base_is_in_effect(broken: 
     assert [item.guid for item in parse_feed(body, BASE_URL).items] == ["t3_1", "e2", "http:///x"]
     guids = rss('<item xml:base="http://i.example/d/"><guid>g1</guid></item>', FEED_BASE)
     assert [item.guid for item in parse_feed(guids + b"<" * broken, BASE_URL).items] == ["g1"]
+
+
+@pytest.mark.parametrize("broken", [False, True], ids=["fast path", "feedparser"])
+def test_a_base_ends_with_the_element_that_declares_it(broken: bool) -> None:
+    """feedparser, given no base URL (links are joined to the feed's link afterwards), kept
+    the ``xml:base`` of an item or a description in effect after the element ended: its base
+    stack held "" for the elements around it, and an empty base is not restored. The relative
+    links of the items after it came out under that base, and broken days stored them again
+    under those GUIDs. XML Base scopes a base to its element; both paths now do."""
+    body = rss(
+        '<item xml:base="http://i.example/d/"><link>a</link></item><item><link>b</link></item>'
+        '<item><description xml:base="http://d.example/">&lt;img src="i.png"&gt;</description>'
+        "<link>c</link></item>"
+    ) + (b"<" if broken else b"")
+    feed = parse_feed(body, BASE_URL)
+    assert feed.format == ("rss-fallback" if broken else "rss")
+    assert [item.link for item in feed.items] == [
+        "http://i.example/d/a",
+        "http://site.example/blog/b",
+        "http://site.example/blog/c",
+    ]
+    assert feed.items[2].content_html == '<img src="http://d.example/i.png">'
 
 
 @pytest.mark.parametrize("broken", [False, True], ids=["fast path", "feedparser"])

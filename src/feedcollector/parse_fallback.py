@@ -31,6 +31,7 @@ from .parse_common import (
     permalink,
     ttl_minutes,
 )
+from .parse_fallback_hooks import BASE_KEY
 from .parse_text import text_html
 from .text_repair import readable
 
@@ -125,7 +126,6 @@ def _entry(
         for text in (_string(_key(entry, "published")), _string(_key(entry, "updated")))
         if text
     )
-    entry_base = _detail_base(content_detail, base_url) or _detail_base(summary_detail, base_url)
     guid = None if format_name == "rdf" else _string(_key(entry, "id"))
     if loose and guid is not None:
         guid = _written_id(guid)
@@ -140,7 +140,9 @@ def _entry(
             content=content,
             description=summary,
             dates=dates,
-            base=entry_base or default_base,
+            base=base_url if _key(entry, BASE_KEY) else default_base,  # joined by feedparser
+            content_base=_detail_base(content_detail, base_url),
+            description_base=_detail_base(summary_detail, base_url),
             enclosure=_enclosure_url(entry),
         )
     )
