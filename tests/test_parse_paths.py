@@ -6,6 +6,9 @@ made ill-formed after its root)."""
 
 from __future__ import annotations
 
+import hashlib
+from datetime import datetime
+
 import pytest
 
 from feedcollector.models import ParsedItem
@@ -121,6 +124,32 @@ CASES = {
         '</entry><entry><content type="html" xml:base="http://c.example/">x</content>'
         '<link href="c"/></entry>'
     ),
+    "rss items of two guids, links or titles": rss(
+        "<item><guid>g1</guid><guid>g2</guid></item><item><guid></guid><guid>g3</guid></item>"
+        "<item><guid>g4</guid><guid/></item><item><link/><link>http://s.example/l</link></item>"
+        "<item><title/><dc:title>dc</dc:title><pubDate/><pubDate>Tue, 02 Jan 2024 00:00:00 GMT"
+        "</pubDate></item>"
+        '<item><guid isPermaLink="false"/><guid>http://s.example/p</guid></item>'
+    ),
+    "rss dates of several kinds": rss(
+        "<item><title>a</title><dc:date>2024-02-02T00:00:00Z</dc:date>"
+        "<atom:published>2024-01-01T00:00:00Z</atom:published></item>"
+        "<item><title>b</title><atom:published>2024-01-01T00:00:00Z</atom:published>"
+        "<pubDate>Tue, 02 Jan 2024 00:00:00 GMT</pubDate><pubDate>Wed, 03 Jan 2024 00:00:00 GMT"
+        "</pubDate></item>"
+        "<item><title>c</title><atom:updated>2024-01-04T00:00:00Z</atom:updated>"
+        "<dc:date>2024-01-05T00:00:00Z</dc:date></item>",
+    ),
+    "rss links of both kinds and an atom:id": rss(
+        '<item><atom:link rel="alternate" href="http://s.example/a"/>'
+        "<link>http://s.example/l</link></item><item><title>t</title><atom:id>urn:x</atom:id>"
+        "</item>"
+    ),
+    "atom entries of two ids and dates": atom(
+        "<entry><id>i1</id><id>i2</id></entry><entry><id/><id>i3</id></entry>"
+        "<entry><title>a</title><updated>2024-01-01T00:00:00Z</updated>"
+        "<updated>2024-01-02T00:00:00Z</updated></entry>"
+    ),
     "rss blank guids": rss(
         "<item><guid></guid><link>http://s.example/eg</link></item>"
         "<item><guid>  </guid><title>t</title></item><item><guid/><title>t2</title></item>"
@@ -128,12 +157,14 @@ CASES = {
 }
 
 
-def _keys(items: tuple[ParsedItem, ...]) -> list[tuple[str, str | None]]:
-    return [(item.guid, item.link) for item in items]
+def _keys(
+    items: tuple[ParsedItem, ...],
+) -> list[tuple[str, str | None, str | None, datetime | None]]:
+    return [(item.guid, item.link, item.title, item.pub_date) for item in items]
 
 
 @pytest.mark.parametrize("body", CASES.values(), ids=list(CASES))
-def test_both_paths_give_every_item_the_fast_paths_guid_and_link(body: bytes) -> None:
+def test_both_paths_give_every_item_the_fast_paths_guid_link_title_and_date(body: bytes) -> None:
     fast = parse_feed(body, BASE_URL, lenient=False)
     assert fast.items
     strict_feedparser = parse_with_feedparser(body, BASE_URL)
@@ -176,6 +207,25 @@ def test_a_base_ends_with_the_element_that_declares_it(broken: bool) -> None:
         "http://site.example/blog/c",
     ]
     assert feed.items[2].content_html == '<img src="http://d.example/i.png">'
+
+
+@pytest.mark.parametrize("broken", [False, True], ids=["fast path", "feedparser"])
+def test_an_item_of_two_guids_is_known_by_its_first_with_text(broken: bool) -> None:
+    """feedparser keeps an item's last ``<guid>`` (and last date of a kind), even an empty
+    one, which is plainly an accident of its parser: both paths take the first with text, the
+    fast path's rule (an empty one before it counts as absent, as feedparser's titles do), so
+    no stored GUID changes and a broken day reads the same."""
+    body = rss(
+        "<item><guid>g1</guid><guid>g2</guid></item><item><guid></guid><guid>g3</guid></item>"
+        "<item><guid>g4</guid><guid> </guid></item>"
+        "<item><title>t</title><pubDate>Mon, 01 Jan 2024 00:00:00 GMT</pubDate>"
+        "<pubDate>Tue, 02 Jan 2024 00:00:00 GMT</pubDate></item>"
+    ) + (b"<" if broken else b"")
+    feed = parse_feed(body, BASE_URL)
+    assert feed.format == ("rss-fallback" if broken else "rss")
+    assert [item.guid for item in feed.items[:3]] == ["g1", "g3", "g4"]
+    assert feed.items[3].raw_pub_date == "Mon, 01 Jan 2024 00:00:00 GMT"
+    assert feed.items[3].guid == hashlib.md5(b"tMon, 01 Jan 2024 00:00:00 GMT").hexdigest()
 
 
 @pytest.mark.parametrize("broken", [False, True], ids=["fast path", "feedparser"])

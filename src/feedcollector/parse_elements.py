@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from lxml import etree
 
 from .html import resolve_url
-from .parse_tags import FieldTable, Slots, children_slots, element_name, wildcards
+from .parse_tags import FieldTable, Slots, children_slots, element_name, is_blank, wildcards
 from .parse_text import text_of
 
 XML_BASE = "{http://www.w3.org/XML/1998/namespace}base"
@@ -42,8 +42,9 @@ def item_fields(
     wildcards: tuple[str, ...],
     every: int | None = None,
 ) -> Iterator[tuple[etree._Element, list[etree._Element | None], list[etree._Element]]]:
-    """Each item with its first child per slot of ``table``, and all its children of slot
-    ``every`` (Atom links).
+    """Each item with its first child per slot of ``table`` (for its :attr:`~.parse_tags.
+    FieldTable.texts` slots, its first with text), and all its children of slot ``every``
+    (Atom links).
 
     Found in ONE walk of ``container`` filtered on ``wildcards`` in C: the tag matcher is built
     once per document rather than once per item (the dominant cost for podcast feeds), and
@@ -61,6 +62,7 @@ def item_fields(
     width = table.width
     by_item: dict[etree._Element | None, Slots] = {item: ([None] * width, []) for item in items}
     memo = table.memo
+    texts = table.texts
     for element in container.iter(*wildcards):
         found = by_item.get(element.getparent())
         if found is None:
@@ -71,7 +73,7 @@ def item_fields(
             continue
         if slot == every:
             found[1].append(element)
-        elif found[0][slot] is None:
+        elif found[0][slot] is None or (slot in texts and is_blank(found[0][slot])):
             found[0][slot] = element
     if not items:
         return

@@ -31,7 +31,7 @@ from .parse_common import (
     permalink,
     ttl_minutes,
 )
-from .parse_fallback_hooks import BASE_KEY
+from .parse_fallback_hooks import BASE_KEY, PERMALINK_KEY, RECORD_KEY
 from .parse_text import text_html
 from .text_repair import readable
 
@@ -113,7 +113,8 @@ def _entry(
     GUIDs. So an RSS ``<enclosure>`` is no link (feedparser lists it among the links beside
     ``<link rel="enclosure">``, which the fast path does read: ``linked_enclosures`` says the
     document has such links), an RSS 1.0 item's ``rdf:about`` is no GUID (feedparser's
-    ``id``; the fast path reads ``<guid>``, then the link), and an Atom ``<id>`` is no link
+    ``id``; the fast path reads ``<guid>``, then the link), an entry's GUID, link and dates
+    are its first with text (:mod:`.parse_fallback_hooks`), and an Atom ``<id>`` is no link
     (feedparser's ``guidislink``: only an RSS ``<guid>`` is a permalink). ``loose``: read by
     feedparser's loose parser, which leaves the id escaped (:func:`_written_id`)."""
     contents = _key(entry, "content")
@@ -121,17 +122,20 @@ def _entry(
     summary_detail = _key(entry, "summary_detail")
     content = _detail_html(content_detail)
     summary = _detail_html(summary_detail) or _plain_html(_string(_key(entry, "summary")))
+    record = _key(entry, RECORD_KEY) or {}
+    atom = format_name == "atom"
     dates = tuple(
-        text
-        for text in (_string(_key(entry, "published")), _string(_key(entry, "updated")))
-        if text
+        text for names in (ATOM_DATES if atom else RSS_DATES) if (text := _first(record, names))
     )
-    guid = None if format_name == "rdf" else _string(_key(entry, "id"))
+    guid = _first(record, ("id",) if atom else ("guid",))
     if loose and guid is not None:
         guid = _written_id(guid)
-    link = _alternate_link(_key(entry, "links"), enclosures=linked_enclosures)
-    if link is None and format_name == "rss":
-        link = permalink(guid, bool(_key(entry, "guidislink")))
+    link = None if atom else _first(record, ("link",))
+    if link is None:
+        link = _alternate_link(_key(entry, "links"), enclosures=linked_enclosures)
+    if link is None and not atom:
+        link = permalink(guid, _key(entry, PERMALINK_KEY) is not False)
+    entry_base = _string(_key(entry, BASE_KEY))
     return finish_item(
         RawEntry(
             title=_string(_key(entry, "title")),
@@ -140,7 +144,7 @@ def _entry(
             content=content,
             description=summary,
             dates=dates,
-            base=base_url if _key(entry, BASE_KEY) else default_base,  # joined by feedparser
+            base=base_url if entry_base else default_base,  # joined by feedparser
             content_base=_detail_base(content_detail, base_url),
             description_base=_detail_base(summary_detail, base_url),
             enclosure=_enclosure_url(entry),
@@ -156,6 +160,27 @@ def _written_id(escaped: str) -> str:
     if "&" not in escaped:
         return escaped
     return xml.sax.saxutils.unescape(escaped, {"&quot;": '"', "&apos;": "'"})  # &amp; last
+
+
+RSS_DATES = (
+    ("pubdate",),
+    ("dc:date",),
+    ("published", "issued", "dcterms:issued", "dcterms:created"),
+    ("updated", "modified", "dcterms:modified"),
+)
+"""An RSS item's dates in the fast path's order (:data:`.parse_tags.RSS_ITEM_SLOTS`), each
+by the names feedparser gives them (Atom's without a prefix)."""
+ATOM_DATES = (
+    ("published", "issued", "created", "dcterms:created"),
+    ("updated", "modified", "dc:date"),
+)
+"""An Atom entry's dates in the fast path's order (:data:`.parse_tags.ATOM_ENTRY_SLOTS`)."""
+
+
+def _first(record: dict[str, tuple[int, str]], names: tuple[str, ...]) -> str | None:
+    """The first text an entry has under any of ``names`` (:mod:`.parse_fallback_hooks`)."""
+    found = [record[name] for name in names if name in record]
+    return min(found)[1] if found else None
 
 
 def _enclosure_url(entry: object) -> str | None:

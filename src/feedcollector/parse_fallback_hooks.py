@@ -1,6 +1,6 @@
 """Corrections to feedparser's reading, installed on its parser class for :mod:`.parse_fallback`
 (feedparser serves only that module), so that a feed broken one day and well-formed the next
-gives its items the links and GUIDs of the fast path.
+gives its items the links, GUIDs and dates of the fast path.
 
 **The base an element declares ends with it.** feedparser restores the enclosing ``xml:base``
 at an end tag only when that base is not empty; without a base URL of its own (none is given:
@@ -9,6 +9,14 @@ empty until an ``xml:base`` is declared, so the base of an item, or of a descrip
 in effect for the rest of the feed, and the relative links after it were joined to it. The
 ``xml:base`` in effect at each entry is recorded too (:data:`BASE_KEY`): feedparser's details
 hold a content's own base, which is no base for the entry's link.
+
+**An entry's fields as the fast path reads them.** feedparser keeps the last ``<guid>`` and
+the last date of each kind (``pubDate``, ``dcterms:issued`` and Atom's ``published`` are all
+its ``published``), even an empty one, reads an ``<atom:id>`` as an RSS item's guid, and
+lists an RSS ``<link>`` among the ``<atom:link>`` elements. The first text of each name in
+:data:`RECORDED` among an entry's children is recorded with its place (:data:`RECORD_KEY`),
+and :mod:`.parse_fallback` takes the first with text of the names the fast path reads, in its
+order (:data:`.parse_tags.RSS_ITEM_SLOTS`).
 """
 
 from __future__ import annotations
@@ -18,6 +26,39 @@ from typing import Any
 
 import feedparser.mixin
 
+RECORDED = frozenset(
+    {
+        "guid",
+        "id",
+        "link",
+        "pubdate",
+        "dc:date",
+        "published",
+        "issued",
+        "created",
+        "dcterms:issued",
+        "dcterms:created",
+        "updated",
+        "modified",
+        "dcterms:modified",
+    }
+)
+"""The element names (as feedparser names them: Atom's without a prefix) whose first text is
+recorded; each is stored by feedparser under the key :data:`STORED_AS` names."""
+STORED_AS = {
+    "guid": "id",
+    "pubdate": "published",
+    "dc:date": "updated",
+    "issued": "published",
+    "dcterms:issued": "published",
+    "dcterms:created": "created",
+    "modified": "updated",
+    "dcterms:modified": "updated",
+}
+RECORD_KEY = "feedcollector_fields"
+"""Entry key of the recorded texts: element name -> (place among the entry's children, text)."""
+PERMALINK_KEY = "feedcollector_permalink"
+"""Entry key of whether its recorded ``<guid>`` is a permalink (no ``isPermaLink="false"``)."""
 BASE_KEY = "feedcollector_base"
 """Entry key of the ``xml:base`` in effect at the entry ("" where none is)."""
 
@@ -28,16 +69,45 @@ _start_item: Callable[[Any, dict[str, str]], None] = _Mixin._start_item
 
 def _entry_start(parser: Any, attributes: dict[str, str]) -> None:
     _start_item(parser, attributes)
-    parser.entries[-1][BASE_KEY] = parser.baseuri or ""
+    entry = parser.entries[-1]
+    entry[BASE_KEY] = parser.baseuri or ""
+    entry[RECORD_KEY] = {}
 
 
-def _end_tag_base_restored(parser: Any, tag: str) -> None:
-    """feedparser's end of an element, then the base in effect before it, empty or not."""
-    _end_tag(parser, tag)
+def _end_tag_recorded(parser: Any, written: str) -> None:
+    """feedparser's end of an element, then the record of an entry's field and the base."""
+    tag = written
+    prefix, _, local = tag.rpartition(":")
+    if prefix:  # the loose parser's tag is as written: its prefix mapped as feedparser maps it
+        prefix = parser.namespacemap.get(prefix, prefix)
+        tag = f"{prefix}:{local}" if prefix else local
+    of_entry = tag in RECORDED and parser.inentry and not parser.insource
+    if tag == "link":  # only a link of text (RSS's); an Atom link's href is no text
+        of_entry = of_entry and bool(parser.elementstack) and parser.elementstack[-1][0] == "link"
+    _end_tag(parser, written)
+    if of_entry:
+        _record(parser, tag)
     if parser.basestack:
         parser.baseuri = parser.basestack[-1]
 
 
-_Mixin.unknown_endtag = _end_tag_base_restored
+def _record(parser: Any, tag: str) -> None:
+    """The text of the element ``tag`` that just ended, if it is the first of its name with
+    text among the entry's own children (a nested one, as in ``<media:group>``, does not
+    replace a shallower one in feedparser's entry, nor counts here)."""
+    entry = parser.entries[-1]
+    key = STORED_AS.get(tag, tag)
+    text = dict.get(entry, key)
+    record = dict.get(entry, RECORD_KEY)
+    if not (isinstance(text, str) and text and isinstance(record, dict)) or tag in record:
+        return
+    if key != "link" and parser.property_depth_map.get(entry, {}).get(key) != parser.depth + 1:
+        return  # the text is a shallower element's
+    record[tag] = (len(record), text)
+    if tag == "guid":
+        entry[PERMALINK_KEY] = bool(parser.guidislink)
+
+
+_Mixin.unknown_endtag = _end_tag_recorded
 _Mixin._start_item = _entry_start
 _Mixin._start_entry = _entry_start

@@ -20,6 +20,8 @@ from typing import Generic, TypeVar
 
 from lxml import etree
 
+from .parse_text import text_of
+
 NAMESPACE_PREFIXES = {
     "purl.org/rss/1.0": "",
     "my.netscape.com/rdf/simple/0.9": "",
@@ -170,10 +172,18 @@ class FieldTable(Generic[Field]):
     those are memoized per tag and prefix in :attr:`prefixed`, never in :attr:`memo`.
     """
 
-    __slots__ = ("folded", "local_names", "memo", "prefixed", "strip_atom", "width")
+    __slots__ = ("folded", "local_names", "memo", "prefixed", "strip_atom", "texts", "width")
 
-    def __init__(self, fields: dict[str, Field], *, strip_atom: bool = False) -> None:
+    def __init__(
+        self,
+        fields: dict[str, Field],
+        *,
+        strip_atom: bool = False,
+        texts: Iterable[Field] = (),
+    ) -> None:
         self.folded: dict[str, Field] = {name.lower(): field for name, field in fields.items()}
+        self.texts: frozenset[Field] = frozenset(texts)
+        """Slots whose first element WITH TEXT counts (a blank one before it is absent)."""
         self.local_names = frozenset(name.rpartition(":")[2] for name in self.folded)
         self.strip_atom = strip_atom
         self.memo: dict[str, Field | None] = {}
@@ -232,9 +242,16 @@ def children_slots(item: etree._Element, table: FieldTable[int], every: int | No
             continue
         if slot == every:
             links.append(child)
-        elif fields[slot] is None:
+        elif fields[slot] is None or (slot in table.texts and is_blank(fields[slot])):
             fields[slot] = child
     return fields, links
+
+
+def is_blank(element: etree._Element | None) -> bool:
+    """Whether ``element`` has no text: read only for a field's second element, so an item
+    whose first ``<guid>`` (title, link, date) is empty takes its next one, as feedparser
+    takes the first non-empty title and link."""
+    return element is not None and (not (text := text_of(element)) or text.isspace())
 
 
 @lru_cache(maxsize=1024)
@@ -266,9 +283,10 @@ def by_prefix(tag: str, prefix: str | None) -> str:
 
 
 RSS_CHANNEL = FieldTable(RSS_CHANNEL_FIELDS)
-RSS_ITEM = FieldTable(RSS_ITEM_SLOTS)
+RSS_ITEM = FieldTable(RSS_ITEM_SLOTS, texts=(0, 1, 2, 5, 6, 10, 11))
+"""Title, link, GUID and the dates: the values an item's identity is made of."""
 ATOM_FEED = FieldTable(ATOM_FIELDS, strip_atom=True)
-ATOM_ENTRY = FieldTable(ATOM_ENTRY_SLOTS, strip_atom=True)
+ATOM_ENTRY = FieldTable(ATOM_ENTRY_SLOTS, strip_atom=True, texts=(1, 2, 5, 6))
 
 
 _DATE_NAMES = frozenset(("pubdate", "date", "published", "updated", "issued", "modified"))
