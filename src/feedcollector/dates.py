@@ -33,7 +33,7 @@ from .dates_cjk import iso_from_cjk
 from .dates_feedparser import parse_with_feedparser
 from .dates_names import MILITARY_ZONES as MILITARY_ZONES
 from .dates_names import MONTH_NAMES as MONTH_NAMES
-from .dates_names import MONTHS, US_ZONES, WEEKDAYS
+from .dates_names import MONTHS, US_ZONES, WEEKDAYS, unaccented
 from .dates_names import ZONE_MINUTES as ZONE_MINUTES
 from .dates_zones import (
     ZONE_NAME,
@@ -80,7 +80,12 @@ _COMMON_MONTHS = {
 """Three-letter month names as feeds write them (so the common path needs no ``lower()``),
 to the two digits of an ISO 8601 date."""
 _COMMENT_RE = re.compile(r"\([^()]*\)")
-_DASHED_DATE_RE = re.compile(r"\b(\d{1,2})[-/]([a-z]{3,9}\.?)[-/](\d{2,4})\b")
+_DASHED_DATE_RE = re.compile(
+    r"\b(\d{1,2})[-/]([a-z]{3,9}\.?)[-/](\d{2,4})\b"
+    r"|\b(\d{4})-([^\W\d_]{3,12}\.?)-(\d{1,2})(?:t|\b)"
+)
+"""``02-jan-2024``, and year first (``2004-január-01T12:00+01:00``, as Hungarian feeds write
+them), read as ``day month year``."""
 
 
 def parse_date(text: str) -> datetime | None:
@@ -299,7 +304,7 @@ def _parse_rfc822(text: str) -> datetime | None:
             return None
         text = f"{text[: named_zone.start()]} {text[named_zone.end() :]}"
     cleaned = _COMMENT_RE.sub(" ", text).lower().replace(",", " ")
-    cleaned = _DASHED_DATE_RE.sub(r"\1 \2 \3", cleaned)
+    cleaned = _DASHED_DATE_RE.sub(_day_month_year, cleaned)
     for token in cleaned.split():
         if not _take_token(fields, token):
             return None
@@ -321,8 +326,16 @@ def _parse_rfc822(text: str) -> datetime | None:
     )
 
 
+def _day_month_year(dashed: re.Match[str]) -> str:
+    if dashed[1] is not None:
+        return f"{dashed[1]} {dashed[2]} {dashed[3]}"
+    return f"{dashed[6]} {dashed[5]} {dashed[4]} "
+
+
 def _take_token(fields: _Fields, token: str) -> bool:
     """Fit one token into ``fields``; False when it does not belong to a date."""
+    if not token.isascii() and token[0].isalpha():  # Greek names are listed without accents
+        token = token if token.rstrip(".") in MONTHS else unaccented(token)
     if token in WEEKDAYS or token.rstrip(".") in WEEKDAYS:
         return True
     month = MONTHS.get(token.rstrip("."))

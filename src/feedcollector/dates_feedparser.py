@@ -10,11 +10,14 @@ from datetime import UTC, datetime, timedelta
 
 from feedparser.datetimes import _parse_date as _feedparser_parse_date
 
+from .dates_names import MONTHS, US_ZONES, ZONE_MINUTES, unaccented
 from .dates_zones import ZONE_NAME_RE, offset_minutes
 
 _TRAILING_OFFSET_RE = re.compile(r"[+-]\d{2}:?\d{2}$")
 _DIGITS_RE = re.compile(r"\d+")
 _WORD_RE = re.compile(r"[^\W\d_]{3,}")
+_LETTERS_RE = re.compile(r"[A-Za-z]+")
+ZONE_WORDS = frozenset(ZONE_MINUTES) | frozenset(US_ZONES)
 
 
 def parse_with_feedparser(text: str) -> datetime | None:
@@ -22,6 +25,8 @@ def parse_with_feedparser(text: str) -> datetime | None:
     Never for a date with an IANA zone name, which feedparser ignores (read as UTC)."""
     if "/" in text and ZONE_NAME_RE.search(text) is not None:
         return None
+    if sum(word.lower() in ZONE_WORDS for word in _LETTERS_RE.findall(text)) > 1:
+        return None  # two zones ("10:00 ET PST"): which one is meant is unknowable
     try:
         parsed = _feedparser_parse_date(text)
     except Exception:  # feedparser's handlers are many and loosely written; none is trusted
@@ -43,13 +48,12 @@ def _supported_by_text(moment: datetime, text: str) -> bool:
     """Year, month and day of ``moment`` (or of a day either side: the UTC shift) are in ``text``.
 
     Each number must have its own digit run (so '2024-02' cannot pass as Feb 2); the month may
-    instead be a word of three or more letters of an alphabetic script (Greek, Hungarian...),
-    never CJK date markers like 年/月/日.
+    instead be a word that names it (:data:`.dates_names.MONTHS`), which then leaves the digit
+    runs to the day ('01 Jan' is January 1st). Any word used to count for any month: feedparser's
+    W3C reader took ``2004-január-01`` for November 1st, and 'Jan' took the day's '01'.
     """
     runs = Counter(int(run) for run in _DIGITS_RE.findall(text) if len(run) <= 4)
-    has_month_word = any(
-        all(ord(char) < 0x2E80 for char in word) for word in _WORD_RE.findall(text)
-    )
+    named = {_month_named(word) for word in _WORD_RE.findall(text.lower())}
     for shift in (-1, 0, 1):
         try:
             day = (moment + timedelta(days=shift)).date()
@@ -60,11 +64,16 @@ def _supported_by_text(moment: datetime, text: str) -> bool:
             day.year >= 1950 and _consume(available, day.year % 100)
         ):
             continue
-        if not _consume(available, day.month) and not has_month_word:
+        if day.month not in named and not _consume(available, day.month):
             continue
         if _consume(available, day.day):
             return True
     return False
+
+
+def _month_named(word: str) -> int | None:
+    found = MONTHS.get(word)
+    return found if found is not None or word.isascii() else MONTHS.get(unaccented(word))
 
 
 def _consume(available: Counter[int], number: int) -> bool:

@@ -6,6 +6,8 @@ feeds, military letters but Z and J read as UTC, month names of five languages.
 
 from __future__ import annotations
 
+import unicodedata
+
 ZONE_MINUTES: dict[str, int] = {
     "ut": 0, "utc": 0, "gmt": 0, "z": 0, "wet": 0, "west": 60, "bst": 60, "ist": 330,
     "cet": 60, "cest": 120, "met": 60, "mest": 120, "mez": 60, "mesz": 120,
@@ -53,7 +55,29 @@ MONTH_NAMES: tuple[tuple[str, ...], ...] = (
 """English, Portuguese, Spanish, French and German names and abbreviations (feeds in those
 languages often localize RFC 822 dates, e.g. 'Seg, 24 Set 2018 19:42:40 -0300'); no name means
 two different months across these languages."""
-MONTHS = {name: number for number, names in enumerate(MONTH_NAMES, start=1) for name in names}
+OTHER_MONTH_NAMES: tuple[tuple[str, ...], ...] = (
+    ("január", "ιαν", "ιανουαριος", "ιανουαριου"),
+    ("február", "febr", "φεβ", "φεβρουαριος", "φεβρουαριου"),
+    ("március", "márc", "μαρ", "μαρτιος", "μαρτιου"),
+    ("április", "ápr", "απρ", "απριλιος", "απριλιου"),
+    ("május", "máj", "μαι", "μαιος", "μαιου"),
+    ("június", "jún", "ιουν", "ιουνιος", "ιουνιου"),
+    ("július", "júl", "ιουλ", "ιουλιος", "ιουλιου"),
+    ("augusztus", "αυγ", "αυγουστος", "αυγουστου"),
+    ("szeptember", "szept", "σεπ", "σεπτεμβριος", "σεπτεμβριου"),
+    ("október", "οκτ", "οκτωβριος", "οκτωβριου"),
+    ("νοε", "νοεμβριος", "νοεμβριου"),
+    ("δεκ", "δεκεμβριος", "δεκεμβριου"),
+)  # fmt: skip
+"""Hungarian and Greek names and abbreviations (Greek ones without their accents: a word is
+looked up as written, then without accents), which feedparser reads only from a few misspelled
+tables ('máujus', 'Μάώ') after its W3C reader took ``2004-január-01`` for November 1st."""
+MONTHS = {
+    name: number
+    for number, names in enumerate(zip(MONTH_NAMES, OTHER_MONTH_NAMES, strict=True), start=1)
+    for group in names
+    for name in group
+}
 
 WEEKDAYS = frozenset(
     ("mon", "monday", "tue", "tues", "tuesday", "wed", "weds", "wednesday", "thu", "thur",
@@ -65,7 +89,17 @@ WEEKDAYS = frozenset(
      "mer", "jeu", "ven", "sam", "dim", "lundi", "mardi", "mercredi", "jeudi", "vendredi",
      "samedi", "dimanche",
      "mo", "di", "mi", "do", "fr", "sa", "so", "montag", "dienstag", "mittwoch", "donnerstag",
-     "freitag", "samstag", "sonntag")
+     "freitag", "samstag", "sonntag",
+     "κυρ", "δευ", "τρι", "τετ", "πεμ", "παρ", "σαβ", "κυριακη", "δευτερα", "τριτη", "τεταρτη",
+     "πεμπτη", "παρασκευη", "σαββατο")
 )  # fmt: skip
 """Weekday names are skipped (a wrong weekday is common and harmless). 'mar' (Spanish and
 French Tuesday) is read as March unless another month name follows it."""
+
+
+def unaccented(word: str) -> str:
+    """``word`` without its combining marks (``ιούλ`` -> ``ιουλ``, ``március`` -> ``marcius``),
+    for names looked up again when not found as written."""
+    return "".join(
+        char for char in unicodedata.normalize("NFD", word) if not unicodedata.combining(char)
+    )
