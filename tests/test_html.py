@@ -16,6 +16,7 @@ from feedcollector.html import (
     rewrite_url_attributes,
     unescape_attribute,
 )
+from feedcollector.html_bases import absolutize_scoped
 from feedcollector.html_images import image_sources_of_items
 
 BASE = "https://example.com/blog/post.html"
@@ -313,3 +314,29 @@ def test_a_relative_url_with_entity_like_parameters_is_made_absolute_intact() ->
     assert image_sources(absolutize(html, BASE)) == [
         "https://example.com/i.png?a=1&timestamp=2&param=3&section=4"
     ]
+
+
+@pytest.mark.parametrize(
+    ("html", "expected"),
+    [
+        ('<a href="x">', '<a href="http://b.example/d/x">'),
+        (
+            '<div xml:base="/o/"><a href="x"></a></div><a href="y">',
+            '<div xml:base="/o/"><a href="http://b.example/o/x"></a></div>'
+            '<a href="http://b.example/d/y">',
+        ),
+        (
+            '<div xml:base="/o/"><div><a href="x"></a></div><a href="z"></a></div><a href="y">',
+            '<div xml:base="/o/"><div><a href="http://b.example/o/x"></a></div>'
+            '<a href="http://b.example/o/z"></a></div><a href="http://b.example/d/y">',
+        ),
+        (
+            "<img xml:base='http://i.example/' src=i.png><img src=j.png>",
+            "<img xml:base='http://i.example/' src=http://i.example/i.png>"
+            "<img src=http://b.example/d/j.png>",
+        ),
+        ('<p xml:base="http://a.example/"><a href="https://x.example/">', None),
+    ],
+)
+def test_an_xml_base_inside_html_scopes_the_urls_below_it(html: str, expected: str | None) -> None:
+    assert absolutize_scoped(html, "http://b.example/d/") == (expected or html)

@@ -559,6 +559,29 @@ def test_the_xml_base_of_the_div_of_atom_xhtml_content_is_followed() -> None:
     assert item.link == "http://base.example/a/page"  # the div's base is the content's alone
 
 
+@pytest.mark.parametrize("broken", [False, True], ids=["fast path", "feedparser"])
+def test_an_xml_base_inside_xhtml_content_is_followed_below_its_element(broken: bool) -> None:
+    """XML Base gives an element's base to everything below it, also inside content, where
+    feedparser (and both readers here) resolved every URL against the content's base. Both
+    readers keep the attribute in the markup, so one pass over the HTML honours it on both
+    paths; it ends with its element, and a nested one is resolved against it."""
+    xhtml = 'xmlns="http://www.w3.org/1999/xhtml"'
+    entry = (
+        f'<entry><id>1</id><content type="xhtml"><div {xhtml}><p xml:base="http://in.example/i/">'
+        '<a href="a.html">a</a><img src="i.png"/><span xml:base="deeper/"><img src="d.png"/>'
+        '</span><p>nested <a href="n">n</a></p></p><img src="out.png"/></div></content></entry>'
+    )
+    (item,) = parse_feed(atom(entry) + (b"<" if broken else b""), BASE_URL).items
+    html = (item.content_html or "").replace("></img>", "/>")  # feedparser closes them so
+    assert html == (
+        '<p xml:base="http://in.example/i/"><a href="http://in.example/i/a.html">a</a>'
+        '<img src="http://in.example/i/i.png"/><span xml:base="deeper/">'
+        '<img src="http://in.example/i/deeper/d.png"/></span>'
+        '<p>nested <a href="http://in.example/i/n">n</a></p></p>'
+        '<img src="http://site.example/out.png"/>'
+    )
+
+
 def test_atom_xhtml_content_after_its_first_div_is_kept() -> None:
     """Only the first ``<div>`` was kept: the article after it was lost (content and title)."""
     xhtml = 'xmlns="http://www.w3.org/1999/xhtml"'

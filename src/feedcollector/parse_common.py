@@ -13,7 +13,8 @@ from datetime import datetime
 from typing import NamedTuple, TypeGuard, TypeVar
 
 from .dates import parse_date
-from .html import absolutize, is_absolute_url, resolve_url
+from .html import is_absolute_url, resolve_url
+from .html_bases import absolutize_scoped
 from .models import ParsedItem
 from .safe_text import clipped_int
 from .text_repair import readable
@@ -147,7 +148,7 @@ def finish_values(
         link = None
     if earlier == guid or (earlier is not None and len(earlier) > MAX_FIELD_CHARS):
         earlier = None
-    content_html = None if html is None else absolutize(html, html_base or base)
+    content_html = None if html is None else absolutize_scoped(html, html_base or base)
     return ParsedItem(guid, link, title, content_html, pub_date, raw_pub_date, earlier)
 
 

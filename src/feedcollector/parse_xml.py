@@ -9,7 +9,7 @@ filtered walk per document (:func:`.parse_elements.item_fields`); values are rea
 URL bases: the ``xml:base`` chain where one is declared (resolved against the fetch URL, as
 XML Base says), else the feed's link (channel ``<link>`` / Atom alternate link, itself made
 absolute), else the fetch URL. The ``xml:base`` of the ``<div>`` that wraps Atom XHTML
-content counts; one inside that content is not followed.
+content counts; one inside that content is followed by :mod:`.html_bases`.
 """
 
 from __future__ import annotations
