@@ -676,6 +676,25 @@ def test_an_address_with_a_fragment_repeats_the_one_without(tmp_path: Path) -> N
     assert "no #fragment: it is never sent" in message
 
 
+def test_user_names_and_passwords_keep_their_case(tmp_path: Path) -> None:
+    """Only the scheme and host ignore case: two accounts whose names or passwords differ in
+    case are two feeds (they were refused as one listed twice), and each keeps its own."""
+    path = write(
+        tmp_path,
+        "feeds.yaml",
+        "feeds:\n  - https://Ann:Secret@example.com/feed\n  - https://ann:secret@EXAMPLE.com/feed\n",
+    )
+    assert [spec.url for spec in load_feeds(path)] == [
+        "https://Ann:Secret@example.com/feed",
+        "https://ann:secret@EXAMPLE.com/feed",
+    ]
+    assert feeds_file.feed_url_key("HTTPS://Ann:Secret@EXAMPLE.com/feed") == (
+        "https://Ann:Secret@example.com/feed"
+    )
+    path.write_text(path.read_text() + "  - https://ann:secret@example.com/feed#x\n")
+    assert "on line 4 is already listed on line 3" in feeds_error(path)
+
+
 def test_duplicate_urls_in_json_name_both_lines(tmp_path: Path) -> None:
     path = write(
         tmp_path,

@@ -195,6 +195,20 @@ def test_add_feed_checks_writes_atomically_and_keeps_mode(tmp_path: Path) -> Non
     assert load_feeds(feeds)[-1] == result.spec
 
 
+def test_add_feed_tells_accounts_apart_by_the_case_of_their_credentials(tmp_path: Path) -> None:
+    """A user name or password in other case is another account (the server compares them as
+    sent): added, not reported as the feed already there; the host in other case is that feed."""
+    feeds = write(tmp_path / "feeds.yaml", "feeds:\n  - https://Ann:Secret@example.com/feed\n")
+    add_feed(feeds, NewEntry("https://ann:secret@example.com/feed"))
+    assert [spec.url for spec in load_feeds(feeds)] == [
+        "https://Ann:Secret@example.com/feed",
+        "https://ann:secret@example.com/feed",
+    ]
+    with pytest.raises(AlreadySubscribed) as present:
+        add_feed(feeds, NewEntry("HTTPS://Ann:Secret@EXAMPLE.COM/feed"))
+    assert present.value.spec.url == "https://Ann:Secret@example.com/feed"
+
+
 @pytest.mark.parametrize("before", ["", "\n", "# Feeds I follow\n\n", "  # indented\n"])
 def test_add_feed_fills_a_file_that_holds_nothing_yet(tmp_path: Path, before: str) -> None:
     """``touch feeds.yaml`` or a header comment: the loader refuses such a file (no feeds

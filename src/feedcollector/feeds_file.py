@@ -290,14 +290,16 @@ def feed_url_key(url: str) -> str:
     """How the feeds file compares addresses: scheme and host ignore case
     ("HTTPS://Example.com/x" repeats "https://example.com/x"), and a fragment is left out
     ("/feed.xml#news" is "/feed.xml": no request carries it, both fetch the same document).
-    Text urllib cannot split (a bracket left open, as a typed command argument may have) is
-    compared as written: the file lists no such address."""
+    A user name and password keep their case: they are sent as written, and two accounts'
+    feeds on one server are two feeds. Text urllib cannot split (a bracket left open, as a
+    typed command argument may have) is compared as written: the file lists no such address."""
     try:
         parts = urlsplit(url)
     except ValueError:
         return url
+    userinfo, at, host = parts.netloc.rpartition("@")
     return parts._replace(
-        scheme=parts.scheme.lower(), netloc=parts.netloc.lower(), fragment=""
+        scheme=parts.scheme.lower(), netloc=f"{userinfo}{at}{host.lower()}", fragment=""
     ).geturl()
 
 
