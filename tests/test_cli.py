@@ -178,6 +178,40 @@ def test_fetch_items_and_restore_take_a_feed_url_whose_scheme_and_host_case_diff
         assert listed.stdout.count(f"<{shouted}>") == 1, "one feed, its one item"
 
 
+def test_a_url_spelled_with_escapes_or_a_default_port_is_the_feed_already_listed(
+    feed_server: FeedServer, tmp_path: Path
+) -> None:
+    """``/%72ss.xml`` is sent as ``/rss.xml``: listed both ways, the feed was fetched into two
+    feeds, every item stored twice, and ``add`` of the other spelling subscribed it again.
+    Now the file check names both lines, ``add`` says where it is listed, and the file
+    respelled keeps the feed's row, id and items (no stored id changes)."""
+    url = feed_server.route("/rss.xml", body=rss([Entry("a", guid="a")]))
+    escaped = url.replace("/rss.xml", "/%72ss.xml")
+    config = str(write_project(tmp_path, [escaped]))
+    assert feedcollector("--config", config, "run", "--once", cwd=tmp_path).returncode == 0
+    db = tmp_path / "collector.db"
+    [(feed_id,)] = sqlite3.connect(db).execute("SELECT id FROM feeds").fetchall()
+
+    added = feedcollector("--config", config, "add", url, cwd=tmp_path)
+    assert added.returncode == 0, added.stderr
+    assert f"add: {url} is already in" in added.stdout
+    assert f" as {escaped}; nothing changed." in added.stdout
+    assert len(feed_server.hits("/rss.xml")) == 1, "not fetched again"
+
+    feeds = tmp_path / "feeds.yaml"
+    feeds.write_text(f"feeds:\n  - url: {escaped}\n  - url: {url}\n")
+    status = feedcollector("--config", config, "status", "--json", cwd=tmp_path)
+    error = json.loads(status.stdout)["feeds_file_error"]
+    assert f'"{url}" on line 3 is already listed on line 2 as "{escaped}"' in error
+    assert f"(both request {url})" in error
+
+    feeds.write_text(f"feeds:\n  - url: {url}\n")
+    assert feedcollector("--config", config, "run", "--once", cwd=tmp_path).returncode == 0
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT id, url FROM feeds").fetchall() == [(feed_id, url)]
+        assert conn.execute("SELECT COUNT(*) FROM items").fetchone() == (1,)
+
+
 def test_retry_images_queues_failed_images_again_for_the_next_run(
     feed_server: FeedServer, tmp_path: Path
 ) -> None:

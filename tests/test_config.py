@@ -22,6 +22,7 @@ from feedcollector.config import (
 )
 from feedcollector.config_values import format_duration, parse_byte_size, parse_duration
 from feedcollector.errors import ConfigError
+from feedcollector.feed_urls import feed_url_key
 from feedcollector.models import FeedSpec
 
 S3_ENV = {S3_ACCESS_KEY_ENV: "AKIDEXAMPLE", S3_SECRET_KEY_ENV: "s3cr3t"}
@@ -657,9 +658,7 @@ def test_duplicate_urls_name_both_lines(tmp_path: Path) -> None:
     )
     message = feeds_error(path)
     assert message.startswith(f"config: {path} line 4: ")
-    assert 'on line 4 is already listed on line 2 as "https://example.com/a.xml" (the scheme' in (
-        message
-    )
+    assert 'on line 4 is already listed on line 2 as "https://example.com/a.xml" (both' in (message)
     assert "Remove one of the two entries." in message
 
 
@@ -673,7 +672,7 @@ def test_an_address_with_a_fragment_repeats_the_one_without(tmp_path: Path) -> N
     )
     message = feeds_error(path)
     assert "on line 3 is already listed on line 2" in message
-    assert "no #fragment: it is never sent" in message
+    assert "(both request https://example.com/a.xml)" in message
 
 
 def test_user_names_and_passwords_keep_their_case(tmp_path: Path) -> None:
@@ -688,11 +687,39 @@ def test_user_names_and_passwords_keep_their_case(tmp_path: Path) -> None:
         "https://Ann:Secret@example.com/feed",
         "https://ann:secret@EXAMPLE.com/feed",
     ]
-    assert feeds_file.feed_url_key("HTTPS://Ann:Secret@EXAMPLE.com/feed") == (
+    assert feed_url_key("HTTPS://Ann:Secret@EXAMPLE.com/feed") == (
         "https://Ann:Secret@example.com/feed"
     )
     path.write_text(path.read_text() + "  - https://ann:secret@example.com/feed#x\n")
     assert "on line 4 is already listed on line 3" in feeds_error(path)
+
+
+@pytest.mark.parametrize(
+    ("first", "again", "sent"),
+    [
+        ("https://bücher.example/feed", "https://xn--bcher-kva.example/feed", "xn--bcher-kva"),
+        ("https://example.com:443/feed", "https://example.com/feed", "https://example.com/feed"),
+        ("http://example.com:80/feed", "http://example.com/feed", "http://example.com/feed"),
+        ("https://example.com/%66eed?q=%7e", "https://example.com/feed?q=~", "/feed?q=~"),
+        ("https://example.com", "https://example.com/", "https://example.com/"),
+    ],
+)
+def test_spellings_of_one_request_are_one_feed(
+    tmp_path: Path, first: str, again: str, sent: str
+) -> None:
+    """An international host and its xn-- form, a default port and none, ``%66`` and ``f``:
+    the fetch sends the same request for both, so both entries stored every item twice."""
+    text = f"feeds:\n  - url: {first}\n  - url: {again}\n"
+    message = feeds_error(write(tmp_path, "feeds.yaml", text))
+    assert f'on line 3 is already listed on line 2 as "{first}" (both request ' in message
+    assert sent in message
+
+
+def test_another_port_or_an_escaped_slash_is_another_feed(tmp_path: Path) -> None:
+    """Port 443 on http, and ``%2F`` in a path (a server may route it apart from ``/``)."""
+    urls = ["http://example.com:443/a/b", "http://example.com/a/b", "http://example.com/a%2Fb"]
+    text = "feeds:\n" + "".join(f"  - {url}\n" for url in urls)
+    assert [spec.url for spec in load_feeds(write(tmp_path, "feeds.yaml", text))] == urls
 
 
 def test_duplicate_urls_in_json_name_both_lines(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from feedcollector import claims
+from feedcollector.feed_urls import feed_url_key
 from feedcollector.politeness import HostGate, PoliteQueue, host_key
 from feedcollector.schedule import RATE_LIMIT_PAUSE
 
@@ -56,6 +57,23 @@ def test_host_keys_name_the_host_as_the_request_is_sent() -> None:
     assert host_key("http://ＥＸＡＭＰＬＥ.org/") == "example.org"
     assert host_key("http://Example.org./feed") == "example.org"
     assert host_key("http://example.org.:8080/") == host_key("http://example.org:8080/")
+
+
+@pytest.mark.parametrize(
+    "spellings",
+    [
+        ("http://bücher.example/feed", "http://xn--bcher-kva.example/feed"),
+        ("https://BÜCHER.example:443/feed", "https://xn--bcher-kva.example/feed"),
+        ("http://１２７.０.０.１:8080/feed", "http://127.0.0.1:8080/feed"),
+        ("http://example.org:80/%66eed", "http://example.org/feed"),
+    ],
+)
+def test_one_feed_spelled_two_ways_is_one_host_for_the_gate(spellings: tuple[str, str]) -> None:
+    """The feeds file calls these one feed (the same request); the gate must call them one
+    server, or one would be a duplicate to ``add`` but get its own turn at the host."""
+    first, second = spellings
+    assert feed_url_key(first) == feed_url_key(second)
+    assert host_key(first) == host_key(second)
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ import aiohttp
 
 from .errors import ConfigError, FetchError, ParseError
 from .feed_links import FeedLink, feed_links
-from .feeds_file import feed_url_key
+from .feed_urls import feed_url_key
 from .fetch import FetchLimits, fetch_feed
 from .read_body import read_feed_body
 

@@ -11,7 +11,7 @@ from urllib.parse import urljoin, urlsplit
 
 from selectolax.lexbor import LexborHTMLParser
 
-from .feeds_file import feed_url_key
+from .feed_urls import feed_url_key
 
 FEED_TYPES = {
     "application/rss+xml": "RSS",

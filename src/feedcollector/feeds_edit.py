@@ -24,7 +24,8 @@ from pathlib import Path
 
 from .config_values import check_http_url, check_storable_text, parse_duration
 from .errors import ConfigError
-from .feeds_file import feed_url_key, load_feeds
+from .feed_urls import feed_url_key
+from .feeds_file import load_feeds
 from .feeds_yaml import NewEntry, Style, UnsafeEdit, entry_lines, yaml_append, yaml_remove
 from .models import FeedSpec
 

@@ -14,7 +14,6 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from .config_values import (
     Problem,
@@ -27,6 +26,7 @@ from .config_values import (
     parse_duration,
 )
 from .errors import ConfigError
+from .feed_urls import feed_url_key
 from .models import FeedSpec
 
 YAML_EXAMPLE = "feeds:\n  - url: https://example.com/feed.xml\n    interval: 30m"
@@ -270,8 +270,8 @@ def _feed_specs(
         if key in first:
             line, url = first[key]
             what = f'the feed "{spec.url}" on line {entry.line} is already listed on line {line}'
-            if url != spec.url:
-                what += f' as "{url}" ({_SAME_ADDRESS})'
+            if url != spec.url:  # the same request: feed_urls says why they are one feed
+                what += f' as "{url}" (both request {key})'
             if entry.line == line:  # YAML places an alias (*x) at its anchor (&x)
                 what = f'the feed "{spec.url}" on line {entry.line} is listed again by an alias'
             problems.append(Problem(what, "Remove one of the two entries.", line=entry.line))
@@ -281,26 +281,6 @@ def _feed_specs(
     if problems:
         raise config_error(display, problems)
     return specs
-
-
-_SAME_ADDRESS = "the scheme and host in any case, and no #fragment: it is never sent"
-
-
-def feed_url_key(url: str) -> str:
-    """How the feeds file compares addresses: scheme and host ignore case
-    ("HTTPS://Example.com/x" repeats "https://example.com/x"), and a fragment is left out
-    ("/feed.xml#news" is "/feed.xml": no request carries it, both fetch the same document).
-    A user name and password keep their case: they are sent as written, and two accounts'
-    feeds on one server are two feeds. Text urllib cannot split (a bracket left open, as a
-    typed command argument may have) is compared as written: the file lists no such address."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return url
-    userinfo, at, host = parts.netloc.rpartition("@")
-    return parts._replace(
-        scheme=parts.scheme.lower(), netloc=f"{userinfo}{at}{host.lower()}", fragment=""
-    ).geturl()
 
 
 _URL_FIX = "Write the feed's full address, e.g. https://example.com/feed.xml."

@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .errors import ConfigError
-from .feeds_file import Node, feed_url_key
+from .feed_urls import feed_url_key
+from .feeds_file import Node
 from .feeds_file_yaml import parse_yaml
 
 _DASH_RE = re.compile(r"^(?P<indent>[ ]*)-(?:[ ]+|$)")

@@ -29,6 +29,7 @@ from lxml import etree
 from .config_values import Problem, check_http_url, config_error
 from .database import Database
 from .errors import ConfigError
+from .feed_urls import feed_url_key
 from .feeds_edit import (
     entry_spec,
     json_entry,
@@ -37,7 +38,6 @@ from .feeds_edit import (
     read_feeds_text,
     replace_checked,
 )
-from .feeds_file import feed_url_key
 from .feeds_file_yaml import NOT_PRINTABLE
 from .feeds_yaml import NewEntry, UnsafeEdit, yaml_append_all
 from .models import FeedSpec

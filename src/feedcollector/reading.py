@@ -19,7 +19,7 @@ from .config import Settings, command_line
 from .config_values import parse_duration
 from .database import Database, Row, SqlValue
 from .errors import ConfigError, ObjectNotFoundError
-from .feeds_file import feed_url_key
+from .feed_urls import feed_url_key
 from .objectstore import ObjectStore
 from .rendering import (
     StoredImage,

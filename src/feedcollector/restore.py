@@ -38,7 +38,7 @@ from .backups import PREFIX as BACKUP_PREFIX
 from .backups import backup_time, feed_backups, read_backup
 from .database import Database, Statement
 from .errors import TOO_LARGE, ConfigError, DatabaseError, ObjectStoreError, ParseError
-from .feeds_file import feed_url_key
+from .feed_urls import feed_url_key
 from .held_lease import Lease, holding
 from .missing_objects import missing_content
 from .models import FeedSpec, ItemRecord

@@ -14,7 +14,7 @@ from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from .feeds_file import feed_url_key
+from .feed_urls import feed_url_key
 from .models import FeedSpec
 
 BACKOFF_BASE = timedelta(minutes=30)
@@ -236,9 +236,9 @@ def plan_feed_sync(known: Mapping[str, KnownFeed], specs: Iterable[FeedSpec]) ->
     """Diff the feeds file against the table (keyed by URL).
 
     A URL the table does not hold is a row renamed when the file no longer lists that row's
-    URL and the new one is where it moved to, or its URL spelled otherwise (scheme and host
-    in other case, a fragment: :func:`.feeds_file.feed_url_key`): the same feed, its id and
-    items kept. Otherwise it is added."""
+    URL and the new one is where it moved to, or its URL spelled otherwise (the same request:
+    :func:`.feed_urls.feed_url_key`): the same feed, its id and items kept. Otherwise it is
+    added."""
     specs = list(specs)
     listed_urls = {spec.url for spec in specs}
     unlisted = sorted(

@@ -10,7 +10,7 @@ import typer
 
 from ..collector import Collector
 from ..config import Settings, load_feeds
-from ..feeds_file import feed_url_key
+from ..feed_urls import feed_url_key
 from ..pipeline import run_cycle
 from ..report import CycleObserver, CycleObservers
 from ..service import refuse_storage_down, run_forever, run_once, serve
@@ -100,8 +100,9 @@ def fetch(
 ) -> None:
     """Fetch feeds now, regardless of their schedule (then download their images).
 
-    A URL names the feed the feeds file lists as the file compares URLs (scheme and host in
-    any case), and is fetched as the file writes it: the database knows it by that spelling."""
+    A URL names the feed the feeds file lists as the file compares URLs (by the request they
+    make: scheme and host in any case, no default port...), and is fetched as the file writes
+    it: the database knows it by that spelling."""
     settings = load_command_settings(ctx)
     require_feeds_file(settings)
     if bool(urls) == all_feeds:

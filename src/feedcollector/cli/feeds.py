@@ -23,7 +23,8 @@ from ..config_values import check_http_url, parse_duration
 from ..dbbackup import SQLITE_COMPANIONS
 from ..discover import Discovery, FoundFeed, discover_feeds
 from ..errors import ConfigError, StorageError
-from ..feeds_file import MIN_FEED_INTERVAL, feed_url_key
+from ..feed_urls import feed_url_key
+from ..feeds_file import MIN_FEED_INTERVAL
 from ..fetch import make_http_client
 from ..models import FeedSpec
 from ..report import counted
@@ -116,7 +117,7 @@ def add(
     specs = _current_feeds(settings)
     present = find_feed(specs, url)
     if present is not None and not list_only:
-        _already(present.url, settings, options=title is not None or interval is not None)
+        _already(url, present.url, settings, options=title is not None or interval is not None)
         return
     found = _discover(settings, url, None if list_only else (pick or 1))
     if list_only:
@@ -131,7 +132,8 @@ def add(
     try:
         result = add_feed(settings.feeds_file, NewEntry(chosen.url, title, entry_interval))
     except AlreadySubscribed as exc:  # the discovered feed is subscribed under another URL
-        _already(exc.spec.url, settings, options=title is not None or interval is not None)
+        options = title is not None or interval is not None
+        _already(chosen.url, exc.spec.url, settings, options=options)
         return
     except ConfigError as exc:
         usage_error(str(exc))
@@ -155,7 +157,8 @@ def remove(
     url: Annotated[
         str,
         typer.Argument(
-            metavar="URL", help="The feed's URL as in the feeds file (scheme and host ignore case)."
+            metavar="URL",
+            help="The feed's URL, compared as the feeds file compares them (the same request).",
         ),
     ],
 ) -> None:
@@ -207,9 +210,11 @@ def _current_feeds(settings: Settings) -> list[FeedSpec]:
     return [] if original is None else guard(lambda: listed_feeds(settings.feeds_file, text))
 
 
-def _already(url: str, settings: Settings, *, options: bool) -> None:
-    """Said for a feed the file lists; with --title or --interval given, where they go."""
-    typer.echo(f"add: {url} is already in {settings.feeds_file}; nothing changed.")
+def _already(asked: str, listed: str, settings: Settings, *, options: bool) -> None:
+    """Said for a feed the file lists, with its spelling there when ``asked`` is another
+    (``/%66eed`` for ``/feed``); with --title or --interval given, where they go."""
+    spelled = "" if asked == listed else f" as {listed}"
+    typer.echo(f"add: {asked} is already in {settings.feeds_file}{spelled}; nothing changed.")
     if options:
         typer.echo(
             "     To change its title or interval, edit its title: or interval: line there "

@@ -27,7 +27,9 @@ def retry_images(
     feed: Annotated[
         str | None,
         typer.Option(
-            "--feed", metavar="URL", help="Only this feed's images (scheme and host ignore case)."
+            "--feed",
+            metavar="URL",
+            help="Only this feed's images (URLs compare as in the feeds file).",
         ),
     ] = None,
     waiting: Annotated[

@@ -47,7 +47,9 @@ def items(
     feed: Annotated[
         str | None,
         typer.Option(
-            "--feed", metavar="URL", help="Only this feed's items (scheme and host ignore case)."
+            "--feed",
+            metavar="URL",
+            help="Only this feed's items (URLs compare as in the feeds file).",
         ),
     ] = None,
     since: Annotated[
