@@ -454,6 +454,51 @@ def test_opml_commands(feed_server: FeedServer, tmp_path: Path) -> None:
     assert "cannot read the OPML file nope.opml" in missing.stderr
 
 
+REPEATS = b"""<?xml version="1.0"?>
+<opml version="2.0"><head><title>x</title></head><body>
+  <outline text="Tech">
+    <outline text="A" type="rss" xmlUrl="https://a.example/feed"/>
+    <outline text="B" type="rss" xmlUrl="https://b.example/feed"/>
+    <outline text="A twice" type="rss" xmlUrl="https://a.example/feed"/>
+  </outline>
+  <outline text="News">
+    <outline text="A again" type="rss" xmlUrl="https://a.example/feed"/>
+    <outline text="B escaped" type="rss" xmlUrl="HTTPS://b.example:443/%66eed"/>
+    <outline text="Listed" type="rss" xmlUrl="https://listed.example/feed"/>
+    <outline text="Listed again" type="rss" xmlUrl="https://listed.example/feed"/>
+  </outline>
+</body></opml>
+"""
+
+
+def test_import_counts_each_outline_once_and_names_the_duplicates(tmp_path: Path) -> None:
+    """Seven feed outlines, three feeds: listparser reads a URL repeated (in two folders or
+    one) as one feed, which the summary then left out, and a feed spelled otherwise counted
+    as "already there" though the feeds file did not list it."""
+    feeds_file = write(tmp_path / "feeds.yaml", "feeds:\n  - https://listed.example/feed\n")
+    (tmp_path / "feedcollector.toml").write_text('feeds_file = "feeds.yaml"\n')
+    opml = write(tmp_path / "repeats.opml", REPEATS)
+    imported = feedcollector(
+        "--config", "feedcollector.toml", "import-opml", str(opml), cwd=tmp_path
+    )
+    assert imported.returncode == 0, imported.stderr
+    assert imported.stdout.splitlines() == [
+        "  + https://a.example/feed  (A)",
+        "  + https://b.example/feed  (B)",
+        "  = https://a.example/feed: listed 2 more times in the OPML file; counted once",
+        "  = HTTPS://b.example:443/%66eed: listed again in the OPML file as "
+        "https://b.example/feed; counted once",
+        "  = https://listed.example/feed: listed again in the OPML file; counted once",
+        f"import-opml: 2 feeds added to {feeds_file}, 1 already there, "
+        "4 duplicate outlines, 0 skipped",
+    ]
+    assert [spec.url for spec in load_feeds(feeds_file)] == [
+        "https://listed.example/feed",
+        "https://a.example/feed",
+        "https://b.example/feed",
+    ]
+
+
 def test_export_opml_refuses_the_databases_side_files_and_its_place(tmp_path: Path) -> None:
     """OPML written into the live write-ahead log (in place, while a collector ran) lost the
     transactions not checkpointed yet: a `status` beside it failed with a disk I/O error.

@@ -17,8 +17,9 @@ outlines.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from email.utils import format_datetime
 from pathlib import Path
@@ -56,6 +57,8 @@ class OpmlFeed:
     url: str
     title: str | None = None
     folder: tuple[str, ...] = ()
+    outlines: int = field(default=1, compare=False)
+    """Outlines naming it with this very URL (a feed in two folders): read as one feed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,15 +69,42 @@ class OpmlDocument:
 
 
 @dataclass(frozen=True, slots=True)
+class Duplicate:
+    """Outlines naming a feed an earlier outline of the same OPML file names: not imported
+    again, and not "already there" (the feeds file did not list it)."""
+
+    feed: OpmlFeed
+    first: OpmlFeed
+    """The outline the feed is imported (or found already there) as."""
+    outlines: int
+
+    def describe(self) -> str:
+        spelled = "" if self.feed.url == self.first.url else f" as {self.first.url}"
+        times = "again" if self.outlines == 1 else f"{self.outlines} more times"
+        return f"{self.feed.url}: listed {times} in the OPML file{spelled}; counted once"
+
+
+@dataclass(frozen=True, slots=True)
+class ImportPlan:
+    added: tuple[OpmlFeed, ...]
+    already_present: tuple[OpmlFeed, ...]
+    duplicates: tuple[Duplicate, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class ImportResult:
     added: tuple[OpmlFeed, ...]
     already_present: tuple[OpmlFeed, ...]
     skipped: tuple[str, ...]
+    duplicates: tuple[Duplicate, ...] = ()
 
     def summary(self, feeds_file: Path) -> str:
+        """Every feed outline counted once: added, already there, a duplicate or skipped."""
+        repeats = sum(duplicate.outlines for duplicate in self.duplicates)
+        repeated = f", {counted(repeats, 'duplicate outline')}" if repeats else ""
         return (
             f"import-opml: {counted(len(self.added), 'feed')} added to {feeds_file}, "
-            f"{len(self.already_present)} already there, {len(self.skipped)} skipped"
+            f"{len(self.already_present)} already there{repeated}, {len(self.skipped)} skipped"
         )
 
 
@@ -106,6 +136,7 @@ def read_opml(data: bytes, display: str) -> OpmlDocument:
         what = "the OPML file has no <body> (the element holding the subscriptions)"
         raise config_error(display, [Problem(what, _REEXPORT, line=line)], stage="import-opml")
     skipped = _feed_urls_in_url_attributes(root)
+    outlines = _feed_outlines(root)
     # Re-serialized as UTF-8 with a declaration: listparser misreads undeclared non-ASCII.
     parsed = listparser.parse(etree.tostring(root, encoding="UTF-8", xml_declaration=True))
     feeds: list[OpmlFeed] = []
@@ -119,8 +150,21 @@ def read_opml(data: bytes, display: str) -> OpmlDocument:
         name = str(entry.get("title") or "").strip()
         title = None if name in ("", raw_url.strip(), url) else name
         categories = entry.get("categories") or [[]]
-        feeds.append(OpmlFeed(url, title, tuple(str(c) for c in categories[0])))
+        folder = tuple(str(c) for c in categories[0])
+        feeds.append(OpmlFeed(url, title, folder, max(outlines[raw_url.strip()], 1)))
     return OpmlDocument(tuple(feeds), tuple(skipped))
+
+
+def _feed_outlines(root: etree._Element) -> Counter[str]:
+    """How many outlines name each feed URL as written: listparser reads them as one feed
+    (with the folders of all), and the import counted the repeats nowhere."""
+    found: Counter[str] = Counter()
+    for outline in root.iter("outline"):
+        names = {name.lower(): name for name in outline.attrib if isinstance(name, str)}
+        kind = (outline.get(names.get("type", "type")) or "").strip().lower()
+        if "xmlurl" in names and kind != "source":  # listparser: "source" is a list of lists
+            found[(outline.get(names["xmlurl"]) or "").strip()] += 1
+    return found
 
 
 _FEED_OUTLINE_TYPES = frozenset({"rss", "atom", "feed"})
@@ -168,21 +212,26 @@ def _from_feed_scheme(url: str) -> str:
 # --- merging into the feeds file ----------------------------------------------------------
 
 
-def plan_import(
-    existing: Sequence[FeedSpec], incoming: Sequence[OpmlFeed]
-) -> tuple[list[OpmlFeed], list[OpmlFeed]]:
-    """(to add, already present), in OPML order; duplicates within the OPML count once (pure)."""
-    seen = {feed_url_key(spec.url) for spec in existing}
+def plan_import(existing: Sequence[FeedSpec], incoming: Sequence[OpmlFeed]) -> ImportPlan:
+    """What becomes of each feed of the OPML file, in its order (pure): the first outline of a
+    feed is added or already there; the later ones (the same URL in another folder, or the
+    same request spelled otherwise) are duplicates, counted once."""
+    listed = {feed_url_key(spec.url) for spec in existing}
+    first: dict[str, OpmlFeed] = {}
     added: list[OpmlFeed] = []
     present: list[OpmlFeed] = []
+    duplicates: list[Duplicate] = []
     for feed in incoming:
         key = feed_url_key(feed.url)
-        if key in seen:
-            present.append(feed)
+        earlier = first.get(key)
+        if earlier is not None:
+            duplicates.append(Duplicate(feed, earlier, feed.outlines))
             continue
-        seen.add(key)
-        added.append(feed)
-    return added, present
+        first[key] = feed
+        (present if key in listed else added).append(feed)
+        if feed.outlines > 1:
+            duplicates.append(Duplicate(feed, feed, feed.outlines - 1))
+    return ImportPlan(tuple(added), tuple(present), tuple(duplicates))
 
 
 def import_opml(opml_path: Path, feeds_file: Path) -> ImportResult:
@@ -197,7 +246,8 @@ def import_opml(opml_path: Path, feeds_file: Path) -> ImportResult:
     target = feeds_file.resolve()
     original, text = read_feeds_text(target)
     existing = listed_feeds(target, text)
-    added, present = plan_import(existing, document.feeds)
+    plan = plan_import(existing, document.feeds)
+    added = plan.added
     if added:
         entries = _new_entries(added, after_import=IMPORTED_FOLDER in text)
         try:
@@ -215,7 +265,7 @@ def import_opml(opml_path: Path, feeds_file: Path) -> ImportResult:
         replace_checked(
             target, merged, original, action="import-opml", display=feeds_file, expect=expected
         )
-    return ImportResult(tuple(added), tuple(present), document.skipped)
+    return ImportResult(added, plan.already_present, document.skipped, plan.duplicates)
 
 
 IMPORTED_FOLDER = " (imported from OPML)"

@@ -273,6 +273,8 @@ def import_opml_command(
     for feed in result.added:
         title = f"  ({one_line(feed.title, TITLE_SHOWN)})" if feed.title else ""
         typer.echo(f"  + {feed.url}{title}")
+    for duplicate in result.duplicates:
+        typer.echo(f"  = {duplicate.describe()}")
     for reason in result.skipped:
         typer.echo(f"  skipped {reason}", err=True)
     typer.echo(result.summary(settings.feeds_file))
