@@ -268,6 +268,77 @@ def test_an_unsafe_file_is_refused_with_the_entry_to_write_by_hand(tmp_path: Pat
     assert feeds.read_text() == text
 
 
+@pytest.mark.parametrize(
+    "title",
+    [
+        "    title: |\n      Line one\n      # not a comment\n",
+        "    title: >-\n      Line one\n      # not a comment\n\n",
+        "    title: |+\n      Line one\n      # not a comment\n\n\n",
+        '    title: &t "Line one\n      # not a comment"\n',
+    ],
+)
+def test_a_last_title_whose_lines_look_like_comments_is_kept_whole(
+    tmp_path: Path, title: str
+) -> None:
+    """Its ``# ...`` lines are text, not trailing comments: the new entry was written before
+    them, splitting the title, and the edit was refused without the entry to write by hand.
+    ``remove`` left them behind as comments."""
+    text = f"feeds:\n  - url: https://a.example/feed\n{title}  # a real comment\n"
+    feeds = write(tmp_path / "feeds.yaml", text)
+    [before] = load_feeds(feeds)
+    assert before.title is not None
+    assert "# not a comment" in before.title
+    result = add_feed(feeds, NewEntry("https://b.example/feed"))
+    new_entry = "  - url: https://b.example/feed\n"
+    edited = feeds.read_text()
+    at = edited.index(new_entry)
+    assert edited[:at] + edited[at + len(new_entry) :] == text
+    assert edited.index("# not a comment") < at < edited.index("  # a real comment")
+    assert result.line == edited[:at].count("\n") + 1
+    assert load_feeds(feeds) == [before, FeedSpec("https://b.example/feed")]
+    remove_feed(feeds, "https://a.example/feed")
+    assert feeds.read_text() == "feeds:\n" + edited[at:], "the title's lines go with it"
+
+
+def test_removing_an_entry_whose_anchor_others_repeat_says_what_to_do(tmp_path: Path) -> None:
+    """The edited file would not load (an alias without its anchor), and the message was the
+    loader's advice to fix the YAML syntax of a file the user had not written."""
+    text = (
+        "feeds:\n  - url: https://a.example/feed\n    interval: &slow 2h\n"
+        "  - url: https://b.example/feed\n    interval: *slow\n"
+    )
+    feeds = write(tmp_path / "feeds.yaml", text)
+    with pytest.raises(ConfigError) as refused:
+        remove_feed(feeds, "https://a.example/feed")
+    message = str(refused.value)
+    assert "its entry defines &slow, which other entries repeat by an alias" in message
+    assert "Edit it by hand: write the values that *slow repeats" in message
+    assert "then delete the entry of https://a.example/feed (from line 2)." in message
+    assert "syntax" not in message
+    assert feeds.read_text() == text
+    remove_feed(feeds, "https://b.example/feed")
+    assert feeds.read_text() == text.split("  - url: https://b")[0]
+
+
+def test_an_edit_that_changes_other_entries_gives_the_entry_to_write_by_hand(
+    tmp_path: Path,
+) -> None:
+    original = b"feeds:\n  - https://a.example/\n"
+    feeds = write(tmp_path / "feeds.yaml", original.decode())
+    with pytest.raises(ConfigError) as refused:
+        replace_checked(
+            feeds,
+            "feeds:\n  - https://z.example/\n",
+            original,
+            action="add",
+            expect=[FeedSpec("https://a.example/"), FeedSpec("https://b.example/")],
+            by_hand="add\n  - https://b.example/",
+        )
+    assert "(the edit would change other entries)" in str(refused.value)
+    assert str(refused.value).endswith("Edit it by hand: add\n  - https://b.example/")
+    assert feeds.read_bytes() == original
+
+
 def test_a_file_whose_comment_stops_ruamel_yaml_is_edited_as_the_loader_reads_it(
     tmp_path: Path,
 ) -> None:

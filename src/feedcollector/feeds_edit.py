@@ -26,7 +26,16 @@ from .config_values import check_http_url, check_storable_text, parse_duration
 from .errors import ConfigError
 from .feed_urls import feed_url_key
 from .feeds_file import load_feeds
-from .feeds_yaml import NewEntry, Style, UnsafeEdit, entry_lines, yaml_append, yaml_remove
+from .feeds_yaml import (
+    AnchorRemoved,
+    NewEntry,
+    Style,
+    UnsafeEdit,
+    entry_line,
+    entry_lines,
+    yaml_append,
+    yaml_remove,
+)
 from .models import FeedSpec
 
 
@@ -93,15 +102,22 @@ def add_feed(feeds_file: Path, entry: NewEntry) -> EditResult:
         raise AlreadySubscribed(present)
     spec = entry_spec(entry)
     line: int | None = None
+    by_hand = _by_hand(entry, _is_json(target))
     try:
         if _is_json(target):
             merged = json_rewrite(text, lambda feeds: feeds.append(json_entry(entry, feeds)))
         else:
             merged, line = yaml_append(text, entry)
     except UnsafeEdit as exc:
-        raise _refusal("add", feeds_file, exc, _by_hand(entry, _is_json(target))) from exc
+        raise _refusal("add", feeds_file, exc, by_hand) from exc
     replace_checked(
-        target, merged, original, action="add", display=feeds_file, expect=[*before, spec]
+        target,
+        merged,
+        original,
+        action="add",
+        display=feeds_file,
+        expect=[*before, spec],
+        by_hand=by_hand,
     )
     return EditResult(feeds_file, spec, line)
 
@@ -140,15 +156,32 @@ def remove_feed(feeds_file: Path, url: str) -> EditResult:
         raise NotInFeedsFile(url, feeds_file, before)
     line: int | None = None
     key = feed_url_key(spec.url)
+    at = None if _is_json(target) else entry_line(text, spec.url)
+    lines = f"the entry of {spec.url}" + ("" if at is None else f" (from line {at})")
+    by_hand = f"delete {lines}."
     try:
         if _is_json(target):
             merged = json_rewrite(text, lambda feeds: _drop_json(feeds, key))
         else:
             merged, line = yaml_remove(text, spec.url)
+    except AnchorRemoved as exc:
+        by_hand = (
+            f"write the values that {exc.aliases} repeats from its entry into the entries "
+            f"holding {exc.aliases}, then delete {lines}."
+        )
+        raise _refusal("remove", feeds_file, exc, by_hand) from exc
     except UnsafeEdit as exc:
-        raise _refusal("remove", feeds_file, exc, "delete its entry by hand") from exc
+        raise _refusal("remove", feeds_file, exc, by_hand) from exc
     expected = [item for item in before if item is not spec]
-    replace_checked(target, merged, original, action="remove", display=feeds_file, expect=expected)
+    replace_checked(
+        target,
+        merged,
+        original,
+        action="remove",
+        display=feeds_file,
+        expect=expected,
+        by_hand=by_hand,
+    )
     return EditResult(feeds_file, spec, line)
 
 
@@ -191,7 +224,7 @@ def read_feeds_text(path: Path) -> tuple[bytes | None, str]:
     return data, text
 
 
-def _refusal(action: str, path: Path, why: Exception | None, by_hand: str) -> ConfigError:
+def _refusal(action: str, path: Path, why: Exception | str | None, by_hand: str) -> ConfigError:
     reason = f" ({why})" if why else ""
     return ConfigError(
         f"{action}: the feeds file {path} cannot be edited safely{reason}, so it was left "
@@ -213,9 +246,12 @@ def replace_checked(
     action: str,
     display: Path | None = None,
     expect: Sequence[FeedSpec] | None = None,
+    by_hand: str | None = None,
 ) -> list[FeedSpec]:
     """Write ``text`` next to ``target``, load it (it must list ``expect`` when given), then
-    rename it into place, unless ``target`` no longer holds ``original``. Returns its feeds."""
+    rename it into place, unless ``target`` no longer holds ``original``. Returns its feeds.
+    Refused, it says what to do instead (``by_hand``) when given: the user's file is fine,
+    the loader's advice for the edited one was no use to them."""
     shown = display or target
     if original is not None:
         if original.startswith(b"\xef\xbb\xbf"):
@@ -235,14 +271,12 @@ def replace_checked(
         try:
             specs = load_feeds(temp, display=f"{shown} (as edited)")
         except ConfigError as exc:
-            raise ConfigError(
-                f"{action}: the edited feeds file would not load, {shown} is left unchanged: {exc}"
-            ) from exc
+            message = f"{action}: the edited feeds file would not load, {shown} is left unchanged"
+            instead = f" Edit it by hand: {by_hand}" if by_hand else ""
+            raise ConfigError(f"{message}: {exc}{instead}") from exc
         if expect is not None and list(expect) != specs:
-            raise ConfigError(
-                f"{action}: the feeds file {shown} cannot be edited safely (the edit would "
-                "change other entries), so it was left unchanged. Edit it by hand."
-            )
+            why = "the edit would change other entries"
+            raise _refusal(action, shown, why, by_hand or "make the change yourself.")
         current = target.read_bytes() if target.exists() else None
         if current != original:
             raise ConfigError(

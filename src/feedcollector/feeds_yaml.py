@@ -14,8 +14,12 @@ from __future__ import annotations
 
 import json
 import re
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
+
+import yaml
 
 from .errors import ConfigError
 from .feed_urls import feed_url_key
@@ -45,6 +49,15 @@ class NewEntry:
 
 class UnsafeEdit(ConfigError):
     """The file's layout is one this module does not edit (flow style, anchors, ...)."""
+
+
+class AnchorRemoved(UnsafeEdit):
+    """The entry to remove defines an anchor (``&name``) that another entry repeats."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        listed = ", ".join(f"&{name}" for name in names)
+        super().__init__(f"its entry defines {listed}, which other entries repeat by an alias")
+        self.aliases = ", ".join(f"*{name}" for name in names)
 
 
 def _document(text: str) -> Node | None:
@@ -168,11 +181,42 @@ def _document_end(lines: list[str]) -> int:
 
 def _item_end(lines: list[str], start: int, stop: int) -> int:
     """The last line (0-based) of an item spanning [start, stop): trailing comments and
-    blank lines belong to what follows."""
+    blank lines belong to what follows, unless they are its text (a block scalar's or a
+    quoted title's line starting with ``#``: an entry written before it split the title)."""
     end = stop - 1
     while end > start and _COMMENT_OR_BLANK_RE.match(lines[end]):
         end -= 1
+    if end < stop - 1:
+        ends = _value_ends("\n".join(lines))
+        last = bisect_left(ends, stop) - 1  # the last value ending before what follows
+        if last >= 0 and ends[last] > end:
+            end = ends[last]
     return end
+
+
+@lru_cache(maxsize=4)
+def _value_ends(text: str) -> tuple[int, ...]:
+    """The line (0-based) on which each scalar or alias of ``text`` ends, in order, as libyaml
+    reads them (the text as a block scalar keeps it, trailing blank lines only where it keeps
+    them); none when it cannot read them (the loader still checks every edit)."""
+    lines = text.split("\n")
+    ends: list[int] = []
+    try:
+        for event in yaml.parse(text, Loader=_EVENTS_LOADER):
+            if not isinstance(event, yaml.ScalarEvent | yaml.AliasEvent):
+                continue
+            mark = event.end_mark  # a block scalar's ends on the line after its text
+            line = mark.line if mark.column > 0 else mark.line - 1
+            kept = isinstance(event, yaml.ScalarEvent) and event.value.endswith("\n\n")
+            while not kept and line > event.start_mark.line and not lines[line].strip():
+                line -= 1
+            ends.append(line)
+    except yaml.YAMLError:
+        return ()
+    return tuple(ends)
+
+
+_EVENTS_LOADER = getattr(yaml, "CBaseLoader", None) or yaml.BaseLoader
 
 
 def _style(lines: list[str], feeds: list[Node]) -> Style:
@@ -241,16 +285,54 @@ def _empty_feeds_line(lines: list[str], document: Node | None) -> int:
 def yaml_remove(text: str, url: str) -> tuple[str, int]:
     """The YAML text without the entry for ``url``; and the 1-based line it started on."""
     feeds = _feeds_sequence(_document(text)) or []
-    key = feed_url_key(url)
+    index = _entry_index(feeds, url)
+    if index is None:
+        raise UnsafeEdit(f"no entry for {url} was found in the YAML")
     lines = text.split("\n")
+    start = _item_start(lines, feeds, index)
+    last = index + 1 == len(feeds)
+    stop = _document_end(lines) if last else _item_start(lines, feeds, index + 1)
+    end = _item_end(lines, start, stop)
+    kept = "\n".join([*lines[:start], *lines[end + 1 :]])
+    lost = _aliases_left_alone(kept) if "*" in kept else []
+    if lost:
+        raise AnchorRemoved(lost)
+    return kept, start + 1
+
+
+def _entry_index(feeds: Sequence[Node], url: str) -> int | None:
+    key = feed_url_key(url)
     for index, item in enumerate(feeds):
         members = _members(item)
         value = members["url"].value if "url" in members else item.value
-        if not isinstance(value, str) or feed_url_key(value.strip()) != key:
-            continue
-        start = _item_start(lines, feeds, index)
-        last = index + 1 == len(feeds)
-        stop = _document_end(lines) if last else _item_start(lines, feeds, index + 1)
-        end = _item_end(lines, start, stop)
-        return "\n".join([*lines[:start], *lines[end + 1 :]]), start + 1
-    raise UnsafeEdit(f"no entry for {url} was found in the YAML")
+        if isinstance(value, str) and feed_url_key(value.strip()) == key:
+            return index
+    return None
+
+
+def entry_line(text: str, url: str) -> int | None:
+    """The line (1-based) of the entry for ``url`` as the loader reads the file, also in a
+    layout this module does not edit (for the instructions to edit it by hand); else None."""
+    try:
+        feeds = _members(parse_yaml(text, "the feeds file")).get("feeds")
+    except ConfigError:
+        return None
+    items = feeds.value if feeds is not None and isinstance(feeds.value, list) else []
+    index = _entry_index(items, url)
+    return None if index is None or not items[index].placed else items[index].line
+
+
+def _aliases_left_alone(text: str) -> list[str]:
+    """The names of the aliases (``*name``) of ``text`` that no anchor (``&name``) defines:
+    an entry removed took its anchor away, and the file would no longer load."""
+    defined: set[str] = set()
+    used: set[str] = set()
+    try:  # events only: libyaml's parser does not resolve aliases, its composer would
+        for event in yaml.parse(text, Loader=_EVENTS_LOADER):
+            if isinstance(event, yaml.AliasEvent):
+                used.add(event.anchor)
+            elif isinstance(event, yaml.NodeEvent) and event.anchor:
+                defined.add(event.anchor)
+    except yaml.YAMLError:  # the loader's check says what
+        return []
+    return sorted(used - defined)

@@ -16,6 +16,7 @@ outlines.
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -40,7 +41,7 @@ from .feeds_edit import (
     replace_checked,
 )
 from .feeds_file_yaml import NOT_PRINTABLE
-from .feeds_yaml import NewEntry, UnsafeEdit, yaml_append_all
+from .feeds_yaml import NewEntry, Style, UnsafeEdit, entry_lines, yaml_append_all
 from .models import FeedSpec
 from .report import counted
 from .safe_text import QUOTED_CHARS, one_line, xml_chars
@@ -263,7 +264,13 @@ def import_opml(opml_path: Path, feeds_file: Path) -> ImportResult:
             ) from exc
         expected = [*existing, *map(entry_spec, entries)]
         replace_checked(
-            target, merged, original, action="import-opml", display=feeds_file, expect=expected
+            target,
+            merged,
+            original,
+            action="import-opml",
+            display=feeds_file,
+            expect=expected,
+            by_hand=_by_hand(entries, feeds_file.suffix.lower() == ".json"),
         )
     return ImportResult(added, plan.already_present, document.skipped, plan.duplicates)
 
@@ -290,6 +297,16 @@ def _new_entries(added: Sequence[OpmlFeed], *, after_import: bool = False) -> li
         entries.append(NewEntry(feed.url, title=feed.title, comment=comment))
         folder = feed.folder
     return entries
+
+
+def _by_hand(entries: Sequence[NewEntry], is_json: bool) -> str:
+    """The entries to add, for a file the import could not edit safely."""
+    if is_json:
+        items = ",\n".join(json.dumps(json_entry(e, []), ensure_ascii=False) for e in entries)
+        return f'add to "feeds":\n{items}'
+    return "add after the last entry:\n" + "\n".join(
+        line for entry in entries for line in entry_lines(entry, Style())
+    )
 
 
 def _extend_json(feeds: list[object], entries: Sequence[NewEntry]) -> None:
