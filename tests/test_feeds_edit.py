@@ -261,7 +261,7 @@ def test_add_feed_through_a_symlink_edits_the_target(tmp_path: Path) -> None:
 
 
 def test_an_unsafe_file_is_refused_with_the_entry_to_write_by_hand(tmp_path: Path) -> None:
-    text = "feeds: [https://a.example/feed]\n"
+    text = "feeds: !x\n  - https://a.example/feed\n"
     feeds = write(tmp_path / "feeds.yaml", text)
     with pytest.raises(ConfigError, match=r"cannot be edited safely.*\n  - url: https://b\.ex"):
         add_feed(feeds, NewEntry("https://b.example/feed"))
@@ -411,3 +411,27 @@ def test_find_feed_compares_like_the_loader() -> None:
     specs = [FeedSpec("https://a.example/Feed")]
     assert find_feed(specs, "HTTPS://A.EXAMPLE/Feed") == specs[0]
     assert find_feed(specs, "https://a.example/feed") is None, "paths are case-sensitive"
+
+
+def test_a_flow_list_is_refused_with_what_to_write_in_it(tmp_path: Path) -> None:
+    """``remove`` said "Edit it by hand: delete its entry by hand", naming neither the entry
+    nor where; ``add`` gave a block entry ("  - url: ...") that a [flow, list] cannot take."""
+    text = "feeds: [https://a.example/feed,\n  https://b.example/feed]\n"
+    feeds = write(tmp_path / "feeds.yaml", text)
+    with pytest.raises(ConfigError) as removing:
+        remove_feed(feeds, "https://B.example/feed")
+    assert str(removing.value).endswith(
+        "Edit it by hand: delete https://b.example/feed (line 2) from the [list], with the "
+        'comma that separates it. Or write the list one entry per line ("  - URL" under '
+        '"feeds:"), which add and remove edit themselves.'
+    )
+    with pytest.raises(ConfigError) as adding:
+        add_feed(feeds, NewEntry("https://c.example/feed", title="C, [x]"))
+    assert (
+        'Edit it by hand: add {"url": "https://c.example/feed", "title": "C, [x]"} to the '
+        '[list] of "feeds:", after a comma.'
+    ) in str(adding.value)
+    assert feeds.read_text() == text
+    by_hand = text.replace("]\n", ', {"url": "https://c.example/feed", "title": "C, [x]"}]\n')
+    feeds.write_text(by_hand)
+    assert load_feeds(feeds)[-1] == FeedSpec("https://c.example/feed", title="C, [x]")

@@ -28,6 +28,7 @@ from .feed_urls import feed_url_key
 from .feeds_file import load_feeds
 from .feeds_yaml import (
     AnchorRemoved,
+    FlowList,
     NewEntry,
     Style,
     UnsafeEdit,
@@ -108,6 +109,8 @@ def add_feed(feeds_file: Path, entry: NewEntry) -> EditResult:
             merged = json_rewrite(text, lambda feeds: feeds.append(json_entry(entry, feeds)))
         else:
             merged, line = yaml_append(text, entry)
+    except FlowList as exc:
+        raise _refusal("add", feeds_file, exc, _by_hand_in_flow(entry)) from exc
     except UnsafeEdit as exc:
         raise _refusal("add", feeds_file, exc, by_hand) from exc
     replace_checked(
@@ -157,6 +160,7 @@ def remove_feed(feeds_file: Path, url: str) -> EditResult:
     line: int | None = None
     key = feed_url_key(spec.url)
     at = None if _is_json(target) else entry_line(text, spec.url)
+    where = "" if at is None else f" (line {at})"
     lines = f"the entry of {spec.url}" + ("" if at is None else f" (from line {at})")
     by_hand = f"delete {lines}."
     try:
@@ -164,6 +168,12 @@ def remove_feed(feeds_file: Path, url: str) -> EditResult:
             merged = json_rewrite(text, lambda feeds: _drop_json(feeds, key))
         else:
             merged, line = yaml_remove(text, spec.url)
+    except FlowList as exc:
+        by_hand = (
+            f"delete {spec.url}{where} from the [list], with the comma that separates it. "
+            f"{_ONE_PER_LINE}"
+        )
+        raise _refusal("remove", feeds_file, exc, by_hand) from exc
     except AnchorRemoved as exc:
         by_hand = (
             f"write the values that {exc.aliases} repeats from its entry into the entries "
@@ -236,6 +246,18 @@ def _by_hand(entry: NewEntry, is_json: bool) -> str:
     if is_json:
         return "add " + json.dumps(json_entry(entry, []), ensure_ascii=False) + ' to "feeds".'
     return "add\n" + "\n".join(entry_lines(entry, Style()))
+
+
+def _by_hand_in_flow(entry: NewEntry) -> str:
+    """The entry as an item of a ``[flow, list]`` (JSON is YAML's flow style, quoting and all)."""
+    item = json.dumps(json_entry(entry, []), ensure_ascii=False)
+    return f'add {item} to the [list] of "feeds:", after a comma. {_ONE_PER_LINE}'
+
+
+_ONE_PER_LINE = (
+    'Or write the list one entry per line ("  - URL" under "feeds:"), which add and remove '
+    "edit themselves."
+)
 
 
 def replace_checked(

@@ -51,6 +51,10 @@ class UnsafeEdit(ConfigError):
     """The file's layout is one this module does not edit (flow style, anchors, ...)."""
 
 
+class FlowList(UnsafeEdit):
+    """The feeds are a ``[flow, list]``: an entry to write by hand goes in it, not below."""
+
+
 class AnchorRemoved(UnsafeEdit):
     """The entry to remove defines an anchor (``&name``) that another entry repeats."""
 
@@ -90,7 +94,7 @@ def _feeds_sequence(document: Node | None) -> list[Node] | None:
     if not isinstance(feeds.value, list):
         raise UnsafeEdit('"feeds" is not a list')
     if feeds.style == "flow" and feeds.value:
-        raise UnsafeEdit('"feeds" is written as a [flow, list]')
+        raise FlowList('"feeds" is written as a [flow, list]')
     return feeds.value or None
 
 
