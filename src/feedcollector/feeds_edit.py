@@ -159,29 +159,13 @@ def remove_feed(feeds_file: Path, url: str) -> EditResult:
         raise NotInFeedsFile(url, feeds_file, before)
     line: int | None = None
     key = feed_url_key(spec.url)
-    at = None if _is_json(target) else entry_line(text, spec.url)
-    where = "" if at is None else f" (line {at})"
-    lines = f"the entry of {spec.url}" + ("" if at is None else f" (from line {at})")
-    by_hand = f"delete {lines}."
     try:
         if _is_json(target):
             merged = json_rewrite(text, lambda feeds: _drop_json(feeds, key))
         else:
             merged, line = yaml_remove(text, spec.url)
-    except FlowList as exc:
-        by_hand = (
-            f"delete {spec.url}{where} from the [list], with the comma that separates it. "
-            f"{_ONE_PER_LINE}"
-        )
-        raise _refusal("remove", feeds_file, exc, by_hand) from exc
-    except AnchorRemoved as exc:
-        by_hand = (
-            f"write the values that {exc.aliases} repeats from its entry into the entries "
-            f"holding {exc.aliases}, then delete {lines}."
-        )
-        raise _refusal("remove", feeds_file, exc, by_hand) from exc
     except UnsafeEdit as exc:
-        raise _refusal("remove", feeds_file, exc, by_hand) from exc
+        raise _refusal("remove", feeds_file, exc, _remove_by_hand(exc, spec.url, text)) from exc
     expected = [item for item in before if item is not spec]
     replace_checked(
         target,
@@ -190,9 +174,29 @@ def remove_feed(feeds_file: Path, url: str) -> EditResult:
         action="remove",
         display=feeds_file,
         expect=expected,
-        by_hand=by_hand,
+        by_hand=f"delete {_entry_of(spec.url, line)}.",
     )
     return EditResult(feeds_file, spec, line)
+
+
+def _remove_by_hand(refused: UnsafeEdit, url: str, text: str) -> str:
+    """What to do instead of an edit refused: where the entry is, read again only now (a
+    second reading of a large file is for a refusal, not for every ``remove``)."""
+    at = entry_line(text, url)
+    if isinstance(refused, FlowList):
+        where = "" if at is None else f" (line {at})"
+        comma = "with the comma that separates it"
+        return f"delete {url}{where} from the [list], {comma}. {_ONE_PER_LINE}"
+    if isinstance(refused, AnchorRemoved):
+        return (
+            f"write the values that {refused.aliases} repeats from its entry into the entries "
+            f"holding {refused.aliases}, then delete {_entry_of(url, at)}."
+        )
+    return f"delete {_entry_of(url, at)}."
+
+
+def _entry_of(url: str, line: int | None) -> str:
+    return f"the entry of {url}" + ("" if line is None else f" (from line {line})")
 
 
 def _drop_json(feeds: list[object], key: str) -> None:
