@@ -16,7 +16,6 @@ import xml.sax.saxutils
 from typing import Any
 
 import feedparser
-import feedparser.mixin
 
 from .errors import ParseError
 from .html import resolve_url
@@ -31,23 +30,12 @@ from .parse_common import (
     permalink,
     ttl_minutes,
 )
-from .parse_fallback_hooks import BASE_KEY, PERMALINK_KEY, RECORD_KEY
+from .parse_fallback_hooks import BASE_KEY, PERMALINK_KEY, RECORD_KEY, corrected_parsers
 from .parse_text import text_html
 from .text_repair import readable
 
 FEEDPARSER_HEADERS = {"content-type": "application/xml; charset=utf-8"}
 """The decode stage hands over UTF-8: tell feedparser so, whatever the declaration says."""
-
-_NOT_RESOLVED = "id"
-"""What feedparser must not resolve as a URL: an entry's Atom ``<id>`` or RSS ``<guid>``,
-which it joined to the ``xml:base`` in effect, to one it had left (its base is not reset when
-an element without one ends) or to none (``http:///a`` became ``http://a``). The fast path
-takes an id as written: reddit's ``t3_42tizy``, after a content of ``xml:base="/.rss"``, came
-back ``/t3_42tizy``, and a feed broken one day stored its entries twice. The set is read from
-the parser class per parse; feedparser serves only this module."""
-feedparser.mixin._FeedParserMixin.can_be_relative_uri = frozenset(
-    feedparser.mixin._FeedParserMixin.can_be_relative_uri
-) - {_NOT_RESOLVED}
 
 _REL_ENCLOSURE_RE = re.compile(rb"""\srel\s*=\s*["']\s*enclosure""", re.I)
 """A ``<link rel="enclosure">`` (Atom's, or an ``atom:link`` in RSS); ``<enclosure>`` has no rel."""
@@ -56,12 +44,13 @@ _REL_ENCLOSURE_RE = re.compile(rb"""\srel\s*=\s*["']\s*enclosure""", re.I)
 def parse_with_feedparser(data: bytes, base_url: str) -> ParsedFeed:
     """Read a broken document leniently; ParseError if feedparser finds no feed in it either."""
     try:
-        result = feedparser.parse(
-            data,
-            sanitize_html=False,
-            resolve_relative_uris=False,
-            response_headers=FEEDPARSER_HEADERS,
-        )
+        with corrected_parsers():
+            result = feedparser.parse(
+                data,
+                sanitize_html=False,
+                resolve_relative_uris=False,
+                response_headers=FEEDPARSER_HEADERS,
+            )
     except Exception as exc:  # the library boundary: anything it raises means "unreadable"
         raise ParseError(f"parse: lenient parser failed: {exc!r}") from exc
     loose = isinstance(_key(result, "bozo_exception"), xml.sax.SAXException)

@@ -1,6 +1,15 @@
-"""Corrections to feedparser's reading, installed on its parser class for :mod:`.parse_fallback`
-(feedparser serves only that module), so that a feed broken one day and well-formed the next
-gives its items the links, GUIDs and dates of the fast path.
+"""Corrections to feedparser's reading for :mod:`.parse_fallback`, so that a feed broken one day
+and well-formed the next gives its items the links, GUIDs and dates of the fast path.
+
+They live on subclasses of feedparser's two parsers, which ``feedparser.parse`` builds only
+inside :func:`corrected_parsers`: anyone else calling it in this process (the benchmarks'
+baseline, the conformance tests' reference) gets feedparser as it is.
+
+**An id is no URL.** feedparser joined an entry's Atom ``<id>`` or RSS ``<guid>`` to the
+``xml:base`` in effect, to one it had left or to none (``http:///a`` became ``http://a``). The
+fast path takes an id as written: reddit's ``t3_42tizy``, after a content of
+``xml:base="/.rss"``, came back ``/t3_42tizy``, and a feed broken one day stored its entries
+twice.
 
 **The base an element declares ends with it.** feedparser restores the enclosing ``xml:base``
 at an end tag only when that base is not empty; without a base URL of its own (none is given:
@@ -21,10 +30,12 @@ order (:data:`.parse_tags.RSS_ITEM_SLOTS`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextvars
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
-import feedparser.mixin
+import feedparser.api
 
 RECORDED = frozenset(
     {
@@ -62,33 +73,38 @@ PERMALINK_KEY = "feedcollector_permalink"
 BASE_KEY = "feedcollector_base"
 """Entry key of the ``xml:base`` in effect at the entry ("" where none is)."""
 
-_Mixin = feedparser.mixin._FeedParserMixin
-_end_tag: Callable[[Any, str], None] = _Mixin.unknown_endtag
-_start_item: Callable[[Any, dict[str, str]], None] = _Mixin._start_item
 
+class _Corrections:
+    """Placed before feedparser's classes: what this module changes of their reading."""
 
-def _entry_start(parser: Any, attributes: dict[str, str]) -> None:
-    _start_item(parser, attributes)
-    entry = parser.entries[-1]
-    entry[BASE_KEY] = parser.baseuri or ""
-    entry[RECORD_KEY] = {}
+    can_be_relative_uri = frozenset(feedparser.api.StrictFeedParser.can_be_relative_uri) - {"id"}
 
+    def _start_item(self, attributes: dict[str, str]) -> None:
+        super()._start_item(attributes)  # type: ignore[misc]
+        parser: Any = self
+        entry = parser.entries[-1]
+        entry[BASE_KEY] = parser.baseuri or ""
+        entry[RECORD_KEY] = {}
 
-def _end_tag_recorded(parser: Any, written: str) -> None:
-    """feedparser's end of an element, then the record of an entry's field and the base."""
-    tag = written
-    prefix, _, local = tag.rpartition(":")
-    if prefix:  # the loose parser's tag is as written: its prefix mapped as feedparser maps it
-        prefix = parser.namespacemap.get(prefix, prefix)
-        tag = f"{prefix}:{local}" if prefix else local
-    of_entry = tag in RECORDED and parser.inentry and not parser.insource
-    if tag == "link":  # only a link of text (RSS's); an Atom link's href is no text
-        of_entry = of_entry and bool(parser.elementstack) and parser.elementstack[-1][0] == "link"
-    _end_tag(parser, written)
-    if of_entry:
-        _record(parser, tag)
-    if parser.basestack:
-        parser.baseuri = parser.basestack[-1]
+    _start_entry = _start_item
+
+    def unknown_endtag(self, written: str) -> None:
+        """feedparser's end of an element, then the record of an entry's field and the base."""
+        parser: Any = self
+        tag = written
+        prefix, _, local = tag.rpartition(":")
+        if prefix:  # the loose parser's tag is as written: its prefix mapped as feedparser does
+            prefix = parser.namespacemap.get(prefix, prefix)
+            tag = f"{prefix}:{local}" if prefix else local
+        of_entry = tag in RECORDED and parser.inentry and not parser.insource
+        if tag == "link":  # only a link of text (RSS's); an Atom link's href is no text
+            stack = parser.elementstack
+            of_entry = of_entry and bool(stack) and stack[-1][0] == "link"
+        super().unknown_endtag(written)  # type: ignore[misc]
+        if of_entry:
+            _record(parser, tag)
+        if parser.basestack:
+            parser.baseuri = parser.basestack[-1]
 
 
 def _record(parser: Any, tag: str) -> None:
@@ -108,6 +124,31 @@ def _record(parser: Any, tag: str) -> None:
         entry[PERMALINK_KEY] = bool(parser.guidislink)
 
 
-_Mixin.unknown_endtag = _end_tag_recorded
-_Mixin._start_item = _entry_start
-_Mixin._start_entry = _entry_start
+_STRICT = type("CorrectedStrictParser", (_Corrections, feedparser.api.StrictFeedParser), {})
+_LOOSE = type("CorrectedLooseParser", (_Corrections, feedparser.api.LooseFeedParser), {})
+_CORRECTED = contextvars.ContextVar("feedcollector_corrected_parsers", default=False)
+
+
+def _chooser(corrected: type, original: type) -> Callable[..., Any]:
+    """What ``feedparser.parse`` calls for ``original``: ``corrected`` inside
+    :func:`corrected_parsers` (a context variable, so a parse on another thread is not
+    affected), else ``original`` unchanged. One lookup per parse, none per element."""
+
+    def make(*arguments: Any) -> Any:
+        return (corrected if _CORRECTED.get() else original)(*arguments)
+
+    return make
+
+
+feedparser.api.StrictFeedParser = _chooser(_STRICT, feedparser.api.StrictFeedParser)
+feedparser.api.LooseFeedParser = _chooser(_LOOSE, feedparser.api.LooseFeedParser)
+
+
+@contextmanager
+def corrected_parsers() -> Iterator[None]:
+    """``feedparser.parse`` reads with this module's corrections within."""
+    token = _CORRECTED.set(True)
+    try:
+        yield
+    finally:
+        _CORRECTED.reset(token)
