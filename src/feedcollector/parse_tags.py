@@ -283,10 +283,28 @@ def by_prefix(tag: str, prefix: str | None) -> str:
 
 
 RSS_CHANNEL = FieldTable(RSS_CHANNEL_FIELDS)
-RSS_ITEM = FieldTable(RSS_ITEM_SLOTS, texts=(0, 1, 2, 5, 6, 10, 11))
+RSS_ITEM = FieldTable(
+    RSS_ITEM_SLOTS,
+    texts=(
+        RSS_ITEM_SLOTS[name]
+        for name in (
+            "title",
+            "link",
+            "guid",
+            "pubDate",
+            "dc:date",
+            "atom:published",
+            "atom:updated",
+        )
+    ),
+)
 """Title, link, GUID and the dates: the values an item's identity is made of."""
 ATOM_FEED = FieldTable(ATOM_FIELDS, strip_atom=True)
-ATOM_ENTRY = FieldTable(ATOM_ENTRY_SLOTS, strip_atom=True, texts=(1, 2, 5, 6))
+ATOM_ENTRY = FieldTable(
+    ATOM_ENTRY_SLOTS,
+    strip_atom=True,
+    texts=(ATOM_ENTRY_SLOTS[name] for name in ("title", "id", "published", "updated")),
+)
 
 
 _DATE_NAMES = frozenset(("pubdate", "date", "published", "updated", "issued", "modified"))
