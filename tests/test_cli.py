@@ -212,6 +212,25 @@ def test_a_url_spelled_with_escapes_or_a_default_port_is_the_feed_already_listed
         assert conn.execute("SELECT COUNT(*) FROM items").fetchone() == (1,)
 
 
+def test_a_password_changed_in_the_feeds_file_keeps_the_feed(
+    feed_server: FeedServer, tmp_path: Path
+) -> None:
+    """A rotated credential written over the old one made a new feed that stored every item
+    again; the row takes the new URL and keeps its id and items."""
+    url = feed_server.route("/private.xml", body=rss([Entry("a", guid="a")]))
+    old, new = (url.replace("http://", f"http://ann:{word}@") for word in ("old", "new"))
+    config = str(write_project(tmp_path, [old]))
+    assert feedcollector("--config", config, "run", "--once", cwd=tmp_path).returncode == 0
+    db = tmp_path / "collector.db"
+    [(feed_id,)] = sqlite3.connect(db).execute("SELECT id FROM feeds").fetchall()
+
+    (tmp_path / "feeds.yaml").write_text(f"feeds:\n  - url: {new}\n")
+    assert feedcollector("--config", config, "run", "--once", cwd=tmp_path).returncode == 0
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT id, url FROM feeds").fetchall() == [(feed_id, new)]
+        assert conn.execute("SELECT COUNT(*) FROM items").fetchone() == (1,)
+
+
 def test_retry_images_queues_failed_images_again_for_the_next_run(
     feed_server: FeedServer, tmp_path: Path
 ) -> None:

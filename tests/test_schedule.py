@@ -136,6 +136,25 @@ def test_a_url_spelled_otherwise_is_the_same_feed_renamed() -> None:
     assert [spec.url for spec in other_path.added] == ["http://a.example/Feed"], "paths keep case"
 
 
+def test_a_feed_whose_password_changed_is_the_same_feed_renamed() -> None:
+    """A rotated credential written over the old one: a new feed, it stored every item again.
+    Another user name is another account's feed, and a feed listed beside it stays."""
+    old = KnownFeed("id-1", "https://ann:old@a.example/feed", True, None, None, None)
+    plan = plan_feed_sync({old.url: old}, [FeedSpec("https://ann:new@a.example/feed")])
+    assert [(row.id, spec.url) for row, spec in plan.renamed] == [
+        ("id-1", "https://ann:new@a.example/feed")
+    ]
+    assert (plan.added, plan.removed) == ((), ())
+    other_user = plan_feed_sync({old.url: old}, [FeedSpec("https://bob:old@a.example/feed")])
+    assert [spec.url for spec in other_user.added] == ["https://bob:old@a.example/feed"]
+    assert other_user.removed == (old,)
+    both = plan_feed_sync(
+        {old.url: old}, [FeedSpec(old.url), FeedSpec("https://ann:new@a.example/feed")]
+    )
+    assert [spec.url for spec in both.added] == ["https://ann:new@a.example/feed"]
+    assert both.renamed == ()
+
+
 def test_an_id_a_renamed_feed_holds_is_not_taken_again() -> None:
     old_url = "https://old.example/feed"
     taken = {feed_id_for(old_url): "https://new.example/f"}  # renamed: id of its old URL

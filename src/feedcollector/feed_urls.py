@@ -49,3 +49,16 @@ def spelled_url_key(url: str) -> str:
     return parts._replace(
         scheme=parts.scheme.lower(), netloc=f"{userinfo}{at}{host.lower()}", fragment=""
     ).geturl()
+
+
+def password_free_key(url: str) -> str | None:
+    """:func:`feed_url_key` without the password, for a URL that has one, else None: a feed
+    whose password the file changes (a rotated credential) stays the feed it was
+    (:func:`.schedule.plan_feed_sync`), where another user name is another account's feed."""
+    try:
+        parsed = yarl.URL(url)
+        if parsed.password is None or not parsed.raw_host:
+            return None
+        return feed_url_key(str(parsed.with_password(None)))
+    except (ValueError, TypeError, IndexError):
+        return None

@@ -14,7 +14,7 @@ from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from .feed_urls import feed_url_key
+from .feed_urls import feed_url_key, password_free_key
 from .models import FeedSpec
 
 BACKOFF_BASE = timedelta(minutes=30)
@@ -236,9 +236,9 @@ def plan_feed_sync(known: Mapping[str, KnownFeed], specs: Iterable[FeedSpec]) ->
     """Diff the feeds file against the table (keyed by URL).
 
     A URL the table does not hold is a row renamed when the file no longer lists that row's
-    URL and the new one is where it moved to, or its URL spelled otherwise (the same request:
-    :func:`.feed_urls.feed_url_key`): the same feed, its id and items kept. Otherwise it is
-    added."""
+    URL and the new one is where it moved to, its URL spelled otherwise (the same request:
+    :func:`.feed_urls.feed_url_key`) or with another password (:func:`.feed_urls.
+    password_free_key`): the same feed, its id and items kept. Otherwise it is added."""
     specs = list(specs)
     listed_urls = {spec.url for spec in specs}
     unlisted = sorted(
@@ -248,6 +248,7 @@ def plan_feed_sync(known: Mapping[str, KnownFeed], specs: Iterable[FeedSpec]) ->
     )
     movers = {row.moved_to: row for row in unlisted if row.moved_to}
     respelled = {feed_url_key(row.url): row for row in unlisted}
+    repassworded = {key: row for row in unlisted if (key := password_free_key(row.url))}
     renamed: list[tuple[KnownFeed, FeedSpec]] = []
     added: list[FeedSpec] = []
     reactivated: list[FeedSpec] = []
@@ -258,7 +259,11 @@ def plan_feed_sync(known: Mapping[str, KnownFeed], specs: Iterable[FeedSpec]) ->
         listed.add(spec.url)
         row = known.get(spec.url)
         if row is None:
-            row = movers.pop(spec.url, None) or respelled.pop(feed_url_key(spec.url), None)
+            row = (
+                movers.pop(spec.url, None)
+                or respelled.pop(feed_url_key(spec.url), None)
+                or repassworded.pop(password_free_key(spec.url) or "", None)
+            )
             if row is not None and row.url not in moved_away:
                 moved_away.add(row.url)
                 renamed.append((row, spec))
