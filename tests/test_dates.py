@@ -326,13 +326,18 @@ def test_no_month_name_means_two_months() -> None:
         ("2004-július-13T9:15-05:00", "2004-07-13T14:15:00Z"),
         ("2004-február-29T12:00+01:00", "2004-02-29T11:00:00Z"),
         ("2024-máj-05 10:00", "2024-05-05T10:00:00Z"),
+        ("2004. január 1. 12:00", "2004-01-01T12:00:00Z"),
+        ("2004. júl. 13. 09:15:00 +0200", "2004-07-13T07:15:00Z"),
+        ("Do, 1. Jan 2004 12:00:00 +0100", "2004-01-01T11:00:00Z"),
+        ("1. Januar 2004 12:00", "2004-01-01T12:00:00Z"),
     ],
 )
 def test_greek_and_hungarian_month_names_are_read(text: str, expected: str) -> None:
     """feedparser's tables misspell some (``máujus``, ``Μάώ``) and lack the unaccented Greek
     forms; its W3C reader, tried first, took ``2004-január-01`` for November 1st, which its
     guard here let through (any word counted for any month), and a Greek date on the day that
-    numbers its month (``01 Ιαν``) was refused. They are read as the other languages are."""
+    numbers its month (``01 Ιαν``) was refused. They are read as the other languages are, as
+    is the ordinal dot of Hungarian and German numbers (``2004. január 1.``, ``1. Januar``)."""
     assert _stamp(parse_date(text)) == expected
 
 

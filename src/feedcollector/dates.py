@@ -349,7 +349,7 @@ def _take_token(fields: _Fields, token: str) -> bool:
         time_match = _TIME_RE.fullmatch(token)
         if time_match is not None:
             return fields.take_time(time_match)
-        return fields.take_number(token)
+        return fields.take_number(token.removesuffix("."))  # "1. Januar", "2004. január 1."
     if token[0] in "+-":
         return fields.take_offset(token)
     if token in ("am", "pm", "a.m.", "p.m."):
