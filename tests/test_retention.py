@@ -245,7 +245,11 @@ def test_pure_decisions() -> None:
     subscribed = FeedListing(subscribed=True, listed=frozenset({"g1"}))
     assert tombstones_to_drop(["g1", "g2"], subscribed) == ["g2"]
     assert tombstones_to_drop(["g1"], FeedListing(subscribed=True, listed=None)) == []
-    assert tombstones_to_drop(["g1"], FeedListing(subscribed=False, listed=None)) == ["g1"]
+    gone = FeedListing(subscribed=False, listed=None, has_backup=False)
+    assert tombstones_to_drop(["g1"], gone) == ["g1"], "nothing can bring it back"
+    removed = FeedListing(subscribed=False, listed=frozenset({"g1"}))
+    assert tombstones_to_drop(["g1", "g2"], removed) == ["g2"], "a restore replays its backups"
+    assert tombstones_to_drop(["g1"], FeedListing(subscribed=False, listed=None)) == []
 
 
 def test_cleanup_deletes_what_is_just_outside_the_windows_and_keeps_the_rest(pair: Pair) -> None:

@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 
 from feedcollector.collector import open_collector
-from feedcollector.config import load_settings
+from feedcollector.config import load_feeds, load_settings
 from feedcollector.pipeline import run_cycle
 from feedcollector.reading import read_item
+from feedcollector.restore import RestoreReport, restore_from_backups
 from feedcollector.retention import CleanupReport
 from feedcollector.retention_daily import CLEANUP_LEASE
 from feedcollector.schedule import feed_id_for
@@ -103,6 +104,68 @@ def test_an_expired_item_its_feed_still_lists_is_not_ingested_again(
         ("urn:c",),
     ]
     assert sqlite_rows(database, "SELECT COUNT(*) FROM items") == [(0,)]
+
+
+def restore_at(config: Path, clock: Clock) -> RestoreReport:
+    """``restore`` of every feed at ``clock``, with the configured ``item_days``."""
+
+    async def go() -> RestoreReport:
+        settings = load_settings(config)
+        async with open_collector(settings, clock=clock) as collector:
+            return await restore_from_backups(
+                collector.db,
+                collector.objects,
+                load_feeds(settings.feeds_file),
+                now=clock(),
+                owner=collector.owner,
+                item_days=settings.retention.item_days,
+            )
+
+    return asyncio.run(go())
+
+
+def test_an_expired_item_of_a_feed_just_removed_does_not_come_back_in_a_restore(
+    feed_server: FeedServer, tmp_path: Path
+) -> None:
+    """A removed feed's old tombstones were dropped at once (it cannot re-ingest), but its
+    backups of the last days still listed the item: a restore brought it back, dated by them."""
+    a = Entry("A", guid="urn:a")
+    url = feed_server.route("/feed.xml", body=rss([a]))
+    other = feed_server.route("/other.xml", body=rss([Entry("O", guid="urn:o")]))
+    config = write_project(tmp_path, [url])
+    database = tmp_path / "collector.db"
+    clock = Clock(datetime(2026, 1, 1, 9, 0, 0, tzinfo=UTC))
+    collect_and_clean(config, clock)
+
+    clock.now += timedelta(days=181)  # A expires; the feed still lists it
+    report = collect_and_clean(config, clock)
+    assert report is not None
+    assert report.items == 1
+    clock.now += timedelta(days=181)  # the tombstone is old; the newest backup lists A
+    report = collect_and_clean(config, clock)
+    assert report is not None
+    assert (report.tombstones_dropped, report.tombstones_kept) == (0, 1)
+
+    write_project(tmp_path, [other])  # the feed is removed from the feeds file
+    clock.now += timedelta(days=1)
+    report = collect_and_clean(config, clock)
+    assert report is not None
+    assert sqlite_rows(database, "SELECT url, active FROM feeds ORDER BY url") == [
+        (url, 0),
+        (other, 1),
+    ]
+    assert sqlite_rows(database, "SELECT guid FROM item_tombstones") == [("urn:a",)]
+
+    restored = restore_at(config, clock)
+    assert restored.backups >= 1, "the removed feed's recent backups are replayed"
+    assert sqlite_rows(database, "SELECT guid FROM items ORDER BY guid") == [("urn:o",)]
+
+    clock.now += timedelta(days=31)  # its backups are gone: nothing can bring A back now
+    report = collect_and_clean(config, clock)
+    assert report is not None
+    assert (report.tombstones_dropped, report.tombstones_kept) == (1, 0)
+    assert restore_at(config, clock).items_recovered == 0
+    assert sqlite_rows(database, "SELECT guid FROM items ORDER BY guid") == [("urn:o",)]
 
 
 def test_an_expired_spilled_item_its_feed_still_lists_leaves_no_object(

@@ -14,8 +14,10 @@ the last ``item_days``: a tombstone dropped the day its feed stopped listing the
 restore bring the expired item back from the days before (an item listed, dropped and listed
 again in between is not looked for). When the feed has
 no readable backup (failing or unchanged for longer than the backups are kept) it is kept,
-since we cannot tell. A feed removed from the feeds file (or unknown) cannot re-ingest, so its
-old tombstones are dropped; putting it back may bring back items it still lists.
+since we cannot tell. A feed removed from the feeds file (or unknown) cannot re-ingest, but
+``restore`` replays its backups all the same: its old tombstones are checked against them the
+same way, and dropped once it has no backup left (``backup_days`` after its removal); putting
+it back may bring back items it still lists.
 """
 
 from __future__ import annotations
@@ -49,14 +51,17 @@ class FeedListing:
     listed: frozenset[str] | None
     """GUIDs of its newest backup and of its oldest one since the items cutoff; None when
     there is none or one cannot be read (then keep everything)."""
+    has_backup: bool = True
+    """It has a backup (taken by now), which a restore would replay, readable or not."""
 
 
 def tombstones_to_drop(guids: Sequence[str], listing: FeedListing) -> list[str]:
-    """The old tombstones of one feed that can go (pure)."""
-    if not listing.subscribed:
-        return list(guids)
+    """The old tombstones of one feed that can go (pure).
+
+    A removed feed is not fetched, but a restore replays its backups: only one without any
+    can lose them all (one with a backup it could not read keeps them, like a subscribed one)."""
     if listing.listed is None:
-        return []
+        return [] if listing.subscribed or listing.has_backup else list(guids)
     return [guid for guid in guids if guid not in listing.listed]
 
 
@@ -105,9 +110,9 @@ async def feed_listing(
     Backups stamped after ``now`` (written while the clock was ahead) are not the newest: one
     that no longer listed an item dropped its tombstone while today's copy still lists it."""
     rows = await db.query("SELECT url, active FROM feeds WHERE id = ?", (feed_id,))
-    if not rows or not rows[0]["active"]:
-        return FeedListing(subscribed=False, listed=None)
-    url = rows[0]["url"]
+    if not rows:  # no URL to replay its backups under
+        return FeedListing(subscribed=False, listed=None, has_backup=False)
+    url, subscribed = rows[0]["url"], bool(rows[0]["active"])
     oldest: StoredBackup | None = None
     newest: StoredBackup | None = None
     start = parse_timestamp(since)
@@ -117,7 +122,7 @@ async def feed_listing(
             if oldest is None and backup.taken >= start:
                 oldest = backup
     if newest is None:
-        return FeedListing(subscribed=True, listed=None)
+        return FeedListing(subscribed=subscribed, listed=None, has_backup=False)
     listed: set[str] = set()
     for backup in {newest.key: newest, **({oldest.key: oldest} if oldest else {})}.values():
         try:
@@ -127,12 +132,12 @@ async def feed_listing(
             log.info(
                 "cleanup: cannot read %s (%s); the tombstones of %s are kept", backup.key, exc, url
             )
-            return FeedListing(subscribed=True, listed=None)
+            return FeedListing(subscribed=subscribed, listed=None)
         for item in parsed.items:  # and the GUID as written, as versions before the text
             listed.add(item.guid)  # repair stored it (and its tombstone)
             if item.earlier_guid is not None:
                 listed.add(item.earlier_guid)
-    return FeedListing(subscribed=True, listed=frozenset(listed))
+    return FeedListing(subscribed=subscribed, listed=frozenset(listed))
 
 
 async def _sweep_feed(
