@@ -153,6 +153,8 @@ NOT_DATES = [
     "0000-001",  # no year 0
     "2024123",  # seven digits alone: no ordinal date without its hyphen
     "Mon, 01 Jan 2024 10:00:00 ET PST",  # two zones: which one is meant is unknowable
+    "Mon, 01 Jan 2024 10:00:00 EST PST",  # two fixed ones too (the last one was taken)
+    "Mon, 01 Jan 2024 10:00:00 PST ET",
     "Mon, 01 Jan 2024 10:00:00 GMT America/New_York",
     "Mon, 01 Jan 2024 10:00:00 ET ET",
 ]

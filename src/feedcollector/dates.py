@@ -243,15 +243,16 @@ class _Fields:
         )
 
     def take_zone(self, name: str) -> bool:
+        """A zone word; a second one refuses the date ("10:00 EST PST" as "10:00 ET PST"):
+        which one the time is in is anyone's guess."""
+        if self.named is not None or self.zone is not None:
+            return False
         minutes = zone_minutes(name)
         if minutes is not None:
             self.named = minutes
             return True
-        zone = ruled_zone(name) if name in US_ZONES else None
-        if zone is None or self.zone is not None:
-            return False
-        self.zone = zone
-        return True
+        self.zone = ruled_zone(name) if name in US_ZONES else None
+        return self.zone is not None
 
     def take_offset(self, text: str) -> bool:
         minutes = offset_minutes(text)
@@ -310,8 +311,6 @@ def _parse_rfc822(text: str) -> datetime | None:
             return None
     if fields.day is None or fields.month is None or fields.year is None:
         return None
-    if fields.zone is not None and fields.named is not None:
-        return None  # two zone names: which one the time is in is anyone's guess
     offset = fields.numeric if fields.numeric is not None else fields.named
     return _build(
         fields.year,
