@@ -73,6 +73,20 @@ def test_run_once_on_the_embedded_defaults(feed_server: FeedServer, tmp_path: Pa
     assert "cycle: 2 feeds (1 updated, 0 not modified, 1 failed" in result.stderr
 
 
+def test_a_config_file_in_the_folder_not_named_by_config_is_pointed_out(tmp_path: Path) -> None:
+    """Only --config reads a config file; one beside the feeds file is not read, and a
+    [storage] or [database] in it would be ignored without a word."""
+    (tmp_path / "feeds.yaml").write_text("feeds: []\n")
+    (tmp_path / "feedcollector.toml").write_text('[storage]\npath = "elsewhere"\n')
+    result = feedcollector("run", "--once", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "warning: config: ./feedcollector.toml is not read" in result.stderr
+    assert "feedcollector --config feedcollector.toml" in result.stderr
+    named = feedcollector("--config", "feedcollector.toml", "run", "--once", cwd=tmp_path)
+    assert named.returncode == 0, named.stderr
+    assert "is not read" not in named.stderr
+
+
 def test_start_up_leaves_the_libraries_of_optional_commands_unloaded(tmp_path: Path) -> None:
     """OPML (listparser), feeds-file editing and reading (ruamel.yaml and PyYAML: an unchanged
     file is not read) and metrics (prometheus_client) load on use: about 90 ms less CPU for

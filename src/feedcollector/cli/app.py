@@ -177,7 +177,26 @@ def load_command_settings(ctx: typer.Context) -> Settings:
         _set_up_logging(options)
     settings = guard(lambda: load_settings(options.config))
     _set_up_logging(options, settings.log)
+    if options.config is None:
+        _warn_of_unread_config()
     return settings
+
+
+UNREAD_CONFIG_NAMES = ("feedcollector.toml", "config.toml")
+"""Config files a user may expect to be read from the current folder: only ``--config`` (or
+its environment variable) names one, and a ``[storage]`` or ``[database]`` written there
+while the defaults run would send everything elsewhere without a word."""
+
+
+def _warn_of_unread_config() -> None:
+    for name in UNREAD_CONFIG_NAMES:
+        if Path(name).is_file():
+            say_warning(
+                f"config: ./{name} is not read (a config file is read only when --config or "
+                f"{CONFIG_ENV} names it): running on the built-in defaults. To use it, run "
+                f"feedcollector --config {name} ..."
+            )
+            return
 
 
 def _set_up_logging(options: GlobalOptions, log_settings: LogSettings | None = None) -> None:
