@@ -271,3 +271,22 @@ def test_feedparser_outside_the_fallback_reads_as_it_always_has() -> None:
         "http://a.example/x/two",  # feedparser's own base leak, left as it is
     ]
     assert all(not any(key.startswith("feedcollector") for key in entry) for entry in entries)
+
+
+@pytest.mark.parametrize("broken", [False, True], ids=["fast path", "feedparser"])
+def test_an_escaped_reference_in_a_text_is_unescaped_once(broken: bool) -> None:
+    """feedparser's loose parser unescaped ``&amp;`` before ``&quot;``, ``&apos;`` and
+    ``&#x2f;``: HTML's ``&quot;`` inside an attribute of an escaped description (Blogger's
+    ``style="font-family: &quot;times&quot;"``) became ``"``, which ends the attribute."""
+    body = rss(
+        "<item><guid>g</guid><title>Say &amp;quot;hi&amp;quot;</title><description>"
+        "&lt;span style=&quot;font-family: &amp;quot;times&amp;quot;&quot;&gt;a &amp;amp; b"
+        " &amp;apos; &amp;#x2f; &amp;lt;&lt;/span&gt;</description></item>"
+    ) + (b"<" if broken else b"")
+    feed = parse_feed(body, BASE_URL)
+    assert feed.format == ("rss-fallback" if broken else "rss")
+    (item,) = feed.items
+    assert item.title == "Say &quot;hi&quot;"
+    assert item.content_html == (
+        '<span style="font-family: &quot;times&quot;">a &amp; b &apos; &#x2f; &lt;</span>'
+    )

@@ -26,11 +26,15 @@ lists an RSS ``<link>`` among the ``<atom:link>`` elements. The first text of ea
 :data:`RECORDED` among an entry's children is recorded with its place (:data:`RECORD_KEY`),
 and :mod:`.parse_fallback` takes the first with text of the names the fast path reads, in its
 order (:data:`.parse_tags.RSS_ITEM_SLOTS`).
+
+**A reference is unescaped once.** The loose parser unescaped ``&amp;quot;`` to ``"``.
 """
 
 from __future__ import annotations
 
 import contextvars
+import html
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -124,8 +128,23 @@ def _record(parser: Any, tag: str) -> None:
         entry[PERMALINK_KEY] = bool(parser.guidislink)
 
 
+class _LooseCorrections(_Corrections):
+    """The loose parser's unescaping of a text (HTML, or text): one reference at a time."""
+
+    def decode_entities(self, element: str, data: str) -> str:
+        """feedparser replaces ``&amp;`` before ``&quot;``, ``&apos;`` and ``&#x2f;``, so an
+        escaped reference was read twice: ``&amp;quot;`` (HTML's ``&quot;`` in a description)
+        became ``"``, which ends an attribute of the HTML it is in."""
+        parser: Any = self
+        if str(parser.contentparams.get("type", "xml")).endswith("xml"):
+            return str(super().decode_entities(element, data))  # type: ignore[misc]
+        return _ESCAPED_RE.sub(lambda match: html.unescape(match[0]), data)
+
+
+_ESCAPED_RE = re.compile(r"&(?:lt|gt|amp|quot|apos|#(?:60|62|38|34|39)|#x(?:3[cCeE]|2[267fF]));")
+"""The references feedparser's loose parser unescapes in a text: its ``decode_entities``."""
 _STRICT = type("CorrectedStrictParser", (_Corrections, feedparser.api.StrictFeedParser), {})
-_LOOSE = type("CorrectedLooseParser", (_Corrections, feedparser.api.LooseFeedParser), {})
+_LOOSE = type("CorrectedLooseParser", (_LooseCorrections, feedparser.api.LooseFeedParser), {})
 _CORRECTED = contextvars.ContextVar("feedcollector_corrected_parsers", default=False)
 
 
