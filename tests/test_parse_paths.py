@@ -290,3 +290,41 @@ def test_an_escaped_reference_in_a_text_is_unescaped_once(broken: bool) -> None:
     assert item.content_html == (
         '<span style="font-family: &quot;times&quot;">a &amp; b &apos; &#x2f; &lt;</span>'
     )
+
+
+@pytest.mark.parametrize("broken", [False, True], ids=["fast path", "feedparser"])
+def test_an_items_description_is_its_first_whatever_follows_it(broken: bool) -> None:
+    """feedparser read a second description of an item as its content, which wins: the
+    ``<itunes:summary>`` podcast feeds write after ``<description>`` (often the same text
+    without its links), a ``<media:description>``, a second ``<description>``. The fast path
+    reads ``<description>`` (or ``dc:description``), then Media RSS's, then iTunes'."""
+    itunes = ' xmlns:itunes="http://www.itunes.com/dtds/podcast-1.0.dtd"'
+    media = ' xmlns:media="http://search.yahoo.com/mrss/"'
+    body = rss(
+        "<item><guid>1</guid><description>own</description>"
+        "<itunes:summary>notes</itunes:summary></item>"
+        "<item><guid>2</guid><description>own</description>"
+        "<media:group><media:description>group</media:description></media:group></item>"
+        "<item><guid>3</guid><dc:description>dc</dc:description><description>own</description>"
+        "</item>"
+        "<item><guid>4</guid><itunes:summary>notes</itunes:summary>"
+        "<media:group><media:description>group</media:description></media:group>"
+        "<description>own</description></item>"
+        "<item><guid>5</guid><itunes:summary>notes</itunes:summary>"
+        "<media:description>media</media:description></item>"
+        "<item><guid>6</guid><itunes:summary>notes</itunes:summary></item>"
+        "<item><guid>7</guid><content:encoded></content:encoded><description>own</description>"
+        "</item>",
+        itunes + media,
+    ) + (b"<" if broken else b"")
+    feed = parse_feed(body, BASE_URL)
+    assert feed.format == ("rss-fallback" if broken else "rss")
+    assert [item.content_html for item in feed.items] == [
+        "own",
+        "own",
+        "dc",
+        "own",
+        "media",
+        "notes",
+        "own",
+    ]

@@ -27,6 +27,9 @@ lists an RSS ``<link>`` among the ``<atom:link>`` elements. The first text of ea
 and :mod:`.parse_fallback` takes the first with text of the names the fast path reads, in its
 order (:data:`.parse_tags.RSS_ITEM_SLOTS`).
 
+**An entry's description is its first of the best kind** (:data:`SUMMARY_RANKS`): feedparser
+read a second one as the entry's content.
+
 **A reference is unescaped once.** The loose parser unescaped ``&amp;quot;`` to ``"``.
 """
 
@@ -76,6 +79,13 @@ PERMALINK_KEY = "feedcollector_permalink"
 """Entry key of whether its recorded ``<guid>`` is a permalink (no ``isPermaLink="false"``)."""
 BASE_KEY = "feedcollector_base"
 """Entry key of the ``xml:base`` in effect at the entry ("" where none is)."""
+SUMMARY_RANK_KEY = "feedcollector_summary_rank"
+"""Entry key of the rank (:data:`SUMMARY_RANKS`) of the element its summary was read from."""
+UNREAD_KEY = "feedcollector_unread"
+"""Entry key a description is read into when it is not the summary (nor the content)."""
+SUMMARY_RANKS = {"description": 0, "summary": 0, "media:description": 1, "itunes:summary": 2}
+"""The descriptions of an entry in the fast path's order (:data:`.parse_tags.RSS_ITEM_SLOTS`:
+``description`` or ``dc:description``, Media RSS's, iTunes'), the first of a rank counting."""
 
 
 class _Corrections:
@@ -91,6 +101,56 @@ class _Corrections:
         entry[RECORD_KEY] = {}
 
     _start_entry = _start_item
+
+    def _start_description(self, attributes: dict[str, str]) -> None:
+        self._read_summary(attributes, "description")
+
+    def _start_dc_description(self, attributes: dict[str, str]) -> None:
+        self._read_summary(attributes, "description")
+
+    def _start_summary(self, attributes: dict[str, str]) -> None:
+        self._read_summary(attributes, "summary")
+
+    def _start_media_description(self, attributes: dict[str, str]) -> None:
+        self._read_summary(attributes, "media:description")
+
+    def _start_itunes_summary(self, attributes: dict[str, str]) -> None:
+        self._read_summary(attributes, "itunes:summary")
+
+    def _read_summary(self, attributes: dict[str, str], name: str) -> None:
+        """An entry's description as the fast path chooses it. feedparser read a second one
+        (``<itunes:summary>`` or ``<media:description>`` after ``<description>``, as podcast
+        and photo feeds write them) as the entry's content, which wins over the summary."""
+        parser: Any = self
+        if not parser.inentry or parser.insource:
+            start = super()._start_summary if name == "summary" else super()._start_description  # type: ignore[misc]
+            start(attributes)
+            return
+        entry = parser.entries[-1]
+        rank = SUMMARY_RANKS[name]
+        read = dict.get(entry, SUMMARY_RANK_KEY)  # not "summary": a content sets that too
+        if read is not None and rank >= read:
+            parser._summaryKey = UNREAD_KEY
+            parser.push_content(UNREAD_KEY, attributes, "text/plain", 1)
+            return
+        entry[SUMMARY_RANK_KEY] = rank
+        parser.property_depth_map.get(entry, {}).pop("summary", None)  # a deeper one replaces it
+        html = name in ("description", "media:description")  # feedparser's default types
+        parser._summaryKey = None if html else "summary"
+        parser.push_content(
+            "description" if html else "summary",
+            attributes,
+            "text/" + ("html" if html else "plain"),
+            1,
+        )
+
+    def _end_description(self) -> None:
+        parser: Any = self
+        if parser._summaryKey == UNREAD_KEY:
+            parser.pop_content(UNREAD_KEY)
+            parser._summaryKey = None
+            return
+        super()._end_description()  # type: ignore[misc]
 
     def unknown_endtag(self, written: str) -> None:
         """feedparser's end of an element, then the record of an entry's field and the base."""
