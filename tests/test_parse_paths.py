@@ -328,3 +328,35 @@ def test_an_items_description_is_its_first_whatever_follows_it(broken: bool) -> 
         "notes",
         "own",
     ]
+
+
+def test_a_stray_or_unclosed_tag_leaves_every_base_in_its_scope() -> None:
+    """feedparser's loose parser ended the innermost ``xml:base`` scope at every end tag: a
+    stray ``</span>`` in an item lost the item's base, an unclosed ``<br>`` in an unescaped
+    description kept it for the next item; their links, so their GUIDs, were joined to the
+    wrong base (the fast path reads the well-formed version: the same GUIDs are wanted)."""
+    body = rss(
+        '<item xml:base="http://i.example/d/"><description>x</description><link>a</link></item>'
+        "<item><link>b</link></item>"
+    )
+    wanted = ["http://i.example/d/a", "http://site.example/blog/b"]
+    assert [item.guid for item in parse_feed(body, BASE_URL, lenient=False).items] == wanted
+    for broken in (
+        body.replace(b"<description>x", b"<description>x<br>y"),
+        body.replace(b"<link>a", b"</span><link>a"),
+        body.replace(b"<description>x", b'<description>x<img src="i.png">'),
+    ):
+        feed = parse_feed(broken, BASE_URL)
+        assert feed.format == "rss-fallback"
+        assert [item.guid for item in feed.items] == wanted
+    entries = atom(
+        '<entry xml:base="http://e.example/d/"><id>1</id><link href="one"/></entry>'
+        '<entry><id>2</id><link href="two"/><summary type="html">&lt;img src="s.png"&gt;'
+        "</summary></entry>"
+    ).replace(b"<entry", b"</junk><entry", 1)
+    feed = parse_feed(entries, BASE_URL)
+    assert feed.format == "atom-fallback"
+    assert [(item.link, item.content_html) for item in feed.items] == [
+        ("http://e.example/d/one", None),
+        ("http://site.example/two", '<img src="http://site.example/s.png">'),
+    ]

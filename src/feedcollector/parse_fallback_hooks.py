@@ -30,6 +30,9 @@ order (:data:`.parse_tags.RSS_ITEM_SLOTS`).
 **An entry's description is its first of the best kind** (:data:`SUMMARY_RANKS`): feedparser
 read a second one as the entry's content.
 
+**An end tag ends its element's scope.** The loose parser ended the innermost one at every end
+tag, a stray one too, so an ``xml:base`` outlived its item or ended before it.
+
 **A reference is unescaped once.** The loose parser unescaped ``&amp;quot;`` to ``"``.
 """
 
@@ -200,7 +203,56 @@ class _LooseCorrections(_Corrections):
             return str(super().decode_entities(element, data))  # type: ignore[misc]
         return _ESCAPED_RE.sub(lambda match: html.unescape(match[0]), data)
 
+    def unknown_starttag(self, tag: str, attributes: list[tuple[str, str]]) -> None:
+        parser: Any = self
+        scope = (tag, parser.depth, len(parser.basestack), len(parser.langstack))
+        super().unknown_starttag(tag, attributes)  # type: ignore[misc]
+        opened, counts = _open_elements(parser)
+        opened.append(scope)
+        counts[tag] = counts.get(tag, 0) + 1
 
+    def unknown_endtag(self, written: str) -> None:
+        """feedparser ends the innermost scope (``xml:base``, ``xml:lang``, depth) at every end
+        tag; in a broken document a stray one (``</p>`` in an unescaped description) ended an
+        enclosing element's, and an unclosed start tag (``<br>``) kept its own open: the
+        ``xml:base`` of an item stayed in effect for the next (its links, so its GUIDs, were
+        joined to it), and an item's own base was lost. An end tag ends the scope of the
+        element it closes, and those left open inside it; a stray one ends none. Amortized
+        constant time: a scope is pushed once and popped once."""
+        parser: Any = self
+        opened, counts = _open_elements(parser)
+        bases, langs = parser.basestack, parser.langstack
+        depth, n_bases, n_langs = parser.depth, len(bases), len(langs)
+        last_base, last_lang = bases[-1] if bases else None, langs[-1] if langs else None
+        super().unknown_endtag(written)
+        if counts.get(written):
+            tag = None
+            while tag != written:
+                tag, depth, n_bases, n_langs = opened.pop()
+                counts[tag] -= 1
+        else:  # a stray end tag: the scope feedparser ended is put back
+            if len(bases) < n_bases:
+                bases.append(last_base)
+            if len(langs) < n_langs:
+                langs.append(last_lang)
+        del bases[n_bases:], langs[n_langs:]
+        parser.depth = depth
+        if bases:
+            parser.baseuri = bases[-1]
+        if langs:
+            parser.lang = langs[-1]
+
+
+def _open_elements(parser: Any) -> tuple[list[tuple[str, int, int, int]], dict[str, int]]:
+    """The loose parser's open elements, innermost last, and how many of each tag are open."""
+    found = parser.__dict__.get(_OPEN_KEY)
+    if found is None:
+        found = parser.__dict__[_OPEN_KEY] = ([], {})
+    return found  # type: ignore[no-any-return]
+
+
+_OPEN_KEY = "_feedcollector_open"
+"""The loose parser's open elements: (tag, depth, base and lang stack lengths before it)."""
 _ESCAPED_RE = re.compile(r"&(?:lt|gt|amp|quot|apos|#(?:60|62|38|34|39)|#x(?:3[cCeE]|2[267fF]));")
 """The references feedparser's loose parser unescapes in a text: its ``decode_entities``."""
 _STRICT = type("CorrectedStrictParser", (_Corrections, feedparser.api.StrictFeedParser), {})
