@@ -360,3 +360,26 @@ def test_a_stray_or_unclosed_tag_leaves_every_base_in_its_scope() -> None:
         ("http://e.example/d/one", None),
         ("http://site.example/two", '<img src="http://site.example/s.png">'),
     ]
+
+
+@pytest.mark.parametrize("broken", [False, True], ids=["fast path", "feedparser"])
+def test_a_void_element_of_markup_stays_one_element(broken: bool) -> None:
+    """feedparser writes markup (Atom XHTML, an unescaped description) again with an end tag
+    for every element: ``<br/>`` came out ``<br></br>``, which HTML reads as two breaks."""
+    body = rss(
+        '<item><guid>1</guid><description>x<br/>y<img src="a.png" alt="q"/><hr />'
+        "<p>p</p></description></item>"
+    )
+    entries = atom(
+        '<entry><id>2</id><content type="xhtml"><div xmlns="http://www.w3.org/1999/xhtml">'
+        'a<br/>b<img src="i.png"/></div></content></entry>'
+    )
+    for data, wanted in (
+        (body, 'x<br/>y<img src="http://site.example/blog/a.png" alt="q"/><hr/><p>p</p>'),
+        (entries, 'a<br/>b<img src="http://site.example/i.png"/>'),
+    ):
+        feed = parse_feed(data + (b"<" if broken else b""), BASE_URL)
+        assert feed.format.endswith("-fallback") == broken
+        assert [item.content_html for item in feed.items] == [wanted]
+        if not broken:
+            assert parse_with_feedparser(data, BASE_URL).items[0].content_html == wanted

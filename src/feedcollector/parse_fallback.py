@@ -40,6 +40,13 @@ FEEDPARSER_HEADERS = {"content-type": "application/xml; charset=utf-8"}
 _REL_ENCLOSURE_RE = re.compile(rb"""\srel\s*=\s*["']\s*enclosure""", re.I)
 """A ``<link rel="enclosure">`` (Atom's, or an ``atom:link`` in RSS); ``<enclosure>`` has no rel."""
 
+_VOID_END_RE = re.compile(
+    r"(<(area|base|br|col|embed|hr|img|input|link|meta|param|source|track|wbr)\b[^<>]*)></\2>",
+    re.I,
+)
+"""A void element of markup (XHTML content, an unescaped description) as feedparser writes it
+again: ``<br></br>``, which HTML reads as two line breaks; the fast path writes ``<br/>``."""
+
 
 def parse_with_feedparser(data: bytes, base_url: str) -> ParsedFeed:
     """Read a broken document leniently; ParseError if feedparser finds no feed in it either."""
@@ -213,8 +220,11 @@ def _detail_html(detail: object) -> str | None:
     whether its type was written or not, so a text is taken as HTML where it looks like HTML
     (its own guess for RSS)."""
     value = _string(_key(detail, "value"))
-    if _key(detail, "type") == "text/plain":
+    kind = _key(detail, "type")
+    if kind == "text/plain":
         return _plain_html(value)
+    if value is not None and kind == "application/xhtml+xml" and "></" in value:
+        value = _VOID_END_RE.sub(r"\1/>", value)
     return None if value is None else readable(value)
 
 
