@@ -383,3 +383,25 @@ def test_a_void_element_of_markup_stays_one_element(broken: bool) -> None:
         assert [item.content_html for item in feed.items] == [wanted]
         if not broken:
             assert parse_with_feedparser(data, BASE_URL).items[0].content_html == wanted
+
+
+@pytest.mark.parametrize("broken", [False, True], ids=["fast path", "feedparser"])
+def test_a_title_of_markup_is_its_text(broken: bool) -> None:
+    """The fast path reads an Atom ``type="xhtml"`` title (and an RSS title with elements in
+    it) by its text; feedparser kept the markup, ``&amp;`` and all: the feed's and items'
+    titles, and the GUID an item of neither id nor link hashes from its title, differed."""
+    xhtml = 'xmlns="http://www.w3.org/1999/xhtml"'
+    entries = atom(
+        f'<entry><id>1</id><title type="xhtml"><div {xhtml}>X <b>bold</b> &amp; y</div></title>'
+        '</entry><entry><id>2</id><title type="html">H &lt;b&gt;f&lt;/b&gt;</title></entry>'
+    ).replace(
+        b"<title>A</title>", f'<title type="xhtml"><div {xhtml}>A <i>b</i></div></title>'.encode()
+    )
+    items = rss("<item><title>A <b>bold</b> &amp; b</title><guid>g</guid></item>")
+    for data, title, wanted in (
+        (entries, "A b", ["X bold & y", "H <b>f</b>"]),
+        (items, "T", ["A bold & b"]),
+    ):
+        feed = parse_feed(data + (b"<" if broken else b""), BASE_URL)
+        assert feed.format.endswith("-fallback") == broken
+        assert (feed.title, [item.title for item in feed.items]) == (title, wanted)

@@ -10,6 +10,7 @@ broken markup may be lost (feedparser's own recovery decides).
 
 from __future__ import annotations
 
+import html
 import re
 import xml.sax
 import xml.sax.saxutils
@@ -72,7 +73,7 @@ def parse_with_feedparser(data: bytes, base_url: str) -> ParsedFeed:
     linked_enclosures = format_name == "atom" or _REL_ENCLOSURE_RE.search(data) is not None
     kept, dropped = newest_end(entries, _date_text)
     return ParsedFeed(
-        title=channel_title(_string(_key(feed, "title"))),
+        title=channel_title(_title(feed)),
         link=feed_link,
         items=tuple(
             _entry(
@@ -134,7 +135,7 @@ def _entry(
     entry_base = _string(_key(entry, BASE_KEY))
     return finish_item(
         RawEntry(
-            title=_string(_key(entry, "title")),
+            title=_title(entry),
             link=link,
             guid=guid,
             content=content,
@@ -226,6 +227,18 @@ def _detail_html(detail: object) -> str | None:
     if value is not None and kind == "application/xhtml+xml" and "></" in value:
         value = _VOID_END_RE.sub(r"\1/>", value)
     return None if value is None else readable(value)
+
+
+def _title(mapping: object) -> str | None:
+    """A title as the fast path reads it: one of markup (Atom's ``type="xhtml"``, an RSS title
+    with elements in it) by its text (feedparser keeps the markup)."""
+    title = _string(_key(mapping, "title"))
+    if title and _key(_key(mapping, "title_detail"), "type") == "application/xhtml+xml":
+        return html.unescape(_TAG_RE.sub("", title))
+    return title
+
+
+_TAG_RE = re.compile(r"<[^<>]*>")
 
 
 def _plain_html(value: str | None) -> str | None:
