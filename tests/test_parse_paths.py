@@ -405,3 +405,20 @@ def test_a_title_of_markup_is_its_text(broken: bool) -> None:
         feed = parse_feed(data + (b"<" if broken else b""), BASE_URL)
         assert feed.format.endswith("-fallback") == broken
         assert (feed.title, [item.title for item in feed.items]) == (title, wanted)
+
+
+@pytest.mark.parametrize("broken", [False, True], ids=["fast path", "feedparser"])
+def test_an_entity_declared_as_a_character_is_that_character(broken: bool) -> None:
+    """feedparser's loose parser handed an entity declared as a character reference in the
+    document's DOCTYPE (``<!ENTITY mdash "&#8212;">``) back to itself as a name: the title
+    ``A&mdash;B`` came out ``A&&#8212;;B``, and so the GUID an item of no id or link hashes."""
+    body = (
+        b'<?xml version="1.0"?>\n<!DOCTYPE rss [\n<!ENTITY mdash "&#8212;">\n'
+        b'<!ENTITY nbsp "&#xA0;">\n<!ENTITY site "Site">\n]>\n<rss version="2.0"><channel>'
+        b"<title>T</title><link>http://site.example/</link><item><title>A&mdash;B&nbsp;&site;"
+        b"</title><description>&lt;p&gt;x&mdash;y&lt;/p&gt;</description></item></channel></rss>"
+    )
+    feed = parse_feed(body + (b"<" if broken else b""), BASE_URL)
+    assert feed.format == ("rss-fallback" if broken else "rss")
+    (item,) = feed.items
+    assert (item.title, item.content_html) == ("A\u2014B\xa0Site", "<p>x\u2014y</p>")

@@ -33,7 +33,8 @@ read a second one as the entry's content.
 **An end tag ends its element's scope.** The loose parser ended the innermost one at every end
 tag, a stray one too, so an ``xml:base`` outlived its item or ended before it.
 
-**A reference is unescaped once.** The loose parser unescaped ``&amp;quot;`` to ``"``.
+**A reference is unescaped once.** The loose parser unescaped ``&amp;quot;`` to ``"``, and
+wrote an entity the DOCTYPE declares as a character (``&#8212;``) as ``&&#8212;;``.
 """
 
 from __future__ import annotations
@@ -202,6 +203,16 @@ class _LooseCorrections(_Corrections):
         if str(parser.contentparams.get("type", "xml")).endswith("xml"):
             return str(super().decode_entities(element, data))  # type: ignore[misc]
         return _ESCAPED_RE.sub(lambda match: html.unescape(match[0]), data)
+
+    def handle_entityref(self, ref: str) -> None:
+        """An entity the document declares as a character (``<!ENTITY mdash "&#8212;">``):
+        feedparser handed the reference back to itself as a name, and wrote ``&&#8212;;``."""
+        parser: Any = self
+        value = parser.entities.get(ref)
+        if isinstance(value, str) and value.startswith("&#") and value.endswith(";"):
+            parser.handle_charref(value[2:-1])
+            return
+        super().handle_entityref(ref)  # type: ignore[misc]
 
     def unknown_starttag(self, tag: str, attributes: list[tuple[str, str]]) -> None:
         parser: Any = self
