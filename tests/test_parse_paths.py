@@ -422,3 +422,45 @@ def test_an_entity_declared_as_a_character_is_that_character(broken: bool) -> No
     assert feed.format == ("rss-fallback" if broken else "rss")
     (item,) = feed.items
     assert (item.title, item.content_html) == ("A\u2014B\xa0Site", "<p>x\u2014y</p>")
+
+
+@pytest.mark.parametrize("broken", [False, True], ids=["fast path", "feedparser"])
+def test_the_feeds_link_is_the_fast_paths_so_is_every_base(broken: bool) -> None:
+    """The feed's link is the base of its relative URLs (the seed's rule), so of relative
+    item links and the GUIDs taken from them. feedparser kept an RSS channel's last ``<link>``
+    (the fast path its first with text), took an ``<atom:link>`` where ``<link>`` was empty,
+    and gave an Atom feed whose only link is ``rel="self"`` none."""
+    item = '<item><link>a</link><description>&lt;img src="i.png"&gt;</description></item>'
+    cases = (
+        (
+            rss(item).replace(
+                b"<link>http://site.example/blog/</link>",
+                b"<link> http://site.example/one/ </link><link>http://site.example/two/</link>",
+            ),
+            "http://site.example/one/",
+        ),
+        (
+            rss(item).replace(
+                b"<link>http://site.example/blog/</link>",
+                b'<link/><atom:link href="http://site.example/alt/" rel="alternate"/>',
+            ),
+            None,
+        ),
+        (
+            atom(
+                '<entry><id>1</id><link href="a"/><summary type="html">&lt;img src="i.png"&gt;'
+                "</summary></entry>"
+            ).replace(b'<link href="http://site.example/"/>', b'<link rel="self" href="/f/x"/>'),
+            "https://feeds.example.test/f/x",
+        ),
+    )
+    for data, link in cases:
+        feed = parse_feed(data + (b"<" if broken else b""), BASE_URL)
+        assert feed.format.endswith("-fallback") == broken
+        base = link or BASE_URL
+        (only,) = feed.items
+        assert (feed.link, only.link, only.content_html) == (
+            link,
+            base.rsplit("/", 1)[0] + "/a",
+            f'<img src="{base.rsplit("/", 1)[0]}/i.png">',
+        )

@@ -31,7 +31,13 @@ from .parse_common import (
     permalink,
     ttl_minutes,
 )
-from .parse_fallback_hooks import BASE_KEY, PERMALINK_KEY, RECORD_KEY, corrected_parsers
+from .parse_fallback_hooks import (
+    BASE_KEY,
+    FEED_LINK_KEY,
+    PERMALINK_KEY,
+    RECORD_KEY,
+    corrected_parsers,
+)
 from .parse_text import text_html
 from .text_repair import readable
 
@@ -68,8 +74,8 @@ def parse_with_feedparser(data: bytes, base_url: str) -> ParsedFeed:
         reason = _key(result, "bozo_exception")
         raise ParseError(f"parse: not a feed ({reason or 'no channel or feed element'})")
     feed = _key(result, "feed") or {}
-    feed_link, default_base = feed_base(_string(_key(feed, "link")), base_url)
     format_name = _format_name(version)
+    feed_link, default_base = feed_base(_feed_link(feed, format_name), base_url)
     linked_enclosures = format_name == "atom" or _REL_ENCLOSURE_RE.search(data) is not None
     kept, dropped = newest_end(entries, _date_text)
     return ParsedFeed(
@@ -227,6 +233,15 @@ def _detail_html(detail: object) -> str | None:
     if value is not None and kind == "application/xhtml+xml" and "></" in value:
         value = _VOID_END_RE.sub(r"\1/>", value)
     return None if value is None else readable(value)
+
+
+def _feed_link(feed: object, format_name: str) -> str | None:
+    """The feed's link as the fast path reads it: an Atom feed's by the entries' rule
+    (feedparser reads an alternate only, not a feed's lone ``rel="self"``), an RSS channel's
+    first ``<link>`` with text (feedparser's last, or an ``<atom:link>``)."""
+    if format_name == "atom":
+        return _alternate_link(_key(feed, "links"), enclosures=True)
+    return _string(_key(feed, FEED_LINK_KEY))
 
 
 def _title(mapping: object) -> str | None:

@@ -83,6 +83,9 @@ PERMALINK_KEY = "feedcollector_permalink"
 """Entry key of whether its recorded ``<guid>`` is a permalink (no ``isPermaLink="false"``)."""
 BASE_KEY = "feedcollector_base"
 """Entry key of the ``xml:base`` in effect at the entry ("" where none is)."""
+FEED_LINK_KEY = "feedcollector_link"
+"""Feed key of the channel's first ``<link>`` with text (feedparser keeps its last, or an
+``<atom:link>``'s href)."""
 SUMMARY_RANK_KEY = "feedcollector_summary_rank"
 """Entry key of the rank (:data:`SUMMARY_RANKS`) of the element its summary was read from."""
 UNREAD_KEY = "feedcollector_unread"
@@ -165,12 +168,23 @@ class _Corrections:
             prefix = parser.namespacemap.get(prefix, prefix)
             tag = f"{prefix}:{local}" if prefix else local
         of_entry = tag in RECORDED and parser.inentry and not parser.insource
+        of_channel = False
         if tag == "link":  # only a link of text (RSS's); an Atom link's href is no text
             stack = parser.elementstack
-            of_entry = of_entry and bool(stack) and stack[-1][0] == "link"
+            text_link = bool(stack) and stack[-1][0] == "link"
+            of_entry = of_entry and text_link
+            elsewhere = parser.inentry or parser.insource or parser.inimage or parser.intextinput
+            of_channel = text_link and not elsewhere and FEED_LINK_KEY not in parser.feeddata
+        earlier = parser.feeddata.pop("link", None) if of_channel else None
         super().unknown_endtag(written)  # type: ignore[misc]
         if of_entry:
             _record(parser, tag)
+        if of_channel:  # the channel's first <link> with text, as the fast path's
+            text = dict.get(parser.feeddata, "link")
+            if isinstance(text, str) and text.strip():
+                parser.feeddata[FEED_LINK_KEY] = text
+            elif earlier is not None:
+                parser.feeddata["link"] = earlier
         if parser.basestack:
             parser.baseuri = parser.basestack[-1]
 
