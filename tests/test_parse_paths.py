@@ -464,3 +464,21 @@ def test_the_feeds_link_is_the_fast_paths_so_is_every_base(broken: bool) -> None
             base.rsplit("/", 1)[0] + "/a",
             f'<img src="{base.rsplit("/", 1)[0]}/i.png">',
         )
+
+
+@pytest.mark.parametrize("broken", [False, True], ids=["fast path", "feedparser"])
+def test_a_media_title_is_no_title(broken: bool) -> None:
+    """The fast path reads no ``<media:title>``; feedparser took a ``<media:group>``'s for an
+    item without ``<title>``, and the GUID of an item of no id or link is hashed from its
+    title: a broken day stored such items again."""
+    media = ' xmlns:media="http://search.yahoo.com/mrss/"'
+    body = rss(
+        "<item><media:group><media:title>MT</media:title><media:description>gd"
+        "</media:description></media:group><pubDate>Mon, 01 Jan 2024 00:00:00 GMT</pubDate>"
+        "</item><item><guid>g</guid><media:title>MT</media:title><title>Own</title></item>",
+        media,
+    ) + (b"<" if broken else b"")
+    feed = parse_feed(body, BASE_URL)
+    assert feed.format == ("rss-fallback" if broken else "rss")
+    assert [item.title for item in feed.items] == [None, "Own"]
+    assert feed.items[0].guid == hashlib.md5(b"Mon, 01 Jan 2024 00:00:00 GMT").hexdigest()

@@ -124,6 +124,17 @@ class _Corrections:
     def _start_itunes_summary(self, attributes: dict[str, str]) -> None:
         self._read_summary(attributes, "itunes:summary")
 
+    def _start_media_title(self, attributes: dict[str, str]) -> None:
+        """Media RSS's title is no title of the entry or feed (the fast path reads none):
+        feedparser took a ``<media:group>``'s for an entry without ``<title>``, so the GUID
+        an entry of no id or link hashes from its title differed."""
+        parser: Any = self
+        parser.push_content(UNREAD_KEY, attributes, "text/plain", 1)
+
+    def _end_media_title(self) -> None:
+        parser: Any = self
+        parser.pop_content(UNREAD_KEY)
+
     def _read_summary(self, attributes: dict[str, str], name: str) -> None:
         """An entry's description as the fast path chooses it. feedparser read a second one
         (``<itunes:summary>`` or ``<media:description>`` after ``<description>``, as podcast
