@@ -12,7 +12,7 @@ from datetime import datetime
 import feedparser
 import pytest
 
-from feedcollector.models import ParsedItem
+from feedcollector.models import ParsedFeed, ParsedItem
 from feedcollector.parse import parse_feed
 from feedcollector.parse_fallback import parse_with_feedparser
 
@@ -35,6 +35,17 @@ def atom(entries: str, attributes: str = "") -> bytes:
         f'<?xml version="1.0" encoding="UTF-8"?><feed xmlns="http://www.w3.org/2005/Atom"'
         f'{attributes}><title>A</title><link href="http://site.example/"/>{entries}</feed>'
     ).encode()
+
+
+def on_path(body: bytes, broken: bool, kind: str | None = None) -> ParsedFeed:
+    """``body`` read as it is (the fast path) or broken by a trailing ``<`` (the lenient one,
+    feedparser's), checked to have taken that path (as ``kind``, "rss" or "atom", if given)."""
+    feed = parse_feed(body + (b"<" if broken else b""), BASE_URL)
+    if kind is None:
+        assert feed.format.endswith("-fallback") == broken
+    else:
+        assert feed.format == (f"{kind}-fallback" if broken else kind)
+    return feed
 
 
 FEED_BASE = ' xml:base="http://b.example/d/"'
@@ -199,9 +210,8 @@ def test_a_base_ends_with_the_element_that_declares_it(broken: bool) -> None:
         '<item xml:base="http://i.example/d/"><link>a</link></item><item><link>b</link></item>'
         '<item><description xml:base="http://d.example/">&lt;img src="i.png"&gt;</description>'
         "<link>c</link></item>"
-    ) + (b"<" if broken else b"")
-    feed = parse_feed(body, BASE_URL)
-    assert feed.format == ("rss-fallback" if broken else "rss")
+    )
+    feed = on_path(body, broken, "rss")
     assert [item.link for item in feed.items] == [
         "http://i.example/d/a",
         "http://site.example/blog/b",
@@ -221,9 +231,8 @@ def test_an_item_of_two_guids_is_known_by_its_first_with_text(broken: bool) -> N
         "<item><guid>g4</guid><guid> </guid></item>"
         "<item><title>t</title><pubDate>Mon, 01 Jan 2024 00:00:00 GMT</pubDate>"
         "<pubDate>Tue, 02 Jan 2024 00:00:00 GMT</pubDate></item>"
-    ) + (b"<" if broken else b"")
-    feed = parse_feed(body, BASE_URL)
-    assert feed.format == ("rss-fallback" if broken else "rss")
+    )
+    feed = on_path(body, broken, "rss")
     assert [item.guid for item in feed.items[:3]] == ["g1", "g3", "g4"]
     assert feed.items[3].raw_pub_date == "Mon, 01 Jan 2024 00:00:00 GMT"
     assert feed.items[3].guid == hashlib.md5(b"tMon, 01 Jan 2024 00:00:00 GMT").hexdigest()
@@ -236,9 +245,8 @@ def test_an_id_with_escaped_characters_has_them_unescaped(broken: bool) -> None:
         "<item><guid>http://s.example/?p=1&amp;c=2</guid></item>"
         '<item><guid isPermaLink="false"><![CDATA[a&b<c>&amp;]]></guid></item>'
         '<item><guid isPermaLink="false">&#38;&#x3C;&quot;&apos;&amp;amp;</guid></item>'
-    ) + (b"<" if broken else b"")
-    feed = parse_feed(body, BASE_URL)
-    assert feed.format == ("rss-fallback" if broken else "rss")
+    )
+    feed = on_path(body, broken, "rss")
     assert [item.guid for item in feed.items] == [
         "http://s.example/?p=1&c=2",
         "a&b<c>&amp;",
@@ -282,9 +290,8 @@ def test_an_escaped_reference_in_a_text_is_unescaped_once(broken: bool) -> None:
         "<item><guid>g</guid><title>Say &amp;quot;hi&amp;quot;</title><description>"
         "&lt;span style=&quot;font-family: &amp;quot;times&amp;quot;&quot;&gt;a &amp;amp; b"
         " &amp;apos; &amp;#x2f; &amp;lt;&lt;/span&gt;</description></item>"
-    ) + (b"<" if broken else b"")
-    feed = parse_feed(body, BASE_URL)
-    assert feed.format == ("rss-fallback" if broken else "rss")
+    )
+    feed = on_path(body, broken, "rss")
     (item,) = feed.items
     assert item.title == "Say &quot;hi&quot;"
     assert item.content_html == (
@@ -316,9 +323,8 @@ def test_an_items_description_is_its_first_whatever_follows_it(broken: bool) -> 
         "<item><guid>7</guid><content:encoded></content:encoded><description>own</description>"
         "</item>",
         itunes + media,
-    ) + (b"<" if broken else b"")
-    feed = parse_feed(body, BASE_URL)
-    assert feed.format == ("rss-fallback" if broken else "rss")
+    )
+    feed = on_path(body, broken, "rss")
     assert [item.content_html for item in feed.items] == [
         "own",
         "own",
@@ -378,8 +384,7 @@ def test_a_void_element_of_markup_stays_one_element(broken: bool) -> None:
         (body, 'x<br/>y<img src="http://site.example/blog/a.png" alt="q"/><hr/><p>p</p>'),
         (entries, 'a<br/>b<img src="http://site.example/i.png"/>'),
     ):
-        feed = parse_feed(data + (b"<" if broken else b""), BASE_URL)
-        assert feed.format.endswith("-fallback") == broken
+        feed = on_path(data, broken)
         assert [item.content_html for item in feed.items] == [wanted]
         if not broken:
             assert parse_with_feedparser(data, BASE_URL).items[0].content_html == wanted
@@ -402,8 +407,7 @@ def test_a_title_of_markup_is_its_text(broken: bool) -> None:
         (entries, "A b", ["X bold & y", "H <b>f</b>"]),
         (items, "T", ["A bold & b"]),
     ):
-        feed = parse_feed(data + (b"<" if broken else b""), BASE_URL)
-        assert feed.format.endswith("-fallback") == broken
+        feed = on_path(data, broken)
         assert (feed.title, [item.title for item in feed.items]) == (title, wanted)
 
 
@@ -418,8 +422,7 @@ def test_an_entity_declared_as_a_character_is_that_character(broken: bool) -> No
         b"<title>T</title><link>http://site.example/</link><item><title>A&mdash;B&nbsp;&site;"
         b"</title><description>&lt;p&gt;x&mdash;y&lt;/p&gt;</description></item></channel></rss>"
     )
-    feed = parse_feed(body + (b"<" if broken else b""), BASE_URL)
-    assert feed.format == ("rss-fallback" if broken else "rss")
+    feed = on_path(body, broken, "rss")
     (item,) = feed.items
     assert (item.title, item.content_html) == ("A\u2014B\xa0Site", "<p>x\u2014y</p>")
 
@@ -455,8 +458,7 @@ def test_the_feeds_link_is_the_fast_paths_so_is_every_base(broken: bool) -> None
         ),
     )
     for data, link in cases:
-        feed = parse_feed(data + (b"<" if broken else b""), BASE_URL)
-        assert feed.format.endswith("-fallback") == broken
+        feed = on_path(data, broken)
         base = link or BASE_URL
         (only,) = feed.items
         assert (feed.link, only.link, only.content_html) == (
@@ -477,8 +479,7 @@ def test_a_media_title_is_no_title(broken: bool) -> None:
         "</media:description></media:group><pubDate>Mon, 01 Jan 2024 00:00:00 GMT</pubDate>"
         "</item><item><guid>g</guid><media:title>MT</media:title><title>Own</title></item>",
         media,
-    ) + (b"<" if broken else b"")
-    feed = parse_feed(body, BASE_URL)
-    assert feed.format == ("rss-fallback" if broken else "rss")
+    )
+    feed = on_path(body, broken, "rss")
     assert [item.title for item in feed.items] == [None, "Own"]
     assert feed.items[0].guid == hashlib.md5(b"Mon, 01 Jan 2024 00:00:00 GMT").hexdigest()
