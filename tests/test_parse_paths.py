@@ -336,6 +336,27 @@ def test_an_items_description_is_its_first_whatever_follows_it(broken: bool) -> 
     ]
 
 
+@pytest.mark.parametrize("broken", [False, True], ids=["fast path", "feedparser"])
+def test_an_rss_items_content_is_content_encoded_and_no_other_element(broken: bool) -> None:
+    """feedparser read an RSS item's ``<fullitem>`` (Userland), XHTML ``<body>``, Atom
+    ``<content>`` or ``<summary>`` as its content or summary; the fast path reads
+    ``content:encoded``, else the description, as the seed says."""
+    xhtml = '<body xmlns="http://www.w3.org/1999/xhtml"><p>body</p></body>'
+    body = rss(
+        "<item><guid>1</guid><description>own</description>"
+        "<fullitem>&lt;p&gt;full&lt;/p&gt;</fullitem></item>"
+        f"<item><guid>2</guid><description>own</description>{xhtml}</item>"
+        f"<item><guid>3</guid>{xhtml}<content:encoded>&lt;i&gt;enc&lt;/i&gt;</content:encoded>"
+        "</item>"
+        "<item><guid>4</guid><description>own</description>"
+        '<atom:content type="html">atom</atom:content></item>'
+        "<item><guid>5</guid><atom:summary>atom</atom:summary></item>",
+    ) + (b"<" if broken else b"")
+    feed = parse_feed(body, BASE_URL)
+    assert feed.format == ("rss-fallback" if broken else "rss")
+    assert [item.content_html for item in feed.items] == ["own", "own", "<i>enc</i>", "own", None]
+
+
 def test_a_stray_or_unclosed_tag_leaves_every_base_in_its_scope() -> None:
     """feedparser's loose parser ended the innermost ``xml:base`` scope at every end tag: a
     stray ``</span>`` in an item lost the item's base, an unclosed ``<br>`` in an unescaped

@@ -28,7 +28,8 @@ and :mod:`.parse_fallback` takes the first with text of the names the fast path 
 order (:data:`.parse_tags.RSS_ITEM_SLOTS`).
 
 **An entry's description is its first of the best kind** (:data:`SUMMARY_RANKS`): feedparser
-read a second one as the entry's content.
+read a second one as the entry's content. An RSS item's content is its ``content:encoded``
+only: feedparser took a ``<fullitem>``, an XHTML ``<body>`` or an Atom ``<content>`` too.
 
 **An end tag ends its element's scope.** The loose parser ended the innermost one at every end
 tag, a stray one too, so an ``xml:base`` outlived its item or ended before it.
@@ -135,6 +136,37 @@ class _Corrections:
         parser: Any = self
         parser.pop_content(UNREAD_KEY)
 
+    def _start_fullitem(self, attributes: dict[str, str]) -> None:
+        """Userland's ``<fullitem>`` and an XHTML ``<body>`` are no content of an item (the
+        fast path reads ``content:encoded``, else the description, as the seed says):
+        feedparser read them as its content, which wins, so a broken day stored other HTML
+        (and hashed another GUID for an item of no guid, link or title)."""
+        parser: Any = self
+        parser.push_content(UNREAD_KEY, attributes, "text/plain", 1)
+
+    def _end_fullitem(self) -> None:
+        parser: Any = self
+        parser.pop_content(UNREAD_KEY)
+
+    _start_body = _start_xhtml_body = _start_fullitem
+    _end_body = _end_xhtml_body = _end_fullitem
+
+    def _start_content(self, attributes: dict[str, str]) -> None:
+        """An Atom ``<content>`` (or ``<summary>``, :meth:`_read_summary`) in an RSS item is
+        not read either, as by the fast path: feedparser's won over ``content:encoded``."""
+        parser: Any = self
+        if parser.inentry and _in_rss(parser):
+            self._start_fullitem(attributes)
+            return
+        super()._start_content(attributes)  # type: ignore[misc]
+
+    def _end_content(self) -> None:
+        parser: Any = self
+        if parser.elementstack and parser.elementstack[-1][0] == UNREAD_KEY:
+            parser.pop_content(UNREAD_KEY)
+            return
+        super()._end_content()  # type: ignore[misc]
+
     def _read_summary(self, attributes: dict[str, str], name: str) -> None:
         """An entry's description as the fast path chooses it. feedparser read a second one
         (``<itunes:summary>`` or ``<media:description>`` after ``<description>``, as podcast
@@ -147,7 +179,7 @@ class _Corrections:
         entry = parser.entries[-1]
         rank = SUMMARY_RANKS[name]
         read = dict.get(entry, SUMMARY_RANK_KEY)  # not "summary": a content sets that too
-        if read is not None and rank >= read:
+        if (read is not None and rank >= read) or (name == "summary" and _in_rss(parser)):
             parser._summaryKey = UNREAD_KEY
             parser.push_content(UNREAD_KEY, attributes, "text/plain", 1)
             return
@@ -198,6 +230,11 @@ class _Corrections:
                 parser.feeddata["link"] = earlier
         if parser.basestack:
             parser.baseuri = parser.basestack[-1]
+
+
+def _in_rss(parser: Any) -> bool:
+    """Whether the document is RSS (0.9x, 1.0 or 2.0), whose items read no Atom content."""
+    return str(parser.version).startswith("rss")
 
 
 def _record(parser: Any, tag: str) -> None:
