@@ -176,6 +176,24 @@ def test_garbage_and_out_of_range_give_none(text: str) -> None:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
+        ("2021-07-04 09:05:06 PM", "2021-07-04T21:05:06Z"),
+        ("2021/07/04 9:05 pm", "2021-07-04T21:05:00Z"),
+        ("2021-07-04 12:30:00 AM", "2021-07-04T00:30:00Z"),
+        ("2021-07-04 12:30 p.m.", "2021-07-04T12:30:00Z"),
+        ("2021-07-04T09:05:06 PM+02:00", "2021-07-04T19:05:06Z"),
+        ("2021-07-04 09:05 PM EST", "2021-07-05T02:05:00Z"),
+    ],
+)
+def test_an_iso_date_on_a_12_hour_clock_keeps_its_half_day(text: str, expected: str) -> None:
+    """feedparser (the last resort for them) dropped the PM: twelve hours early."""
+    moment = parse_date(text)
+    assert moment is not None
+    assert format_timestamp(moment) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
         ("2024年1月2日", "2024-01-02T00:00:00Z"),  # feedparser alone: 2024-11-01
         ("2026年03月02日 09:00", "2026-03-02T09:00:00Z"),
         ("2026年3月2日 星期一 9时5分", "2026-03-02T09:05:00Z"),

@@ -51,7 +51,8 @@ MAX_DATE_LENGTH = 256
 
 _ISO_RE = re.compile(
     r"(?P<y>\d{4})(?P<sep>[-/])(?P<mo>\d{1,2})(?P=sep)(?P<d>\d{1,2})"
-    r"(?:(?:[Tt]|\s+)(?P<h>\d{1,2}):(?P<mi>\d{1,2})(?::(?P<s>\d{1,2})(?:[.,](?P<f>\d+))?)?)?"
+    r"(?:(?:[Tt]|\s+)(?P<h>\d{1,2}):(?P<mi>\d{1,2})(?::(?P<s>\d{1,2})(?:[.,](?P<f>\d+))?)?"
+    r"(?:\s*(?P<half>[AaPp])\.?[Mm]\.?(?![A-Za-z]))?)?"
     rf"\s*(?P<zone>[A-Za-z]{{1,5}}|{ZONE_NAME})?\s*(?P<off>[+-]\d{{2}}(?::?\d{{2}})?)?"
 )
 _ORDINAL_RE = re.compile(
@@ -144,7 +145,9 @@ def _fraction_micro(fraction: str | None) -> int:
 
 def _parse_iso(text: str) -> datetime | None:
     """ISO 8601 / W3CDTF / RFC 3339, with a space for the T and an optional named zone; also
-    with slashes (``2024/01/02 10:00``: year first is always year, month, day).
+    with slashes (``2024/01/02 10:00``: year first is always year, month, day), and with a
+    12-hour clock's AM or PM (``2024-05-25 11:23:17 PM``, as .NET writes en-US dates):
+    feedparser, the last resort, read it as 11:23, twelve hours early.
 
     ``fromisoformat`` takes any character after the date for the T: ``2015-01-26+02:00`` (a
     date with its offset) became 02:00 UTC, so after ``YYYY-MM-DD`` only a T or a space is
@@ -181,11 +184,16 @@ def _parse_iso(text: str) -> datetime | None:
                 return None
         else:
             offset = named
+    hour = int(match["h"] or 0)
+    if match["half"] is not None:  # 12 AM is midnight, 3 PM is 15 (feedparser: 3 either way)
+        if not 1 <= hour <= 12:
+            return None
+        hour = hour % 12 + (12 if match["half"] in "Pp" else 0)
     return _build(
         int(match["y"]),
         int(match["mo"]),
         int(match["d"]),
-        int(match["h"] or 0),
+        hour,
         int(match["mi"] or 0),
         int(match["s"] or 0),
         _fraction_micro(match["f"]),
