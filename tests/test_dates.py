@@ -203,11 +203,18 @@ def test_an_iso_date_on_a_12_hour_clock_keeps_its_half_day(text: str, expected: 
         ("2026年3月2日 午後3時5分", "2026-03-02T15:05:00Z"),
         ("2026年3月2日 上午12:30", "2026-03-02T00:30:00Z"),
         ("2026年3月2日 15時", "2026-03-02T15:00:00Z"),
+        ("2026-03-02 下午 3:05:09", "2026-03-02T15:05:09Z"),  # feedparser: midnight
+        ("2026/3/2 下午 3:05:09", "2026-03-02T15:05:09Z"),
+        ("2026-03-02 오후 3:05:09", "2026-03-02T15:05:09Z"),
+        ("2026. 3. 2. 오전 11:05:09", "2026-03-02T11:05:09Z"),
+        ("2026년 3월 2일 오후 3:05", "2026-03-02T15:05:00Z"),
+        ("2026-03-02 오후 3:05 +0900", "2026-03-02T06:05:00Z"),
     ],
 )
-def test_chinese_and_japanese_dates_are_read(text: str, expected: str) -> None:
+def test_chinese_japanese_and_korean_dates_are_read(text: str, expected: str) -> None:
     """Chinese feeds are in scope (the seed's gb2312 rule): their dates were stored as the
-    fetch time. Without a zone, UTC, as every zone-less date."""
+    fetch time. Without a zone, UTC, as every zone-less date. A numeric date with a half-day
+    marker (.NET's zh-TW and ko-KR dates) was read by feedparser as its midnight."""
     moment = parse_date(text)
     assert moment is not None
     assert format_timestamp(moment) == expected

@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, date, datetime, timedelta, tzinfo
 
-from .dates_cjk import iso_from_cjk
+from .dates_cjk import is_cjk_date, iso_from_cjk
 from .dates_feedparser import parse_with_feedparser
 from .dates_names import MILITARY_ZONES as MILITARY_ZONES
 from .dates_names import MONTH_NAMES as MONTH_NAMES
@@ -107,7 +107,7 @@ def parse_date(text: str) -> datetime | None:
                 return moment - offset if offset else moment
             except (ValueError, OverflowError):
                 pass  # out of range: the general readers decide
-    if "年" in text:
+    if not text.isascii() and is_cjk_date(text):
         text = iso_from_cjk(text)
     readers = _DIGIT_FIRST if text[0].isdecimal() else _LETTER_FIRST
     for reader in readers:
