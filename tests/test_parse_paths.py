@@ -357,6 +357,20 @@ def test_an_rss_items_content_is_content_encoded_and_no_other_element(broken: bo
     assert [item.content_html for item in feed.items] == ["own", "own", "<i>enc</i>", "own", None]
 
 
+@pytest.mark.parametrize("broken", [False, True], ids=["fast path", "feedparser"])
+def test_a_declared_entity_with_a_backslash_is_read_as_written(broken: bool) -> None:
+    """feedparser wrote the DOCTYPE it keeps through a ``re.sub`` template: ``\\w`` in an
+    entity's value failed the whole broken feed (``bad escape``), ``\\1`` was rewritten."""
+    body = (
+        b'<?xml version="1.0"?>\n<!DOCTYPE rss [\n<!ENTITY share "\\\\srv\\w\\1">\n]>\n'
+        b'<rss version="2.0"><channel><title>T</title><item><guid isPermaLink="false">'
+        b"&share;</guid><title>x</title></item></channel></rss>"
+    ) + (b"<" if broken else b"")
+    feed = parse_feed(body, BASE_URL)
+    assert feed.format == ("rss-fallback" if broken else "rss")
+    assert [item.guid for item in feed.items] == ["\\\\srv\\w\\1"]
+
+
 def test_a_stray_or_unclosed_tag_leaves_every_base_in_its_scope() -> None:
     """feedparser's loose parser ended the innermost ``xml:base`` scope at every end tag: a
     stray ``</span>`` in an item lost the item's base, an unclosed ``<br>`` in an unescaped

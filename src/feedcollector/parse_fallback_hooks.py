@@ -48,6 +48,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import feedparser.api
+import feedparser.sanitizer
 
 RECORDED = frozenset(
     {
@@ -344,6 +345,25 @@ def _chooser(corrected: type, original: type) -> Callable[..., Any]:
     return make
 
 
+class _LiteralDoctype:
+    """feedparser's DOCTYPE pattern, whose ``sub`` takes the new DOCTYPE as written within
+    :func:`corrected_parsers`: ``replace_doctype`` gave it as a ``re.sub`` template, so an
+    entity value with a backslash (``<!ENTITY path "C:\\data">``) raised ``bad escape`` and
+    a broken feed declaring one failed whole (``\\n`` or ``\\1`` in one were rewritten)."""
+
+    def __init__(self, pattern: re.Pattern[bytes]) -> None:
+        self._pattern = pattern
+
+    def findall(self, text: bytes) -> list[Any]:
+        return self._pattern.findall(text)
+
+    def sub(self, replacement: bytes, text: bytes) -> bytes:
+        if _CORRECTED.get():
+            return self._pattern.sub(lambda _: replacement, text)
+        return self._pattern.sub(replacement, text)
+
+
+feedparser.sanitizer.RE_DOCTYPE_PATTERN = _LiteralDoctype(feedparser.sanitizer.RE_DOCTYPE_PATTERN)
 feedparser.api.StrictFeedParser = _chooser(_STRICT, feedparser.api.StrictFeedParser)
 feedparser.api.LooseFeedParser = _chooser(_LOOSE, feedparser.api.LooseFeedParser)
 
