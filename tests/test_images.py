@@ -426,6 +426,24 @@ def test_empty_body_is_refused(feed_server: FeedServer) -> None:
     assert "empty body" in str(refused(url))
 
 
+@pytest.mark.parametrize(
+    ("content_range", "whole"),
+    [("bytes 0-9/71", False), ("bytes 10-70/71", False), (None, False), ("bytes 0-70/71", True)],
+)
+def test_a_206_slice_is_refused_and_a_206_of_the_whole_image_kept(
+    feed_server: FeedServer, content_range: str | None, whole: bool
+) -> None:
+    """No Range is sent: a 206 of a part (a misbehaving cache) was stored as the image."""
+    headers = {"Content-Type": "image/png"}
+    headers |= {"Content-Range": content_range} if content_range else {}
+    body = PNG if whole else PNG[:10]
+    url = feed_server.route("/part.png", status=206, body=body, headers=headers)
+    if whole:
+        assert download(url).data == PNG
+    else:
+        assert "206 Partial Content" in str(refused(url))
+
+
 def test_too_large_declared_is_refused(feed_server: FeedServer) -> None:
     url = feed_server.route(
         "/big.png", body=PNG + b"\0" * 5000, headers={"Content-Type": "image/png"}

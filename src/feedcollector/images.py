@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -191,6 +192,12 @@ async def _accept_image(
         if wait is not None:
             raise ImageRetryLater(f"{refused} (the server asks to wait {wait_words(wait)})", wait)
         raise ImageError(refused)
+    if status == HTTPStatus.PARTIAL_CONTENT and not whole_range(response.headers):
+        raise ImageError(
+            f"image: {final_url} answered 206 Partial Content "
+            f"({response.headers.get('Content-Range') or 'no Content-Range'}) to a request for "
+            "the whole image: only a part of it, not stored"
+        )
     declared = media_type(response.headers.get("Content-Type"))
     if surely_not_an_image(declared):
         raise ImageError(f"image: {final_url} answered with {declared}, not an image")
@@ -219,6 +226,17 @@ async def _accept_image(
         ext=extension_for(content_type, final_url),
         final_url=final_url,
     )
+
+
+_CONTENT_RANGE_RE = re.compile(r"\s*bytes\s+0-(\d{1,18})/(\d{1,18})\s*", re.IGNORECASE)
+
+
+def whole_range(headers: httpx.Headers) -> bool:
+    """Whether a 206's ``Content-Range`` spans the whole image (``bytes 0-70/71``). No Range
+    is ever asked for, yet a misbehaving server or cache answers 206 with a slice: stored, it
+    was a success never fetched again, a broken image for good."""
+    match = _CONTENT_RANGE_RE.fullmatch(headers.get("Content-Range", ""))
+    return match is not None and int(match[1]) + 1 == int(match[2])
 
 
 async def open_response(
