@@ -470,6 +470,36 @@ def test_a_consumer_reading_in_batches_goes_on_past_a_second_of_more_items(
     assert unknown.stdout == "", "refused before the table's header"
 
 
+def test_an_image_written_as_image_is_archived_and_shown_from_the_archive(
+    feed_server: FeedServer, tmp_path: Path
+) -> None:
+    """HTML5 reads <image> as <img>: one alone in an item was never archived, and one next
+    to an <img> was archived but still shown from its source."""
+    for name in ("a", "b", "c"):
+        feed_server.route(f"/img/{name}.png", body=png(), headers={"Content-Type": "image/png"})
+    entries = [
+        Entry("alone", guid="alone", content='<p><image src="/img/a.png"></p>'),
+        Entry("mixed", guid="mixed", content='<img src="/img/b.png"><IMAGE SRC="/img/c.png">'),
+    ]
+    feed = feed_server.route("/feed.xml", body=rss(entries, link=feed_server.url("/")))
+    config = write_project(tmp_path, [feed])
+
+    async def cycle() -> None:
+        async with open_collector(load_settings(config), clock=lambda: START) as collector:
+            await run_cycle(collector, force=True)
+
+    asyncio.run(cycle())
+    collected = Collected(tmp_path, config, {"feed": feed})
+    assert collected.rows("SELECT status, count(*) FROM image_tasks GROUP BY 1") == [("success", 3)]
+    for guid, count in (("alone", 1), ("mixed", 2)):
+        ((item_id,),) = collected.rows(f"SELECT id FROM items WHERE guid = '{guid}'")
+        found = collected.run(lambda c, i=item_id: read_item(c.db, c.objects, i))
+        assert found is not None
+        assert found.rendered_html is not None
+        assert found.rendered_html.count("file://") == count
+        assert feed_server.url("/img/") not in found.rendered_html
+
+
 def test_items_and_item_commands(collected: Collected) -> None:
     config = str(collected.config)
     table = feedcollector("--config", config, "items", cwd=collected.folder)

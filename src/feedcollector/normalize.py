@@ -42,8 +42,9 @@ Not ``os.urandom``: its system call cost 30 us a feed in a cycle (2% of a first 
 an id is a key, not a secret. Not the shared ``random`` module either: a program that seeds it
 would repeat ids, and a repeated id is a row ignored."""
 os.register_at_fork(after_in_child=_id_bits.seed)
-_IMG_TAG_RE = re.compile(r"<img", re.IGNORECASE)
-"""Cheaper than lowercasing a whole body to look for an image."""
+_IMG_TAG_RE = re.compile(r"<im(?:g|age)", re.IGNORECASE)
+"""Cheaper than lowercasing a whole body to look for an image. ``<image>`` is one: HTML5
+parsers read it as ``<img>``, and an item whose only image was one had none archived."""
 
 
 def item_records(

@@ -34,6 +34,8 @@ from .html import (
 from .html_images import attribute_url
 from .objectstore import ObjectStore
 
+IMAGE_TAGS = frozenset({"img", "image"})
+"""Tags an HTML5 parser reads as ``<img>``: the image stage archives an ``<image src>`` too."""
 DROPPED_WITH_SRC = frozenset({"srcset", "data-srcset", "sizes"})
 _DROPPING: dict[str, AttributeEdit[None]] = {name: lambda *_: "" for name in DROPPED_WITH_SRC}
 
@@ -126,7 +128,7 @@ def replace_image_sources(content_html: str, replacements: Mapping[str, str]) ->
     while (match := MARKUP_RE.search(content_html, position)) is not None:
         position = match.end()
         name = (match["name"] or "").lower()
-        if name == "img":
+        if name in IMAGE_TAGS:
             attrs = _replace_src(match["attrs"], replacements)
             if attrs is not None:
                 edits.append((match.start("attrs"), match.end("attrs"), attrs))
