@@ -182,6 +182,20 @@ def test_many_comments_or_declarations_before_a_page_are_read_once() -> None:
     assert sniff_image_type(b"<!-- a -->\n" * 40 + b"<svg/>") == "image/svg+xml"
 
 
+def test_an_svg_whose_root_follows_a_long_prolog_is_an_svg(feed_server: FeedServer) -> None:
+    """A license comment and a doctype of entities before the root: 4 KiB of them had the
+    SVG refused as a web page behind an image type."""
+    entities = "".join(f'<!ENTITY ns_{n} "http://ns.example/{n}/">' for n in range(60))
+    svg = (
+        f"<?xml version='1.0'?>\n<!-- {'Licensed under the terms below. ' * 150} -->\n"
+        f"<!DOCTYPE svg [{entities}]>\n<svg xmlns='http://www.w3.org/2000/svg'/>"
+    ).encode()
+    assert len(svg) > 7000
+    url = feed_server.route("/logo.svg", body=svg, headers={"Content-Type": "image/svg+xml"})
+    assert download(url).content_type == "image/svg+xml"
+    assert sniff_image_type(b"<!-- " + b"x" * 8000 + b" -->\n<html><svg/></html>") is None
+
+
 @pytest.mark.parametrize(
     ("address", "blocked"),
     [

@@ -137,7 +137,7 @@ def sniff_image_type(data: bytes) -> str | None:
         return "image/x-icon"
     if head[:4] in (b"II*\x00", b"MM\x00*"):
         return "image/tiff"
-    if _looks_like_svg(data[:4096]):
+    if _looks_like_svg(data[:SVG_HEAD_BYTES]):
         return "image/svg+xml"
     return None
 
@@ -180,6 +180,10 @@ def cut_short(content_type: str, data: bytes) -> bool:
     return False
 
 
+SVG_HEAD_BYTES = 64 * 1024
+"""How far into the bytes an SVG's root element is looked for. Editors write a prolog of
+comments (a license) and a doctype of entities (Illustrator) before it: a 4 KiB one took a
+valid SVG for a web page behind an image type, refused three times and failed for good."""
 _SVG_ROOT = re.compile(
     rb"(?:\s++|<\?(?:(?!\?>).)*+\?>|<!--(?:(?!-->).)*+-->|<!doctype\s++svg(?:[^\[>]|\[[^\]]*+\])*+>)*+"
     rb"<(?:[a-z_][\w.-]*+:)?svg[\s/>]",
