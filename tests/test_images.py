@@ -606,6 +606,23 @@ def test_a_location_beyond_ascii_is_followed_as_browsers_follow_it(
     assert download(start).final_url == final
 
 
+def test_backslashes_in_an_image_path_are_read_as_slashes_as_browsers_read_them(
+    feed_server: FeedServer, tmp_path: Path
+) -> None:
+    """Windows-written HTML (images\\a.png, ..\\up\\b.png) and a Location of one: browsers
+    load them with slashes; the server was asked for the backslashes, a 404 three times."""
+    feed_server.route("/blog/images/a.png", handler=send_png)
+    feed_server.route("/up/b.png", handler=send_png)
+    feed_server.route("/blog/old.png", status=301, headers={"Location": "\\up\\b.png"})
+    html = '<img src="images\\a.png"><img src="..\\up\\b.png"><img src="old.png">'
+    entry = Entry("windows", guid="w", content=html)
+    feed = feed_server.route("/feed", body=rss([entry], link=feed_server.url("/blog/")))
+    stage = Stage(tmp_path, feed)
+    stage.cycle()
+    assert stage.states() == [("success", 1, None)] * 3
+    assert len(stage.objects()) == 3
+
+
 def test_redirect_to_a_private_host_is_refused(
     public_server: FeedServer, feed_server: FeedServer
 ) -> None:

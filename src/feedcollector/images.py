@@ -40,7 +40,7 @@ from .image_types import (
 )
 from .netguard import IMAGE_ACCEPT, NetGuard
 from .netguard import make_image_client as make_image_client
-from .redirects import RedirectChain, percent_encoded, require_web_scheme
+from .redirects import RedirectChain, browser_slashes, percent_encoded, require_web_scheme
 from .timestamps import utc_now
 
 RETRY_AFTER_STATUSES = frozenset({429, 503})
@@ -252,7 +252,9 @@ async def open_response(
 
     Every hop obeys :class:`~.redirects.RedirectChain` and passes ``check_url``.
     """
-    current = _valid_url(lambda: httpx.URL(url), "protocol", f"{url!r} is not a valid URL")
+    current = _valid_url(
+        lambda: httpx.URL(browser_slashes(url)), "protocol", f"{url!r} is not a valid URL"
+    )
     require_web_scheme(current.scheme, f"{url} is not an http(s) URL")
     chain = RedirectChain(str(current), max_redirects)
     for _ in chain.hops():
@@ -274,7 +276,7 @@ async def open_response(
 def _redirect_target(current: httpx.URL, location: str, encoding: str) -> httpx.URL:
     """``location`` (decoded by httpx in ``encoding``) joined to ``current``."""
     what = f"{current} redirects to an invalid URL {location!r}"
-    target = percent_encoded(location.encode(encoding))
+    target = browser_slashes(percent_encoded(location.encode(encoding)))
     return _valid_url(lambda: current.join(target), "redirect", what)
 
 

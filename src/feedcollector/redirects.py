@@ -26,6 +26,17 @@ def percent_encoded(location: bytes) -> str:
     return urllib.parse.quote(location, safe=_URL_SAFE)
 
 
+def browser_slashes(url: str) -> str:
+    """``url`` with the backslashes before its query or fragment read as slashes, as browsers
+    read an http(s) URL: ``images\\a.jpg`` (written on Windows) loads ``images/a.jpg`` in a
+    browser, while the server was asked for ``images\\a.jpg`` itself: a 404 three times over
+    (IIS alone reads it as a slash)."""
+    if "\\" not in url:
+        return url
+    end = min((i for i in (url.find("?"), url.find("#")) if i >= 0), default=len(url))
+    return url[:end].replace("\\", "/") + url[end:]
+
+
 def require_web_scheme(scheme: str, context: str) -> None:
     if scheme not in WEB_SCHEMES:
         raise TransferError("scheme", f"{context}: only http and https are supported")
