@@ -679,6 +679,15 @@ def test_unresolvable_host_is_an_image_error_not_a_block() -> None:
     assert "could not resolve the host nowhere.test" in str(error)
 
 
+@pytest.mark.parametrize("host", ["www..example.com", ".example.com", "x" * 64 + ".example.com"])
+def test_a_host_name_with_an_empty_or_too_long_label_is_unresolvable(host: str) -> None:
+    """The guard's lookup raised the IDNA codec's UnicodeError out of the download: each
+    attempt was logged as an internal bug with its traceback (never looked up: no network)."""
+    error = refused(f"http://{host}/a.png", ImageLimits())
+    assert f"could not resolve the host {host}" in str(error)
+    assert "label empty or too long" in str(error)
+
+
 def download_all(
     urls: list[str],
     guard: NetGuard,

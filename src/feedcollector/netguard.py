@@ -98,7 +98,10 @@ async def system_resolver(host: str, port: int) -> list[IPAddress]:
     literal = parse_ip_literal(host)
     if literal is not None:
         return [literal]
-    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    try:
+        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except UnicodeError as exc:  # an empty or over-long label (a..b.example): no name to look up
+        raise socket.gaierror(socket.EAI_NONAME, f"{host} is no valid host name ({exc})") from exc
     addresses: list[IPAddress] = []
     for info in infos:
         address = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
