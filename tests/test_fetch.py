@@ -203,6 +203,42 @@ def test_a_plain_body_labelled_gzip_is_read_as_it_is(feed_server: FeedServer, la
     assert fetch(url).body == GUARDIAN_FEED
 
 
+def _dripping(body: bytes, coding: str) -> Callable[[BaseHTTPRequestHandler], None]:
+    """``body`` under Content-Encoding ``coding``, its first 64 bytes one write each."""
+
+    def handler(request: BaseHTTPRequestHandler) -> None:
+        request.send_response(200)
+        request.send_header("Content-Encoding", coding)
+        request.send_header("Content-Length", str(len(body)))
+        request.end_headers()
+        for byte in body[:64]:
+            request.wfile.write(bytes([byte]))
+            request.wfile.flush()
+            time.sleep(0.001)
+        request.wfile.write(body[64:])
+
+    return handler
+
+
+@pytest.mark.parametrize("label", ["deflate", "br", "zstd"])
+def test_a_plain_body_labelled_deflate_br_or_zstd_is_read_as_it_is(
+    feed_server: FeedServer, label: str
+) -> None:
+    """As for gzip: the file sent as it is under another coding's label failed every fetch
+    as invalid data, unread and without a backup. A body of that coding that is damaged, or
+    any that does not start as a document does, still fails."""
+    url = serving(
+        feed_server, "/plain", b"\xef\xbb\xbf" + GUARDIAN_FEED, **{"Content-Encoding": label}
+    )
+    assert fetch(url).body == b"\xef\xbb\xbf" + GUARDIAN_FEED
+    dripped = feed_server.route("/dripped", handler=_dripping(b"\n\n" + GUARDIAN_FEED, label))
+    assert fetch(dripped).body == b"\n\n" + GUARDIAN_FEED  # text decodes as deflate a while
+    damaged = b"\x00" + COMPRESSORS[label](GUARDIAN_FEED)[1:]
+    error = fetch_error(serving(feed_server, "/damaged", damaged, **{"Content-Encoding": label}))
+    assert error.kind == "protocol"
+    assert f"is not valid {label} data" in str(error)
+
+
 def test_gzip_data_without_a_content_encoding_is_read_within_the_limit(
     feed_server: FeedServer,
 ) -> None:

@@ -209,6 +209,66 @@ _ZSTD_MIN_SLICE = 64
 """Input bytes given at once even when the room left is tiny (at most 2 MiB of output)."""
 
 
+class _PlainWhenInvalid:
+    """A deflate, br or zstd decoder that takes a plain document under that label as it is, as
+    ``gzip`` already does: a doubly configured server sends the file itself as
+    ``Content-Encoding: deflate`` or ``br``, and the feed failed every fetch as invalid data,
+    unread and without a backup. Only a body that starts as a document does (``<`` or ``{``,
+    after a BOM or blanks) and that the decoder refuses; its output is held until the stream
+    ends, since text may decode as deflate for a while before it fails. A damaged stream of
+    the coding still fails."""
+
+    def __init__(self, inner: Decoder, limit: int) -> None:
+        self._inner = inner
+        self._seen: bytes | None = b""
+        """The input so far while it may yet be a plain document; None once it cannot."""
+        self._held: list[bytes] = []
+        self._plain = False
+        self._budget = _Budget(limit)
+
+    def decode(self, data: bytes) -> bytes:
+        if self._plain:
+            return self._budget.take(data)
+        if self._seen is not None:
+            self._seen += data
+            if not _looks_plain(self._seen):
+                self._seen = None
+        try:
+            out = self._inner.decode(data)
+        except INVALID_DATA_ERRORS:
+            if self._seen is None:
+                raise
+            self._plain, self._held = True, []
+            return self._budget.take(self._seen)
+        if self._seen is None:
+            return b"".join([*self._held, out]) if self._held else out
+        self._held.append(out)
+        return b""
+
+    def flush(self) -> bytes:
+        if self._plain:
+            return b""
+        held, self._held = b"".join(self._held), []
+        return held + self._inner.flush()
+
+    @property
+    def finished(self) -> bool:
+        return self._plain or self._inner.finished
+
+
+_BOMS = (b"\xef\xbb\xbf", b"\xff\xfe", b"\xfe\xff")
+
+
+def _looks_plain(data: bytes) -> bool:
+    """Whether ``data`` may start a plain feed document: XML or JSON text (blanks alone: not
+    yet known)."""
+    for bom in _BOMS:
+        if data.startswith(bom):
+            return True
+    text = data.lstrip(b" \t\r\n")
+    return not text or text[:1] in (b"<", b"{")
+
+
 class _Chain:
     """Undoes the codings last-applied first; the plain output is held to the limit too."""
 
@@ -238,9 +298,11 @@ def decoder_chain(encodings: list[str], limit: int) -> Decoder:
     decoders: list[Decoder] = []
     for encoding in reversed(encodings):
         if encoding == "br":
-            decoders.append(_BrotliDecoder(limit))
+            decoders.append(_PlainWhenInvalid(_BrotliDecoder(limit), limit))
         elif encoding == "zstd":
-            decoders.append(_ZstdDecoder(limit))
+            decoders.append(_PlainWhenInvalid(_ZstdDecoder(limit), limit))
+        elif encoding == "deflate":
+            decoders.append(_PlainWhenInvalid(_ZlibDecoder(encoding, limit), limit))
         else:
             decoders.append(_ZlibDecoder(encoding, limit))
     return _Chain(decoders, limit)
