@@ -925,6 +925,18 @@ def test_redirect_without_location(feed_server: FeedServer) -> None:
     assert (error.kind, error.status) == ("redirect", 302)
 
 
+@pytest.mark.parametrize("location", ["", "  "])
+def test_an_empty_location_is_a_redirect_without_one(
+    feed_server: FeedServer, location: str
+) -> None:
+    """It was joined to the URL itself and called a redirect loop, sending the operator to
+    look for a loop the server never made."""
+    url = redirect(feed_server, "/feed", location)
+    error = fetch_error(url)
+    assert (error.kind, error.status) == ("redirect", 301)
+    assert str(error) == f"fetch: HTTP 301 from {url} without a Location to follow"
+
+
 def test_non_http_url_is_refused_without_a_request() -> None:
     assert fetch_error("file:///etc/passwd").kind == "scheme"
 

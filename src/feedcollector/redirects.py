@@ -55,8 +55,10 @@ class RedirectChain:
         return range(self.max_redirects + 1)
 
     def location(self, status: int, current: str, location: str | None) -> str:
-        """The Location to join against ``current``: refused when there is none."""
-        if location is None:
+        """The Location to join against ``current``: refused when there is none, or an empty
+        one (``Location: `` from a script whose target was empty: joined, it named ``current``
+        itself and the failure read as a redirect loop)."""
+        if location is None or not location.strip():
             raise TransferError(
                 "redirect",
                 f"HTTP {status} from {current} without a Location to follow",
