@@ -141,6 +141,22 @@ def test_a_stored_validator_aiohttp_cannot_send_is_left_out(feed_server: FeedSer
     assert "If-Modified-Since" not in request.headers
 
 
+def test_a_last_modified_later_than_the_answers_date_is_not_sent_back(
+    feed_server: FeedServer,
+) -> None:
+    """A server answering 304 whenever If-Modified-Since is not before its file's time
+    answered every fetch 304 until 2100: the feed's new items never came. The ETag is kept,
+    and so is a Last-Modified that is no date (servers that compare strings match it)."""
+    future = "Fri, 01 Jan 2100 00:00:00 GMT"
+    url = feed_server.route("/feed", body=GUARDIAN_FEED, etag=ETAG, last_modified=future)
+    result = fetch(url)
+    assert (result.etag, result.last_modified) == (ETAG, None)
+    fetch(url, last_modified=future)  # as an older version kept it
+    assert "If-Modified-Since" not in feed_server.hits("/feed")[-1].headers
+    odd = feed_server.route("/odd", body=GUARDIAN_FEED, last_modified="yesterday-ish")
+    assert fetch(odd).last_modified == "yesterday-ish"
+
+
 def test_server_without_validators_gets_plain_requests(feed_server: FeedServer) -> None:
     url = serving(feed_server, "/feed", GUARDIAN_FEED)
     first = fetch(url)

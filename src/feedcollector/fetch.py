@@ -34,6 +34,7 @@ from .feedhttp import (
 )
 from .http_hints import (
     MAX_HINT,
+    kept_last_modified,
     list_field,
     permanent_target,
     readable_retry_after,
@@ -48,7 +49,7 @@ from .httpbody import (
     refuse_unreachable,
     remember_unreachable,
 )
-from .models import FetchedFeed
+from .models import FetchedFeed, ResponseHints
 from .safe_text import QUOTED_CHARS, one_line
 from .timestamps import format_timestamp, utc_now
 
@@ -100,7 +101,9 @@ async def fetch_feed(
     headers: dict[str, str] = {}
     if etag := validator(etag):  # checked again: one stored by an older version may not be
         headers["If-None-Match"] = etag
-    if last_modified := validator(last_modified):
+    now = now or utc_now()
+    # One kept by an older version may be later than now: see kept_last_modified.
+    if last_modified := kept_last_modified(validator(last_modified), ResponseHints(), now):
         headers["If-Modified-Since"] = last_modified
     conditional = bool(headers)
     if limits.user_agent:
@@ -129,7 +132,7 @@ async def fetch_feed(
                     started,
                     permanent_target(hops),
                     conditional=conditional,
-                    now=now or utc_now(),
+                    now=now,
                 )
             finally:
                 response.release()
@@ -170,8 +173,8 @@ async def _read_feed_response(
     reason = header_text(response.reason or "")
     final_url = str(response.url)
     etag = validator(response.headers.get("ETag"))
-    last_modified = validator(response.headers.get("Last-Modified"))
     hints = response_hints(response.headers)
+    last_modified = kept_last_modified(validator(response.headers.get("Last-Modified")), hints, now)
     if status == 304 and not conditional:
         raise FetchError(
             f"fetch: {final_url} answered 304 Not Modified to an unconditional request (no "

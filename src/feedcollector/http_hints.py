@@ -74,6 +74,19 @@ def _server_now(hints: ResponseHints, now: datetime) -> datetime:
     return http_date(hints.date) or now
 
 
+def kept_last_modified(value: str | None, hints: ResponseHints, now: datetime) -> str | None:
+    """A ``Last-Modified`` to send back as ``If-Modified-Since``, or None when it is later
+    than the answer's ``Date`` (else ``now``). RFC 9110 (8.8.2.1) forbids such a value, and
+    a server that answers 304 whenever If-Modified-Since is not before its file's time (many
+    feed scripts) answered every later request 304 until that date came: a feed dated 2100
+    by a clock or time-zone slip went silent, its new items never fetched. Text that is no
+    date is kept (servers that compare it as a string still match it)."""
+    moment = http_date(value)
+    if value is None or moment is None or moment <= _server_now(hints, now):
+        return value
+    return None
+
+
 def readable_retry_after(text: str) -> bool:
     """Whether a Retry-After is in one of its two forms, delta-seconds or an HTTP-date: any
     other text (``-5``, ``120.5``, ``soon``) is ignored, and a message must not quote it as a
