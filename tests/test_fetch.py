@@ -936,6 +936,20 @@ def test_credentials_follow_a_redirect_to_the_same_server_only(feed_server: Feed
     assert sent == ["Basic cmVhZGVyOnBAc3M=", None]
 
 
+@pytest.mark.parametrize("location", ["\\feeds\\rss.xml", "/feeds\\rss.xml?a\\b"])
+def test_backslashes_in_a_location_are_read_as_slashes(
+    feed_server: FeedServer, location: str
+) -> None:
+    """As browsers (and the image downloader) read them; the feed was asked for
+    /feeds%5Crss.xml, a 404 on every fetch. A query keeps its own."""
+    feed_server.route("/feeds/rss.xml", body=GUARDIAN_FEED)
+    result = fetch(redirect(feed_server, "/old", location))
+    assert result.body == GUARDIAN_FEED
+    assert [hit.path for hit in feed_server.hits("/feeds/rss.xml")] == [
+        "/feeds/rss.xml" + location.partition("rss.xml")[2].replace("\\", "%5C")
+    ]
+
+
 def test_redirect_without_location(feed_server: FeedServer) -> None:
     error = fetch_error(feed_server.route("/feed", status=302))
     assert (error.kind, error.status) == ("redirect", 302)
