@@ -417,6 +417,23 @@ def test_a_body_that_failed_to_parse_is_read_again_and_fails_again(
         p.clock.advance(days=1)
 
 
+def test_a_feed_redirected_to_a_page_says_where_it_was_sent(
+    feed_server: FeedServer, project: Callable[..., Project]
+) -> None:
+    """A feed whose site sends it to its home page or a login wall: the page's title alone
+    did not say which address answered, the one to look at."""
+    home = feed_server.route("/home", body=b"<html><title>Welcome</title></html>")
+    url = feed_server.route("/feed", status=302, headers={"Location": "/home"})
+    direct = feed_server.route("/page", body=b"<html><title>Welcome</title></html>")
+    p = project([url, direct])
+    assert p.cycle().failed == 2
+    errors = {row["url"]: row["last_error"] for row in p.rows("SELECT url, last_error FROM feeds")}
+    assert errors[url] == (
+        f"parse: not a feed (an HTML page titled 'Welcome') (read at {home}, where {url} redirects)"
+    )
+    assert errors[direct] == "parse: not a feed (an HTML page titled 'Welcome')"
+
+
 def test_content_of_a_known_guid_is_never_updated(
     feed_server: FeedServer, project: Callable[..., Project]
 ) -> None:

@@ -34,6 +34,7 @@ from .errors import (
     ParseError,
     StorageError,
 )
+from .feed_urls import feed_url_key
 from .fetch import body_digest, fetch_feed
 from .httpbody import NOT_TRIED, Unreachable
 from .image_stage import download_pending_images
@@ -201,6 +202,8 @@ async def refresh_feed(
                     f"{exc} (the body came with Content-Encoding {response.unknown_codings!r}, "
                     "which is not decoded; the server's setup may be at fault)"
                 )
+            if feed_url_key(response.final_url) != feed_url_key(source):
+                exc = ParseError(f"{exc} (read at {response.final_url}, where {source} redirects)")
             return await outcomes.fail(collector, outcome, exc, response.status, began)
         await outcomes.record_move(collector, outcome, response.permanent_url)
         stats = posting_stats((i.pub_date for i in parsed.items if i.pub_date), now)
