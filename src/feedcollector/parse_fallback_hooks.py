@@ -114,8 +114,7 @@ class _Corrections:
     def _start_description(self, attributes: dict[str, str]) -> None:
         self._read_summary(attributes, "description")
 
-    def _start_dc_description(self, attributes: dict[str, str]) -> None:
-        self._read_summary(attributes, "description")
+    _start_dc_description = _start_description
 
     def _start_summary(self, attributes: dict[str, str]) -> None:
         self._read_summary(attributes, "summary")
@@ -126,45 +125,38 @@ class _Corrections:
     def _start_itunes_summary(self, attributes: dict[str, str]) -> None:
         self._read_summary(attributes, "itunes:summary")
 
-    def _start_media_title(self, attributes: dict[str, str]) -> None:
-        """Media RSS's title is no title of the entry or feed (the fast path reads none):
-        feedparser took a ``<media:group>``'s for an entry without ``<title>``, so the GUID
-        an entry of no id or link hashes from its title differed."""
+    def _start_unread(self, attributes: dict[str, str]) -> None:
+        """An element the fast path does not read, read into :data:`UNREAD_KEY`, where
+        nothing looks. Media RSS's title is no title of the entry or feed: feedparser took a
+        ``<media:group>``'s for an entry without ``<title>``, so the GUID an entry of no id
+        or link hashes from its title differed. Userland's ``<fullitem>`` and an XHTML
+        ``<body>`` are no content of an item (the fast path reads ``content:encoded``, else
+        the description, as the seed says): feedparser read them as its content, which
+        wins, so a broken day stored other HTML (and hashed another GUID for an item of no
+        guid, link or title)."""
         parser: Any = self
         parser.push_content(UNREAD_KEY, attributes, "text/plain", 1)
 
-    def _end_media_title(self) -> None:
+    def _end_unread(self) -> None:
         parser: Any = self
         parser.pop_content(UNREAD_KEY)
 
-    def _start_fullitem(self, attributes: dict[str, str]) -> None:
-        """Userland's ``<fullitem>`` and an XHTML ``<body>`` are no content of an item (the
-        fast path reads ``content:encoded``, else the description, as the seed says):
-        feedparser read them as its content, which wins, so a broken day stored other HTML
-        (and hashed another GUID for an item of no guid, link or title)."""
-        parser: Any = self
-        parser.push_content(UNREAD_KEY, attributes, "text/plain", 1)
-
-    def _end_fullitem(self) -> None:
-        parser: Any = self
-        parser.pop_content(UNREAD_KEY)
-
-    _start_body = _start_xhtml_body = _start_fullitem
-    _end_body = _end_xhtml_body = _end_fullitem
+    _start_media_title = _start_fullitem = _start_body = _start_xhtml_body = _start_unread
+    _end_media_title = _end_fullitem = _end_body = _end_xhtml_body = _end_unread
 
     def _start_content(self, attributes: dict[str, str]) -> None:
         """An Atom ``<content>`` (or ``<summary>``, :meth:`_read_summary`) in an RSS item is
         not read either, as by the fast path: feedparser's won over ``content:encoded``."""
         parser: Any = self
         if parser.inentry and _in_rss(parser):
-            self._start_fullitem(attributes)
+            self._start_unread(attributes)
             return
         super()._start_content(attributes)  # type: ignore[misc]
 
     def _end_content(self) -> None:
         parser: Any = self
         if parser.elementstack and parser.elementstack[-1][0] == UNREAD_KEY:
-            parser.pop_content(UNREAD_KEY)
+            self._end_unread()
             return
         super()._end_content()  # type: ignore[misc]
 
@@ -182,7 +174,7 @@ class _Corrections:
         read = dict.get(entry, SUMMARY_RANK_KEY)  # not "summary": a content sets that too
         if (read is not None and rank >= read) or (name == "summary" and _in_rss(parser)):
             parser._summaryKey = UNREAD_KEY
-            parser.push_content(UNREAD_KEY, attributes, "text/plain", 1)
+            self._start_unread(attributes)
             return
         entry[SUMMARY_RANK_KEY] = rank
         parser.property_depth_map.get(entry, {}).pop("summary", None)  # a deeper one replaces it
@@ -198,7 +190,7 @@ class _Corrections:
     def _end_description(self) -> None:
         parser: Any = self
         if parser._summaryKey == UNREAD_KEY:
-            parser.pop_content(UNREAD_KEY)
+            self._end_unread()
             parser._summaryKey = None
             return
         super()._end_description()  # type: ignore[misc]
