@@ -36,7 +36,7 @@ from .httpbody import (
     root_cause,
     unreachable_endpoint,
 )
-from .redirects import RedirectChain, browser_slashes, percent_encoded, require_web_scheme
+from .redirects import RedirectChain, location_target, require_web_scheme
 from .safe_text import QUOTED_CHARS, one_line
 
 FEED_ACCEPT = (
@@ -248,9 +248,7 @@ def _parse_url(url: str) -> yarl.URL:
 
 def _redirect_target(current: yarl.URL, location: str) -> yarl.URL:
     what = f"{current} redirects to an invalid URL {header_text(location)!r}"
-    # Backslashes read as slashes, as browsers and the image downloader read them: a Location
-    # of feeds\rss.xml (written on Windows) was asked as feeds%5Crss.xml, a 404 for good.
-    target = browser_slashes(percent_encoded(location.encode("utf-8", "surrogateescape")))
+    target = location_target(location.encode("utf-8", "surrogateescape"))
     return _keep_credentials(
         current, _valid_url(lambda: current.join(yarl.URL(target)), "redirect", what)
     )

@@ -40,7 +40,7 @@ from .image_types import (
 )
 from .netguard import IMAGE_ACCEPT, NetGuard
 from .netguard import make_image_client as make_image_client
-from .redirects import RedirectChain, browser_slashes, percent_encoded, require_web_scheme
+from .redirects import RedirectChain, browser_slashes, location_target, require_web_scheme
 from .timestamps import utc_now
 
 RETRY_AFTER_STATUSES = frozenset({429, 503})
@@ -276,7 +276,7 @@ async def open_response(
 def _redirect_target(current: httpx.URL, location: str, encoding: str) -> httpx.URL:
     """``location`` (decoded by httpx in ``encoding``) joined to ``current``."""
     what = f"{current} redirects to an invalid URL {location!r}"
-    target = browser_slashes(percent_encoded(location.encode(encoding)))
+    target = location_target(location.encode(encoding))
     return _valid_url(lambda: current.join(target), "redirect", what)
 
 

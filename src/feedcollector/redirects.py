@@ -16,14 +16,18 @@ _URL_SAFE = "".join(chr(code) for code in range(0x21, 0x7F))
 """Printable ASCII, ``%`` included: what a Location may hold as it is."""
 
 
-def percent_encoded(location: bytes) -> str:
-    """A Location header's bytes with those beyond printable ASCII percent-encoded, as
-    browsers send them: a Latin-1 ``é`` (one byte, E9) stays ``%E9``. Each client decodes the
-    header its own way (aiohttp keeps such bytes as half surrogate pairs, which yarl dropped;
-    httpx reads them as Latin-1, which it encoded again as UTF-8): both redirected elsewhere."""
-    if location.isascii():
-        return location.decode("ascii")
-    return urllib.parse.quote(location, safe=_URL_SAFE)
+def location_target(location: bytes) -> str:
+    """A Location header's bytes as browsers follow them: those beyond printable ASCII
+    percent-encoded (a Latin-1 ``é``, one byte E9, stays ``%E9``; each client decodes the
+    header its own way: aiohttp keeps such bytes as half surrogate pairs, which yarl dropped,
+    httpx reads them as Latin-1, which it encoded again as UTF-8: both redirected elsewhere),
+    and backslashes read as slashes (:func:`browser_slashes`)."""
+    text = (
+        location.decode("ascii")
+        if location.isascii()
+        else urllib.parse.quote(location, safe=_URL_SAFE)
+    )
+    return browser_slashes(text)
 
 
 def browser_slashes(url: str) -> str:
