@@ -174,7 +174,7 @@ async def _read_feed_response(
     final_url = str(response.url)
     etag = validator(response.headers.get("ETag"))
     hints = response_hints(response.headers)
-    last_modified = kept_last_modified(validator(response.headers.get("Last-Modified")), hints, now)
+    last_modified = validator(response.headers.get("Last-Modified"))
     if status == 304 and not conditional:
         raise FetchError(
             f"fetch: {final_url} answered 304 Not Modified to an unconditional request (no "
@@ -225,7 +225,7 @@ async def _read_feed_response(
         body=body,
         content_type=header_text(response.headers.get("Content-Type", "")) or None,
         etag=etag,
-        last_modified=last_modified,
+        last_modified=kept_last_modified(last_modified, hints, now),  # a 304 keeps the old one
         elapsed_s=time.monotonic() - started,
         hints=hints,
         permanent_url=permanent_url,
